@@ -1,0 +1,27 @@
+"""Helpers shared by the test suite."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, message: str = ""
+) -> T:
+    """Poll `condition` until it returns a truthy value, or fail after `timeout` seconds.
+
+    This is the suite's only way to wait for something asynchronous: never a bare sleep.
+    Returns the truthy value so the caller can assert on it.
+    """
+    deadline = time.monotonic() + timeout
+    last: T = condition()
+    while not last:
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {message or condition}")
+        time.sleep(interval)
+        last = condition()
+    return last

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for kvmesh: system packages, then a virtualenv in .venv with
+# kvmesh installed (editable) and its test tools. Safe to re-run; each step is idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v thrift >/dev/null || need_apt+=(thrift-compiler)
+command -v dot >/dev/null || need_apt+=(graphviz)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
