@@ -1,0 +1,144 @@
+/*
+ * kvmesh KvStore wire contract.
+ *
+ * Every message on every KvStore socket is one of the structs below, serialized with Thrift's
+ * accelerated binary protocol (C extension):
+ *   - command socket (ZMQ ROUTER), request frame  : Request
+ *   - command socket, reply frame                  : Response
+ *   - publication socket (ZMQ PUB), message frame  : Publication
+ * Peers flood to each other by sending one-way KEY_SET requests to the peer's command socket.
+ */
+
+namespace py kvstore_thrift
+
+/* Sentinel for "never expires" (as Open/R: INT32_MIN), in the ttl_ms field of Value. */
+const i64 TTL_INFINITY = -2147483648
+
+/* Geometry of the anti-entropy digest tree: DIGEST_FANOUT children per node, DIGEST_DEPTH levels
+ * below the root. Node ids are heap-ordered: root 0, children of n are n*FANOUT+1 .. n*FANOUT+FANOUT.
+ * Every node of a mesh must use the same geometry. */
+const i32 DIGEST_FANOUT = 16
+const i32 DIGEST_DEPTH = 4
+
+struct Value {
+  /* 64-bit version; higher wins. Version 0 is invalid on the wire. */
+  1: i64 version = 0
+  /* Node (or client) that originated this version; higher id wins a version tie. */
+  2: string originator_id
+  /* Opaque payload. Absent on TTL-only updates. */
+  3: optional binary value
+  /* Remaining lifetime in milliseconds, or TTL_INFINITY. */
+  4: i64 ttl_ms = TTL_INFINITY
+  /* Bumped by the originator to refresh the TTL without changing the value. */
+  5: i64 ttl_version = 0
+  /* Fixed 64-bit hash of (version, originator_id, value); identical on every node. */
+  6: optional i64 hash
+}
+
+enum Command {
+  KEY_SET = 1,
+  KEY_GET = 2,
+  KEY_DUMP = 3,
+  HASH_DUMP = 4,
+  PEER_ADD = 5,
+  PEER_DEL = 6,
+  PEER_DUMP = 7,
+  COUNTERS_GET = 8,
+  DIGEST_GET = 9,
+}
+
+enum PeerState {
+  IDLE = 0,
+  SYNCING = 1,
+  INITIALIZED = 2,
+}
+
+struct KeySetParams {
+  1: map<string, Value> key_vals
+  /* false: one-way set (no reply frame at all), as used by flooding. */
+  2: bool solicit_response = true
+  /* Flood path: ids of the nodes this publication has traversed, oldest first. */
+  3: list<string> node_ids
+  /* Set by a peer on the finalize step of a full sync. */
+  4: optional string sender_id
+  5: optional i64 timestamp_ms
+}
+
+struct KeyGetParams {
+  1: list<string> keys
+}
+
+struct KeyDumpParams {
+  /* Key prefix (plain string prefix, not a regex); empty matches every key. */
+  1: string prefix = ""
+  /* Originator filter; empty matches every originator. Combined with prefix by AND. */
+  2: set<string> originator_ids
+  /* When present, the reply holds only what differs (3-way full sync): key_vals better than or
+   * missing from these hashes, and tobe_updated_keys the caller should send back. */
+  3: optional map<string, Value> key_val_hashes
+  /* Peer name of the requester, when a peer asks (full sync). */
+  4: optional string sender_id
+  /* When present, restrict the dump to these digest-tree leaf buckets (anti-entropy). */
+  5: optional list<i32> buckets
+}
+
+struct DigestParams {
+  /* Digest-tree node ids whose children's digests are wanted. */
+  1: list<i32> node_ids
+}
+
+struct PeerSpec {
+  1: string cmd_url
+  2: string pub_url = ""
+  /* The fields below are filled in by PEER_DUMP. */
+  3: PeerState state = PeerState.IDLE
+  4: i64 state_since_ms = 0
+  5: i32 flaps = 0
+}
+
+struct PeerAddParams {
+  1: map<string, PeerSpec> peers
+}
+
+struct PeerDelParams {
+  1: list<string> peer_names
+}
+
+struct Request {
+  1: Command cmd
+  2: optional KeySetParams key_set
+  3: optional KeyGetParams key_get
+  4: optional KeyDumpParams key_dump
+  5: optional PeerAddParams peer_add
+  6: optional PeerDelParams peer_del
+  7: optional DigestParams digest
+}
+
+struct Publication {
+  1: map<string, Value> key_vals
+  /* Keys that expired on the publishing node (local subscribers only; never flooded). */
+  2: list<string> expired_keys
+  3: list<string> node_ids
+  /* Full-sync reply: keys the requester has better and should send back. */
+  4: list<string> tobe_updated_keys
+  5: optional i64 timestamp_ms
+}
+
+struct DigestReply {
+  /* node id -> XOR digest of every key under that node */
+  1: map<i32, i64> digests
+}
+
+struct Error {
+  /* Stable machine-readable code, e.g. MALFORMED, UNKNOWN_COMMAND, BAD_ARGUMENT, TOO_LARGE. */
+  1: string code
+  2: string message
+}
+
+struct Response {
+  1: optional Error error
+  2: optional Publication publication
+  3: optional map<string, PeerSpec> peers
+  4: optional map<string, i64> counters
+  5: optional DigestReply digest
+}
