@@ -1,0 +1,1 @@
+"""The node agent: KvStore desired state -> KVScheduler -> southbounds, plus reconciliation."""
