@@ -1,0 +1,130 @@
+"""Desired state of one node as learnt from its KvStore (sans-I/O: the agent loop feeds it).
+
+The agent takes an initial dump of `config/<node>/` and then follows the publication stream.
+Updates are accumulated here and taken out in batches, so bursts become one transaction; a key
+changed twice before it is taken out yields only its latest value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from kvmesh.agent.keys import config_prefix, model_key_of
+
+Model = dict[str, Any]
+
+
+class ValueDecodeError(ValueError):
+    pass
+
+
+def decode_config_value(raw: bytes) -> Model | None:
+    """msgpack map -> dict; empty bytes is a tombstone (None). Anything else is an error."""
+    if raw == b"":
+        return None
+    try:
+        decoded = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ValueDecodeError(f"not valid msgpack: {exc}") from exc
+    if not isinstance(decoded, dict):
+        raise ValueDecodeError(f"expected a msgpack map, got {type(decoded).__name__}")
+    return decoded
+
+
+def encode_config_value(value: Model | None) -> bytes:
+    return b"" if value is None else msgpack.packb(value, use_bin_type=True)
+
+
+@dataclass
+class DesiredState:
+    node: str
+    desired: dict[str, Model] = field(default_factory=dict)
+    pending: dict[str, Model | None] = field(default_factory=dict)
+    decode_errors: dict[str, str] = field(default_factory=dict)
+    first_pending_at: float | None = None
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"updates": 0, "tombstones": 0, "expired": 0, "decode_errors": 0}
+    )
+
+    @property
+    def prefix(self) -> str:
+        return config_prefix(self.node)
+
+    def reset_from_dump(self, key_vals: Mapping[str, bytes | None]) -> dict[str, Model]:
+        """Replace everything with a full dump; returns the complete desired state to resync."""
+        self.desired.clear()
+        self.pending.clear()
+        self.decode_errors.clear()
+        self.first_pending_at = None
+        for key, raw in key_vals.items():
+            model_key = model_key_of(key, self.prefix)
+            if model_key is None or raw is None:
+                continue
+            value = self._decode(model_key, raw)
+            if value is not None:
+                self.desired[model_key] = value
+        return dict(self.desired)
+
+    def update(
+        self, key_vals: Mapping[str, bytes | None], expired: Iterable[str] = (), now: float = 0.0
+    ) -> int:
+        """Record changes from one publication; `None` payloads (TTL refreshes) are ignored.
+
+        Returns how many model keys changed.
+        """
+        changed = 0
+        for key, raw in key_vals.items():
+            model_key = model_key_of(key, self.prefix)
+            if model_key is None or raw is None:
+                continue
+            value = self._decode(model_key, raw)
+            if value is None:
+                self.counters["tombstones"] += 1
+            changed += self._stage(model_key, value, now)
+        for key in expired:
+            model_key = model_key_of(key, self.prefix)
+            if model_key is not None:
+                self.counters["expired"] += 1
+                changed += self._stage(model_key, None, now)
+        return changed
+
+    def take_pending(self, max_items: int | None = None) -> dict[str, Model | None]:
+        """Remove and return up to `max_items` pending changes (oldest first)."""
+        if max_items is None or max_items >= len(self.pending):
+            batch, self.pending = self.pending, {}
+        else:
+            keys = list(self.pending)[:max_items]
+            batch = {k: self.pending.pop(k) for k in keys}
+        self.first_pending_at = time.monotonic() if self.pending else None
+        return batch
+
+    def _stage(self, model_key: str, value: Model | None, now: float) -> int:
+        if value is None:
+            if model_key not in self.desired and model_key not in self.pending:
+                return 0
+            self.desired.pop(model_key, None)
+        else:
+            if self.desired.get(model_key) == value and model_key not in self.pending:
+                return 0
+            self.desired[model_key] = value
+        if not self.pending:
+            self.first_pending_at = now or time.monotonic()
+        self.pending[model_key] = value
+        self.counters["updates"] += 1
+        return 1
+
+    def _decode(self, model_key: str, raw: bytes) -> Model | None:
+        try:
+            value = decode_config_value(raw)
+        except ValueDecodeError as exc:
+            # An undecodable value cannot be applied: treat it as not desired and report why.
+            self.decode_errors[model_key] = str(exc)
+            self.counters["decode_errors"] += 1
+            return None
+        self.decode_errors.pop(model_key, None)
+        return value

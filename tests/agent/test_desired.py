@@ -1,0 +1,80 @@
+"""Desired-state tracking: prefix filtering, tombstones, expiry, coalescing, bad values."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from kvmesh.agent.desired import (
+    DesiredState,
+    ValueDecodeError,
+    decode_config_value,
+    encode_config_value,
+)
+
+
+def enc(value: dict) -> bytes:
+    return encode_config_value(value)
+
+
+def test_dump_keeps_only_this_nodes_config() -> None:
+    ds = DesiredState("n2")
+    desired = ds.reset_from_dump({
+        "config/n2/linux/interface/veth0": enc({"type": "veth"}),
+        "config/n3/linux/interface/veth0": enc({"type": "bridge"}),
+        "config/n2x/linux/interface/x": enc({"type": "tap"}),
+        "status/n2/linux/interface/veth0": enc({"state": "CONFIGURED"}),
+        "config/n2/linux/route/main/10.0.0.0/24/veth0": b"",  # tombstone: not desired
+    })
+    assert desired == {"linux/interface/veth0": {"type": "veth"}}
+
+
+def test_updates_coalesce_to_latest_value() -> None:
+    ds = DesiredState("n1")
+    key = "config/n1/vpp/interface/loop0"
+    ds.update({key: enc({"mtu": 1500})})
+    ds.update({key: enc({"mtu": 9000})})
+    assert ds.take_pending() == {"vpp/interface/loop0": {"mtu": 9000}}
+    assert ds.take_pending() == {}
+
+
+def test_tombstone_and_expiry_mean_delete() -> None:
+    ds = DesiredState("n1")
+    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/y": enc({"v": 2})})
+    ds.update({"config/n1/a/x": b""}, expired=["config/n1/a/y", "config/n9/a/z"])
+    assert ds.take_pending() == {"a/x": None, "a/y": None}
+    assert ds.desired == {}
+    assert ds.counters["tombstones"] == 1 and ds.counters["expired"] == 1
+
+
+def test_ttl_only_update_and_unchanged_value_are_not_changes() -> None:
+    ds = DesiredState("n1")
+    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1})})
+    assert ds.update({"config/n1/a/x": None}) == 0
+    assert ds.update({"config/n1/a/x": enc({"v": 1})}) == 0
+    assert ds.update({"config/n1/a/gone": b""}) == 0
+    assert ds.take_pending() == {}
+
+
+def test_batches_are_bounded() -> None:
+    ds = DesiredState("n1")
+    ds.update({f"config/n1/k/{i}": enc({"i": i}) for i in range(5)})
+    first = ds.take_pending(max_items=3)
+    assert list(first) == ["k/0", "k/1", "k/2"]
+    assert list(ds.take_pending()) == ["k/3", "k/4"]
+
+
+def test_undecodable_value_is_reported_and_not_desired() -> None:
+    ds = DesiredState("n1")
+    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1})})
+    ds.update({"config/n1/a/x": b"\xc1"})  # 0xc1 is never valid msgpack
+    assert ds.take_pending() == {"a/x": None}
+    assert "not valid msgpack" in ds.decode_errors["a/x"]
+    ds.update({"config/n1/a/x": enc({"v": 2})})
+    assert "a/x" not in ds.decode_errors
+
+
+@pytest.mark.parametrize("raw", [msgpack.packb([1, 2]), msgpack.packb("text"), b"\xc1"])
+def test_decode_rejects_non_maps(raw: bytes) -> None:
+    with pytest.raises(ValueDecodeError):
+        decode_config_value(raw)
