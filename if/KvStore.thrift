@@ -45,6 +45,8 @@ enum Command {
   PEER_DUMP = 7,
   COUNTERS_GET = 8,
   DIGEST_GET = 9,
+  /* Who is this node: name, URLs, readiness (see NodeInfo). */
+  NODE_INFO = 10,
 }
 
 enum PeerState {
@@ -129,6 +131,18 @@ struct DigestReply {
   1: map<i32, i64> digests
 }
 
+struct NodeInfo {
+  /* Node id: used as originator_id by default and in flood paths (node_ids). */
+  1: string name
+  /* The URLs the node actually bound (a wildcard port is resolved). */
+  2: string cmd_url
+  3: string pub_url
+  /* True once every configured peer reached INITIALIZED or failed its first sync. */
+  4: bool initial_sync_done = false
+  5: i64 num_keys = 0
+  6: i64 uptime_ms = 0
+}
+
 struct Error {
   /* Stable machine-readable code, e.g. MALFORMED, UNKNOWN_COMMAND, BAD_ARGUMENT, TOO_LARGE. */
   1: string code
@@ -141,4 +155,7 @@ struct Response {
   3: optional map<string, PeerSpec> peers
   4: optional map<string, i64> counters
   5: optional DigestReply digest
+  6: optional NodeInfo node_info
+  /* Solicited KEY_SET: keys that were not applied, with the reason (e.g. OLD_VERSION). */
+  7: optional map<string, string> no_merge_reasons
 }

@@ -26,6 +26,7 @@ class Command(object):
     PEER_DUMP = 7
     COUNTERS_GET = 8
     DIGEST_GET = 9
+    NODE_INFO = 10
 
     _VALUES_TO_NAMES = {
         1: "KEY_SET",
@@ -37,6 +38,7 @@ class Command(object):
         7: "PEER_DUMP",
         8: "COUNTERS_GET",
         9: "DIGEST_GET",
+        10: "NODE_INFO",
     }
 
     _NAMES_TO_VALUES = {
@@ -49,6 +51,7 @@ class Command(object):
         "PEER_DUMP": 7,
         "COUNTERS_GET": 8,
         "DIGEST_GET": 9,
+        "NODE_INFO": 10,
     }
 
 
@@ -1274,6 +1277,134 @@ class DigestReply(object):
         return not (self == other)
 
 
+class NodeInfo(object):
+    """
+    Attributes:
+     - name
+     - cmd_url
+     - pub_url
+     - initial_sync_done
+     - num_keys
+     - uptime_ms
+
+    """
+
+    __slots__ = (
+        'name',
+        'cmd_url',
+        'pub_url',
+        'initial_sync_done',
+        'num_keys',
+        'uptime_ms',
+    )
+
+
+    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0,):
+        self.name = name
+        self.cmd_url = cmd_url
+        self.pub_url = pub_url
+        self.initial_sync_done = initial_sync_done
+        self.num_keys = num_keys
+        self.uptime_ms = uptime_ms
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.cmd_url = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.pub_url = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.BOOL:
+                    self.initial_sync_done = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.num_keys = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.uptime_ms = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('NodeInfo')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.cmd_url is not None:
+            oprot.writeFieldBegin('cmd_url', TType.STRING, 2)
+            oprot.writeString(self.cmd_url.encode('utf-8') if sys.version_info[0] == 2 else self.cmd_url)
+            oprot.writeFieldEnd()
+        if self.pub_url is not None:
+            oprot.writeFieldBegin('pub_url', TType.STRING, 3)
+            oprot.writeString(self.pub_url.encode('utf-8') if sys.version_info[0] == 2 else self.pub_url)
+            oprot.writeFieldEnd()
+        if self.initial_sync_done is not None:
+            oprot.writeFieldBegin('initial_sync_done', TType.BOOL, 4)
+            oprot.writeBool(self.initial_sync_done)
+            oprot.writeFieldEnd()
+        if self.num_keys is not None:
+            oprot.writeFieldBegin('num_keys', TType.I64, 5)
+            oprot.writeI64(self.num_keys)
+            oprot.writeFieldEnd()
+        if self.uptime_ms is not None:
+            oprot.writeFieldBegin('uptime_ms', TType.I64, 6)
+            oprot.writeI64(self.uptime_ms)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Error(object):
     """
     Attributes:
@@ -1362,6 +1493,8 @@ class Response(object):
      - peers
      - counters
      - digest
+     - node_info
+     - no_merge_reasons
 
     """
 
@@ -1371,15 +1504,19 @@ class Response(object):
         'peers',
         'counters',
         'digest',
+        'node_info',
+        'no_merge_reasons',
     )
 
 
-    def __init__(self, error=None, publication=None, peers=None, counters=None, digest=None,):
+    def __init__(self, error=None, publication=None, peers=None, counters=None, digest=None, node_info=None, no_merge_reasons=None,):
         self.error = error
         self.publication = publication
         self.peers = peers
         self.counters = counters
         self.digest = digest
+        self.node_info = node_info
+        self.no_merge_reasons = no_merge_reasons
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1431,6 +1568,23 @@ class Response(object):
                     self.digest.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.node_info = NodeInfo()
+                    self.node_info.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.MAP:
+                    self.no_merge_reasons = {}
+                    (_ktype123, _vtype124, _size122) = iprot.readMapBegin()
+                    for _i126 in range(_size122):
+                        _key127 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.no_merge_reasons[_key127] = _val128
+                    iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1452,22 +1606,34 @@ class Response(object):
         if self.peers is not None:
             oprot.writeFieldBegin('peers', TType.MAP, 3)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.peers))
-            for kiter122, viter123 in self.peers.items():
-                oprot.writeString(kiter122.encode('utf-8') if sys.version_info[0] == 2 else kiter122)
-                viter123.write(oprot)
+            for kiter129, viter130 in self.peers.items():
+                oprot.writeString(kiter129.encode('utf-8') if sys.version_info[0] == 2 else kiter129)
+                viter130.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.counters is not None:
             oprot.writeFieldBegin('counters', TType.MAP, 4)
             oprot.writeMapBegin(TType.STRING, TType.I64, len(self.counters))
-            for kiter124, viter125 in self.counters.items():
-                oprot.writeString(kiter124.encode('utf-8') if sys.version_info[0] == 2 else kiter124)
-                oprot.writeI64(viter125)
+            for kiter131, viter132 in self.counters.items():
+                oprot.writeString(kiter131.encode('utf-8') if sys.version_info[0] == 2 else kiter131)
+                oprot.writeI64(viter132)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.digest is not None:
             oprot.writeFieldBegin('digest', TType.STRUCT, 5)
             self.digest.write(oprot)
+            oprot.writeFieldEnd()
+        if self.node_info is not None:
+            oprot.writeFieldBegin('node_info', TType.STRUCT, 6)
+            self.node_info.write(oprot)
+            oprot.writeFieldEnd()
+        if self.no_merge_reasons is not None:
+            oprot.writeFieldBegin('no_merge_reasons', TType.MAP, 7)
+            oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.no_merge_reasons))
+            for kiter133, viter134 in self.no_merge_reasons.items():
+                oprot.writeString(kiter133.encode('utf-8') if sys.version_info[0] == 2 else kiter133)
+                oprot.writeString(viter134.encode('utf-8') if sys.version_info[0] == 2 else viter134)
+            oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1574,6 +1740,16 @@ DigestReply.thrift_spec = (
     None,  # 0
     (1, TType.MAP, 'digests', (TType.I32, None, TType.I64, None, False), None, ),  # 1
 )
+all_structs.append(NodeInfo)
+NodeInfo.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'cmd_url', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'pub_url', 'UTF8', None, ),  # 3
+    (4, TType.BOOL, 'initial_sync_done', None, False, ),  # 4
+    (5, TType.I64, 'num_keys', None, 0, ),  # 5
+    (6, TType.I64, 'uptime_ms', None, 0, ),  # 6
+)
 all_structs.append(Error)
 Error.thrift_spec = (
     None,  # 0
@@ -1588,6 +1764,8 @@ Response.thrift_spec = (
     (3, TType.MAP, 'peers', (TType.STRING, 'UTF8', TType.STRUCT, [PeerSpec, None], False), None, ),  # 3
     (4, TType.MAP, 'counters', (TType.STRING, 'UTF8', TType.I64, None, False), None, ),  # 4
     (5, TType.STRUCT, 'digest', [DigestReply, None], None, ),  # 5
+    (6, TType.STRUCT, 'node_info', [NodeInfo, None], None, ),  # 6
+    (7, TType.MAP, 'no_merge_reasons', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 7
 )
 fix_spec(all_structs)
 del all_structs
