@@ -1,0 +1,617 @@
+"""KvStoreDb: the I/O-free KvStore database (CRDT merge, TTL countdown, dumps, full-sync diff).
+
+Nothing here does I/O or reads a clock: every method that depends on time takes `now_ms`, the
+caller's monotonic clock in milliseconds. See docs/kvstore-core.md for the behaviour contract.
+
+Storage layout (per key, kept small because a node holds ~1 M keys):
+- `_kv`: dict key -> stored `Value`. The stored record's `ttl_ms` holds the key's ABSOLUTE expiry
+  time (monotonic ms), or TTL_INFINITY; read paths convert it back to the remaining TTL.
+- `_keys`: SortedList of the keys, for prefix range scans.
+- `_buckets`: per digest-leaf-bucket lists of keys (~15 keys each at 1 M keys), so the keys of a
+  bucket are listed without a scan and removed in O(bucket).
+- `_digests`: the XOR digest tree (`digest.DigestTree`), a flat array independent of the key count.
+- `_expiry`: the TTL queue (`ttl.ExpiryQueue`) for keys with a finite TTL.
+
+Ownership: a stored record is never mutated after it is stored. For a key with an infinite TTL
+the record stored IS the caller's object (no copy on the hot path: the node decodes fresh objects);
+merge() only fills in its `hash` and canonicalises its `originator_id`/`ttl_ms` to equal shared
+objects. Callers must treat values they passed to merge(), and the values of MergeResult.delta
+(the same objects), as read-only. Every read path (get, dump, hash_dump, dump_difference,
+prepare_flood) returns fresh copies, except prepare_flood for infinite-TTL values (same objects,
+also read-only).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from sortedcontainers import SortedList
+from xxhash import xxh3_64_intdigest
+
+from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
+from kvstore.hashing import contribution, value_hash
+from kvstore.ttl import ExpiryQueue
+from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value
+
+__all__ = ["KvStoreDb", "MergeResult"]
+
+_INF: Final[int] = TTL_INFINITY
+_UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
+_MAX_INTERNED_ORIGINATORS: Final[int] = 65536
+_BUCKET_SHIFT: Final[int] = 64 - (NUM_BUCKETS.bit_length() - 1)
+_R = NoMergeReason
+
+
+@dataclass(slots=True)
+class MergeResult:
+    """Outcome of `KvStoreDb.merge`.
+
+    delta: the incoming values that changed the store, keyed by key: exactly what to publish to
+        subscribers and flood on (after `prepare_flood`). A TTL-only update appears without
+        `.value`. Read-only (see the module docstring on ownership).
+    no_merge: key -> `NoMergeReason` string for every key that was not applied.
+    """
+
+    delta: dict[str, Value] = field(default_factory=dict)
+    no_merge: dict[str, str] = field(default_factory=dict)
+
+
+def compare_values(mine: Value, theirs: Value) -> int:
+    """Which of two records for one key is better: 1 mine, -1 theirs, 0 same, 2 unknown.
+
+    Version, then originator id, then (when both hashes are known and equal) ttl_version, then the
+    value bytes and ttl_version when both values are present. Hash-only records with different
+    hashes cannot be ordered: the full sync then exchanges the key both ways.
+    """
+    if mine.version != theirs.version:
+        return 1 if mine.version > theirs.version else -1
+    if mine.originator_id != theirs.originator_id:
+        return 1 if mine.originator_id > theirs.originator_id else -1
+    if mine.hash is not None and mine.hash == theirs.hash:
+        return (mine.ttl_version > theirs.ttl_version) - (mine.ttl_version < theirs.ttl_version)
+    if mine.value is not None and theirs.value is not None:
+        if mine.value != theirs.value:
+            return 1 if mine.value > theirs.value else -1
+        return (mine.ttl_version > theirs.ttl_version) - (mine.ttl_version < theirs.ttl_version)
+    return _UNKNOWN
+
+
+class KvStoreDb:
+    """One node's key-value store: CRDT merge, TTL countdown, dumps, digests. See module doc."""
+
+    def __init__(
+        self,
+        node_id: str,
+        *,
+        ttl_decrement_ms: int = 1,
+        ttl_threshold_ms: int = 500,
+        verify_hashes: bool = False,
+    ) -> None:
+        """`verify_hashes`: recompute `hash` on every merged value instead of trusting a present one
+        (for stores fed by untrusted clients; costs one hash per value)."""
+        if type(ttl_decrement_ms) is not int or ttl_decrement_ms < 0:
+            raise ValueError(f"ttl_decrement_ms must be an int >= 0, got {ttl_decrement_ms!r}")
+        if type(ttl_threshold_ms) is not int or ttl_threshold_ms < 0:
+            raise ValueError(f"ttl_threshold_ms must be an int >= 0, got {ttl_threshold_ms!r}")
+        self.node_id = node_id
+        self.ttl_decrement_ms = ttl_decrement_ms
+        self.ttl_threshold_ms = ttl_threshold_ms
+        self.verify_hashes = verify_hashes
+        self.counters: Counter[str] = Counter()
+        self._kv: dict[str, Value] = {}
+        self._keys: SortedList = SortedList()
+        self._buckets: list[list[str] | None] = [None] * NUM_BUCKETS
+        self._digests = DigestTree()
+        self._expiry = ExpiryQueue()
+        self._num_finite = 0
+        # Keys removed by merge() because they had already expired: reported by the next expire().
+        self._expired_unreported: list[str] = []
+        self._originators: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ basic container protocol
+
+    def __len__(self) -> int:
+        return len(self._kv)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._kv
+
+    def keys(self, prefix: str = "") -> Iterator[str]:
+        """Stored keys in sorted order (range scan for a prefix); includes keys not yet expired by
+        `expire()` even if their TTL already ran out."""
+        if not prefix:
+            return iter(self._keys)
+        return self._prefix_keys(prefix)
+
+    # ------------------------------------------------------------------ merge
+
+    def merge(self, key_vals: Mapping[str, Value], now_ms: int) -> MergeResult:
+        """Apply incoming key-values by the CRDT rules; return what changed and what did not.
+
+        Rules, in order: reject invalid input (ttl <= 0 and not infinite, version < 1, wrong types);
+        a lower version loses; a higher version wins; on equal versions the higher originator id
+        wins (code-point order == UTF-8 byte order); with the same originator the greater value
+        bytes win; with equal values a higher ttl_version updates the TTL only. A TTL-only update
+        (value None) applies only to a stored key with the same version and originator and a lower
+        ttl_version. A missing `hash` is computed and set on the incoming object.
+        """
+        delta: dict[str, Value] = {}
+        no_merge: dict[str, str] = {}
+        kv = self._kv
+        kv_get = kv.get
+        buckets = self._buckets
+        toggle = self._digests.toggle
+        expiry_push = self._expiry.push
+        originators = self._originators
+        verify = self.verify_hashes
+        num_finite = self._num_finite
+
+        for key, new in key_vals.items():
+            # ---- validation (inlined `value.invalid_reason`: this loop is the hot path)
+            if type(key) is not str or type(new) is not Value:
+                no_merge[str(key)] = _R.MALFORMED
+                continue
+            ttl = new.ttl_ms
+            if type(ttl) is not int or not (0 < ttl <= I64_MAX or ttl == _INF):
+                no_merge[key] = _R.INVALID_TTL
+                continue
+            version = new.version
+            if type(version) is not int or not 0 < version <= I64_MAX:
+                no_merge[key] = _R.INVALID_VERSION
+                continue
+            orig = new.originator_id
+            if type(orig) is not str:
+                no_merge[key] = _R.INVALID_ORIGINATOR
+                continue
+            val = new.value
+            if val is not None and type(val) is not bytes:
+                no_merge[key] = _R.INVALID_VALUE
+                continue
+            ttl_version = new.ttl_version
+            if type(ttl_version) is not int or not I64_MIN <= ttl_version <= I64_MAX:
+                no_merge[key] = _R.INVALID_TTL_VERSION
+                continue
+            h = new.hash
+            if h is not None and (type(h) is not int or not I64_MIN <= h <= I64_MAX):
+                no_merge[key] = _R.INVALID_HASH
+                continue
+
+            cur = kv_get(key)
+            if cur is not None and cur.ttl_ms != _INF and cur.ttl_ms <= now_ms:
+                # Expired but not yet collected by expire(): it no longer exists.
+                self._remove(key, cur)
+                self._expired_unreported.append(key)
+                num_finite -= 1
+                cur = None
+
+            # ---- decide
+            if cur is not None and version < cur.version:
+                no_merge[key] = _R.OLD_VERSION
+                continue
+            if val is None:
+                if cur is None:
+                    no_merge[key] = _R.UNKNOWN_KEY_TTL_UPDATE
+                    continue
+                if version != cur.version or orig != cur.originator_id:
+                    no_merge[key] = _R.TTL_UPDATE_MISMATCH
+                    continue
+                if ttl_version <= cur.ttl_version:
+                    no_merge[key] = (
+                        _R.NO_CHANGE if ttl_version == cur.ttl_version else _R.OLD_TTL_VERSION
+                    )
+                    continue
+                ttl_only = True
+            elif cur is None or version > cur.version:
+                ttl_only = False
+            else:
+                cur_orig = cur.originator_id
+                if orig != cur_orig:
+                    if orig < cur_orig:
+                        no_merge[key] = _R.LOWER_ORIGINATOR
+                        continue
+                    ttl_only = False
+                else:
+                    cur_val = cur.value
+                    if val != cur_val:
+                        if val < cur_val:
+                            no_merge[key] = _R.LOWER_VALUE
+                            continue
+                        ttl_only = False
+                    elif ttl_version > cur.ttl_version:
+                        ttl_only = True
+                    else:
+                        no_merge[key] = (
+                            _R.NO_CHANGE if ttl_version == cur.ttl_version else _R.OLD_TTL_VERSION
+                        )
+                        continue
+
+            # ---- apply
+            canon = originators.get(orig)
+            if canon is None:
+                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
+                    originators.clear()
+                originators[orig] = orig
+                canon = orig
+            if ttl_only:
+                assert cur is not None
+                h = cur.hash
+                stored_val = cur.value
+                if val is not None and new.hash is None:
+                    new.hash = h
+            else:
+                if h is None or verify:
+                    try:
+                        h = value_hash(version, canon, val)
+                    except UnicodeEncodeError:
+                        no_merge[key] = _R.INVALID_ORIGINATOR
+                        continue
+                    new.hash = h
+                stored_val = val
+            try:
+                kh = xxh3_64_intdigest(key.encode())
+            except UnicodeEncodeError:
+                no_merge[key] = _R.MALFORMED
+                continue
+            if ttl == _INF:
+                if ttl_only:
+                    stored = Value(version, canon, stored_val, _INF, ttl_version, h)
+                else:
+                    new.originator_id = canon
+                    new.ttl_ms = _INF
+                    stored = new
+            else:
+                expires = now_ms + ttl
+                stored = Value(version, canon, stored_val, expires, ttl_version, h)
+                expiry_push(key, expires)
+                num_finite += 1
+            bucket = kh >> _BUCKET_SHIFT
+            contrib = contribution(kh, h, ttl_version)
+            if cur is None:
+                self._keys.add(key)
+                members = buckets[bucket]
+                if members is None:
+                    buckets[bucket] = [key]
+                else:
+                    members.append(key)
+            else:
+                if cur.ttl_ms != _INF:
+                    num_finite -= 1
+                contrib ^= contribution(kh, cur.hash, cur.ttl_version)
+            kv[key] = stored
+            toggle(bucket, contrib)
+            delta[key] = new
+
+        self._num_finite = num_finite
+        counters = self.counters
+        counters["kvstore.merge.received"] += len(key_vals)
+        counters["kvstore.merge.updated"] += len(delta)
+        for reason in no_merge.values():
+            counters[f"kvstore.no_merge.{reason}"] += 1
+        self._maybe_compact_expiry()
+        return MergeResult(delta, no_merge)
+
+    # ------------------------------------------------------------------ removal and TTL
+
+    def _remove(self, key: str, cur: Value) -> None:
+        """Drop a stored key from every index (the TTL queue entry goes stale by itself)."""
+        del self._kv[key]
+        self._keys.remove(key)
+        kh = xxh3_64_intdigest(key.encode())
+        bucket = kh >> _BUCKET_SHIFT
+        members = self._buckets[bucket]
+        assert members is not None
+        members.remove(key)
+        if not members:
+            self._buckets[bucket] = None
+        assert cur.hash is not None
+        self._digests.toggle(bucket, contribution(kh, cur.hash, cur.ttl_version))
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Remove and return every key whose TTL has run out (expiry <= now_ms).
+
+        Also returns keys that merge() found already expired and replaced or dropped since the
+        last call, so subscribers hear about every expiry exactly once.
+        """
+        expired = self._expired_unreported
+        self._expired_unreported = []
+        kv = self._kv
+        for expires, key in self._expiry.pop_due(now_ms):
+            cur = kv.get(key)
+            # A stale entry (key refreshed, replaced, made infinite or gone) does not match.
+            if cur is not None and cur.ttl_ms == expires:
+                self._remove(key, cur)
+                self._num_finite -= 1
+                expired.append(key)
+        if expired:
+            self.counters["kvstore.expired_keys"] += len(expired)
+        return expired
+
+    def next_expiry_ms(self) -> int | None:
+        """Monotonic time at which `expire()` next has work, or None if no key has a finite TTL.
+
+        Returns `now`-independent absolute time; if keys were found expired by merge() and not
+        yet reported, returns the smallest possible time so the caller calls expire() promptly.
+        """
+        if self._expired_unreported:
+            return I64_MIN
+        queue = self._expiry
+        kv = self._kv
+        while (expires := queue.peek()) is not None:
+            for key in queue.keys_at(expires):
+                cur = kv.get(key)
+                if cur is not None and cur.ttl_ms == expires:
+                    return expires
+            queue.pop_earliest()  # only stale entries at the top: discard them now
+        return None
+
+    def _maybe_compact_expiry(self) -> None:
+        """Rebuild the TTL queue when stale entries dominate (bounded memory under refreshes)."""
+        queue = self._expiry
+        if len(queue) > 4096 and len(queue) > 3 * self._num_finite:
+            kv = self._kv
+            queue.rebuild((key, kv[key].ttl_ms) for key in self._keys if kv[key].ttl_ms != _INF)
+            self.counters["kvstore.ttl_queue_compactions"] += 1
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, keys: Iterable[str], now_ms: int) -> dict[str, Value]:
+        """Copies of the stored values of `keys` that exist, carrying their remaining TTL."""
+        out: dict[str, Value] = {}
+        kv_get = self._kv.get
+        for key in keys:
+            cur = kv_get(key)
+            if cur is None:
+                continue
+            ttl = cur.ttl_ms
+            if ttl != _INF:
+                ttl -= now_ms
+                if ttl <= 0:
+                    continue
+            out[key] = Value(
+                cur.version, cur.originator_id, cur.value, ttl, cur.ttl_version, cur.hash
+            )
+        return out
+
+    def dump(
+        self,
+        now_ms: int,
+        prefix: str = "",
+        originator_ids: Collection[str] = (),
+        buckets: Collection[int] | None = None,
+    ) -> dict[str, Value]:
+        """Copies of every live key matching prefix AND originator AND bucket filters (an empty
+        filter matches everything; buckets=None means no bucket filter), with remaining TTL."""
+        return self._dump(now_ms, prefix, originator_ids, buckets, with_values=True)
+
+    def hash_dump(
+        self,
+        now_ms: int,
+        prefix: str = "",
+        originator_ids: Collection[str] = (),
+        buckets: Collection[int] | None = None,
+    ) -> dict[str, Value]:
+        """Like `dump` without payloads: version, originator, hash, remaining TTL, ttl_version."""
+        return self._dump(now_ms, prefix, originator_ids, buckets, with_values=False)
+
+    def _dump(
+        self,
+        now_ms: int,
+        prefix: str,
+        originator_ids: Collection[str],
+        buckets: Collection[int] | None,
+        *,
+        with_values: bool,
+    ) -> dict[str, Value]:
+        out: dict[str, Value] = {}
+        kv = self._kv
+        origs = frozenset(originator_ids) if originator_ids else None
+        for key in self._scope_keys(prefix, buckets):
+            cur = kv[key]
+            if origs is not None and cur.originator_id not in origs:
+                continue
+            ttl = cur.ttl_ms
+            if ttl != _INF:
+                ttl -= now_ms
+                if ttl <= 0:
+                    continue
+            out[key] = Value(
+                cur.version,
+                cur.originator_id,
+                cur.value if with_values else None,
+                ttl,
+                cur.ttl_version,
+                cur.hash,
+            )
+        return out
+
+    def _prefix_keys(self, prefix: str) -> Iterator[str]:
+        for key in self._keys.irange(minimum=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key
+
+    def _scope_keys(self, prefix: str, buckets: Collection[int] | None) -> Iterable[str]:
+        """Keys in the prefix range and (if given) the buckets; sorted unless buckets are given."""
+        if buckets is None:
+            return self.keys(prefix)
+        return self._bucket_keys(prefix, buckets)
+
+    def _bucket_keys(self, prefix: str, buckets: Collection[int]) -> Iterator[str]:
+        table = self._buckets
+        for bucket in buckets:
+            if type(bucket) is not int or not 0 <= bucket < NUM_BUCKETS:
+                raise ValueError(f"bucket {bucket!r} out of range 0..{NUM_BUCKETS - 1}")
+            members = table[bucket]
+            if members is None:
+                continue
+            if prefix:
+                for key in members:
+                    if key.startswith(prefix):
+                        yield key
+            else:
+                yield from members
+
+    # ------------------------------------------------------------------ full sync
+
+    def dump_difference(
+        self,
+        their_hashes: Mapping[str, Value],
+        now_ms: int,
+        prefix: str = "",
+        originator_ids: Collection[str] = (),
+        buckets: Collection[int] | None = None,
+    ) -> tuple[dict[str, Value], list[str]]:
+        """3-way full-sync responder.
+
+        `their_hashes` is the requester's hash dump (values may be absent). Returns
+        (key_vals: my values the requester lacks or has worse, as copies with the remaining TTL
+        minus ttl_decrement_ms, keys with no more than that left being dropped;
+        tobe_updated_keys: keys the requester has better or only it has, to be sent back).
+        Keys the requester lists are compared whatever the filters; the filters select which of MY
+        keys count as "the requester lacks them". Raises ValueError on a malformed entry.
+        """
+        send: dict[str, Value] = {}
+        want: list[str] = []
+        kv_get = self._kv.get
+        decrement = self.ttl_decrement_ms
+        for key, theirs in their_hashes.items():
+            _check_hash_entry(key, theirs)
+            mine = kv_get(key)
+            if mine is None or (mine.ttl_ms != _INF and mine.ttl_ms <= now_ms):
+                want.append(key)
+                continue
+            rc = compare_values(mine, theirs)
+            if rc == 0:
+                continue
+            if rc != -1:
+                self._add_for_sync(send, key, mine, now_ms, decrement)
+            if rc != 1:
+                want.append(key)
+        kv = self._kv
+        origs = frozenset(originator_ids) if originator_ids else None
+        for key in self._scope_keys(prefix, buckets):
+            if key in their_hashes:
+                continue
+            mine = kv[key]
+            if origs is not None and mine.originator_id not in origs:
+                continue
+            self._add_for_sync(send, key, mine, now_ms, decrement)
+        self.counters["kvstore.full_sync.sent_keys"] += len(send)
+        self.counters["kvstore.full_sync.requested_keys"] += len(want)
+        return send, want
+
+    @staticmethod
+    def _add_for_sync(
+        out: dict[str, Value], key: str, cur: Value, now_ms: int, decrement: int
+    ) -> None:
+        ttl = cur.ttl_ms
+        if ttl != _INF:
+            ttl -= now_ms
+            if ttl <= decrement:
+                return
+            ttl -= decrement
+        out[key] = Value(cur.version, cur.originator_id, cur.value, ttl, cur.ttl_version, cur.hash)
+
+    # ------------------------------------------------------------------ flooding
+
+    def prepare_flood(self, delta: Mapping[str, Value], now_ms: int) -> dict[str, Value]:
+        """The values of `delta` to send to peers, with the TTL each should carry on the wire.
+
+        A finite TTL becomes the key's remaining time minus ttl_decrement_ms. Dropped: keys whose
+        stored record no longer matches the delta value (version, originator, ttl_version: it was
+        superseded or expired, and the newer state is flooded by its own merge), keys with no more
+        than ttl_decrement_ms left, and keys with less than ttl_threshold_ms left. Infinite-TTL
+        values are returned as they are (same objects, read-only).
+        """
+        out: dict[str, Value] = {}
+        kv_get = self._kv.get
+        decrement = self.ttl_decrement_ms
+        threshold = self.ttl_threshold_ms
+        dropped = 0
+        for key, value in delta.items():
+            cur = kv_get(key)
+            if (
+                cur is None
+                or cur.version != value.version
+                or cur.originator_id != value.originator_id
+                or cur.ttl_version != value.ttl_version
+            ):
+                dropped += 1
+                continue
+            expires = cur.ttl_ms
+            if expires == _INF:
+                out[key] = value
+                continue
+            remaining = expires - now_ms
+            if remaining <= decrement or remaining < threshold:
+                dropped += 1
+                continue
+            out[key] = Value(
+                value.version,
+                value.originator_id,
+                value.value,
+                remaining - decrement,
+                value.ttl_version,
+                value.hash,
+            )
+        if dropped:
+            self.counters["kvstore.flood.dropped_keys"] += dropped
+        return out
+
+    # ------------------------------------------------------------------ digests
+
+    def digest_children(self, node_ids: Iterable[int]) -> dict[int, int]:
+        """For each requested inner digest-tree node id, its DIGEST_FANOUT children's digests
+        (child id -> signed i64). Raises ValueError for an id that is not an inner node."""
+        return self._digests.children(node_ids)
+
+    def root_digest(self) -> int:
+        """XOR digest of the whole store (signed i64); equal stores have equal root digests."""
+        return self._digests.root()
+
+    def bucket_of(self, key: str) -> int:
+        """Digest-tree leaf bucket (0 .. NUM_BUCKETS-1) of a key."""
+        return bucket_of_hash(xxh3_64_intdigest(key.encode()))
+
+    def signature(self, prefix: str = "") -> str:
+        """Hex digest of the keys under `prefix` (all keys for ""): the XOR of their digest
+        contributions, so equal on two stores iff they hold the same keys with the same
+        (version, originator, value, ttl_version). O(1) for "", a range scan otherwise."""
+        if not prefix:
+            acc = self._digests.root() & 0xFFFF_FFFF_FFFF_FFFF
+        else:
+            acc = 0
+            kv = self._kv
+            for key in self._prefix_keys(prefix):
+                cur = kv[key]
+                assert cur.hash is not None
+                acc ^= contribution(xxh3_64_intdigest(key.encode()), cur.hash, cur.ttl_version)
+        return f"{acc:016x}"
+
+    # ------------------------------------------------------------------ introspection
+
+    def gauges(self) -> dict[str, int]:
+        """Current sizes, for the node's counters."""
+        return {
+            "kvstore.num_keys": len(self._kv),
+            "kvstore.num_finite_ttl_keys": self._num_finite,
+            "kvstore.ttl_queue_size": len(self._expiry),
+        }
+
+
+def _check_hash_entry(key: object, value: object) -> None:
+    if type(key) is not str:
+        raise ValueError(f"full-sync hash entry key must be a str, got {type(key).__name__}")
+    if type(value) is not Value:
+        raise ValueError(f"full-sync hash entry for {key!r} is not a Value")
+    if type(value.version) is not int or type(value.originator_id) is not str:
+        raise ValueError(f"full-sync hash entry for {key!r} lacks version/originator_id")
+    if type(value.ttl_version) is not int:
+        raise ValueError(f"full-sync hash entry for {key!r} has a non-integer ttl_version")
+    if value.hash is not None and type(value.hash) is not int:
+        raise ValueError(f"full-sync hash entry for {key!r} has a non-integer hash")
+    if value.value is not None and type(value.value) is not bytes:
+        raise ValueError(f"full-sync hash entry for {key!r} has a non-bytes value")

@@ -1,0 +1,173 @@
+"""Anti-entropy digest tree, so that syncing two big stores costs in proportion to their difference.
+
+Geometry (from the IDL, identical on every node): DIGEST_FANOUT children per node, DIGEST_DEPTH
+levels below the root, node ids in heap order (root 0, children of n are n*F+1 .. n*F+F). The
+leaves are `F**DEPTH` buckets; a key's bucket is the top `DEPTH*log2(F)` bits of `key_hash(key)`,
+so bucket b is leaf node `FIRST_LEAF + b` and the path from the root to it spells b's digits.
+
+Every node's digest is the XOR of the contributions (`hashing.contribution`) of all keys beneath
+it. XOR makes updates incremental: a key changing from contribution a to b toggles `a ^ b` into
+its leaf and each ancestor (DEPTH + 1 array writes), and removal is the same toggle.
+
+`DigestWalk` is the sans-I/O protocol on top: ask the peer for the children of the root, descend
+only into children whose digests differ, and end with the differing leaf buckets, which the
+caller then reconciles with the ordinary 3-way exchange restricted to those buckets.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import Final, Protocol
+
+from kvstore.gen.kvstore_thrift.constants import DIGEST_DEPTH, DIGEST_FANOUT
+
+__all__ = [
+    "BUCKET_BITS",
+    "FIRST_LEAF",
+    "NUM_BUCKETS",
+    "NUM_NODES",
+    "DigestSource",
+    "DigestTree",
+    "DigestWalk",
+    "bucket_of_hash",
+    "children_of",
+]
+
+FANOUT: Final[int] = DIGEST_FANOUT
+DEPTH: Final[int] = DIGEST_DEPTH
+if FANOUT < 2 or FANOUT & (FANOUT - 1):
+    raise ImportError(f"DIGEST_FANOUT must be a power of two >= 2, got {FANOUT}")
+_LEVEL_BITS: Final[int] = FANOUT.bit_length() - 1
+BUCKET_BITS: Final[int] = _LEVEL_BITS * DEPTH
+NUM_BUCKETS: Final[int] = 1 << BUCKET_BITS
+# Heap-order id of the first node of each level: (F**d - 1) / (F - 1).
+_LEVEL_START: Final[tuple[int, ...]] = tuple(
+    (FANOUT**d - 1) // (FANOUT - 1) for d in range(DEPTH + 2)
+)
+FIRST_LEAF: Final[int] = _LEVEL_START[DEPTH]
+NUM_NODES: Final[int] = _LEVEL_START[DEPTH + 1]
+_BUCKET_SHIFT: Final[int] = 64 - BUCKET_BITS
+# (shift applied to a bucket, start id of the level) for the leaf and every ancestor up to the root.
+_PATH: Final[tuple[tuple[int, int], ...]] = tuple(
+    (_LEVEL_BITS * (DEPTH - d), _LEVEL_START[d]) for d in range(DEPTH, -1, -1)
+)
+_U64: Final[int] = 1 << 64
+_I64_TOP: Final[int] = 1 << 63
+
+
+def bucket_of_hash(key_hash_u64: int) -> int:
+    """Leaf bucket (0 .. NUM_BUCKETS-1) of a key, from its unsigned 64-bit `key_hash`."""
+    return key_hash_u64 >> _BUCKET_SHIFT
+
+
+def children_of(node_id: int) -> range:
+    """Heap-order ids of the children of an inner node."""
+    if type(node_id) is not int or not 0 <= node_id < FIRST_LEAF:
+        raise ValueError(f"digest node id {node_id!r} is not an inner node (0..{FIRST_LEAF - 1})")
+    first = node_id * FANOUT + 1
+    return range(first, first + FANOUT)
+
+
+def _signed(h: int) -> int:
+    return h - _U64 if h >= _I64_TOP else h
+
+
+class DigestTree:
+    """XOR digests of every node of the tree, kept in one flat unsigned 64-bit array."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self) -> None:
+        self._nodes = array("Q", bytes(8 * NUM_NODES))
+
+    def toggle(self, bucket: int, delta: int) -> None:
+        """XOR `delta` into leaf `bucket` and all its ancestors (add or remove a contribution)."""
+        nodes = self._nodes
+        for shift, start in _PATH:
+            nodes[(bucket >> shift) + start] ^= delta
+
+    def root(self) -> int:
+        """Digest of the whole store, as a signed i64."""
+        return _signed(self._nodes[0])
+
+    def node(self, node_id: int) -> int:
+        """Digest of one node, as a signed i64."""
+        return _signed(self._nodes[node_id])
+
+    def children(self, node_ids: Iterable[int]) -> dict[int, int]:
+        """For each inner node id, the signed digests of its FANOUT children (child id -> digest).
+
+        Raises ValueError for an id that is not an inner node.
+        """
+        nodes = self._nodes
+        out: dict[int, int] = {}
+        for node_id in node_ids:
+            for child in children_of(node_id):
+                out[child] = _signed(nodes[child])
+        return out
+
+    def clear(self) -> None:
+        self._nodes = array("Q", bytes(8 * NUM_NODES))
+
+
+class DigestSource(Protocol):
+    """Anything that can answer a digest request locally (a `KvStoreDb`)."""
+
+    def digest_children(self, node_ids: Iterable[int]) -> dict[int, int]: ...
+
+
+class DigestWalk:
+    """Sans-I/O walk down two digest trees to the leaf buckets where they differ.
+
+    Usage by a node, against one peer::
+
+        walk = DigestWalk(db)
+        while (ids := walk.next_request()) is not None:
+            walk.on_reply(ask_peer_for_digests(ids))   # DIGEST_GET{node_ids=ids}
+        buckets = walk.differing_buckets()   # then hash_dump / dump_difference with buckets=...
+
+    The local side is read at each `on_reply`, so local merges during the walk are harmless: at
+    worst a bucket is reconciled needlessly or a difference is left for the next round.
+    A reply that lacks a child digest (or carries a non-integer) counts that child as different.
+    """
+
+    __slots__ = ("_buckets", "_local", "_pending", "_waiting", "done", "replies")
+
+    def __init__(self, local: DigestSource) -> None:
+        self._local = local
+        self._pending: list[int] = [0]
+        self._waiting = False
+        self._buckets: list[int] = []
+        self.done = False
+        self.replies = 0
+
+    def next_request(self) -> list[int] | None:
+        """Node ids whose children's digests to ask the peer for, or None once the walk is done."""
+        if self.done:
+            return None
+        self._waiting = True
+        return list(self._pending)
+
+    def on_reply(self, digests: Mapping[int, int]) -> None:
+        """Feed the peer's answer (child id -> digest) to the last `next_request`."""
+        if not self._waiting:
+            raise RuntimeError("DigestWalk.on_reply without an outstanding request")
+        self._waiting = False
+        self.replies += 1
+        mine = self._local.digest_children(self._pending)
+        differing = [child for child, digest in mine.items() if digests.get(child) != digest]
+        differing.sort()
+        if not differing:
+            self._pending = []
+            self.done = True
+        elif differing[0] >= FIRST_LEAF:
+            self._buckets = [child - FIRST_LEAF for child in differing]
+            self._pending = []
+            self.done = True
+        else:
+            self._pending = differing
+
+    def differing_buckets(self) -> list[int]:
+        """Sorted leaf buckets whose digests differ (empty until the walk is done)."""
+        return list(self._buckets)

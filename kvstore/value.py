@@ -1,0 +1,100 @@
+"""The stored record (the Thrift `Value`), its limits, and the reasons a merge can refuse one.
+
+The store keeps `kvstore.gen.kvstore_thrift.ttypes.Value` objects directly, so a publication decoded
+from the wire can be merged without any conversion. This module holds what the rest of the core
+needs to know about that type: the i64 limits, the TTL sentinel, input validation and the
+copy-with-TTL helper used by every read path.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY as _TTL_INFINITY
+from kvstore.gen.kvstore_thrift.ttypes import Value
+
+__all__ = [
+    "I64_MAX",
+    "I64_MIN",
+    "TTL_INFINITY",
+    "NoMergeReason",
+    "Value",
+    "invalid_reason",
+    "with_ttl",
+]
+
+TTL_INFINITY: Final[int] = _TTL_INFINITY
+I64_MAX: Final[int] = (1 << 63) - 1
+I64_MIN: Final[int] = -(1 << 63)
+
+
+class NoMergeReason:
+    """Why `KvStoreDb.merge` did not apply a key (stable strings: they go on the wire)."""
+
+    # Rejected as invalid input.
+    MALFORMED = "MALFORMED"  # the key is not a str or the record is not a Value
+    INVALID_TTL = "INVALID_TTL"  # ttl <= 0 and not TTL_INFINITY, or not an i64
+    INVALID_VERSION = "INVALID_VERSION"  # version < 1, or not an i64
+    INVALID_ORIGINATOR = "INVALID_ORIGINATOR"  # originator_id missing / not a str / not UTF-8
+    INVALID_VALUE = "INVALID_VALUE"  # value present but not bytes
+    INVALID_TTL_VERSION = "INVALID_TTL_VERSION"  # ttl_version not an i64
+    INVALID_HASH = "INVALID_HASH"  # hash present but not an i64
+    # Valid, but the store already holds something at least as good.
+    OLD_VERSION = "OLD_VERSION"  # lower version than the stored one
+    LOWER_ORIGINATOR = "LOWER_ORIGINATOR"  # same version, lower originator id
+    LOWER_VALUE = "LOWER_VALUE"  # same version and originator, smaller value bytes
+    OLD_TTL_VERSION = "OLD_TTL_VERSION"  # same value, lower ttl_version
+    NO_CHANGE = "NO_CHANGE"  # identical to what is stored (an echo)
+    # TTL-only updates (value absent) that cannot apply.
+    UNKNOWN_KEY_TTL_UPDATE = "UNKNOWN_KEY_TTL_UPDATE"  # the key is not stored
+    TTL_UPDATE_MISMATCH = "TTL_UPDATE_MISMATCH"  # stored version/originator differ
+
+    INVALID: Final[frozenset[str]] = frozenset(
+        {
+            MALFORMED,
+            INVALID_TTL,
+            INVALID_VERSION,
+            INVALID_ORIGINATOR,
+            INVALID_VALUE,
+            INVALID_TTL_VERSION,
+            INVALID_HASH,
+        }
+    )
+
+
+def invalid_reason(value: object) -> str | None:
+    """The `NoMergeReason` for a record that is not a well-formed Value, or None if it is.
+
+    The merge hot path inlines the same checks; this is the readable reference used elsewhere.
+    """
+    if type(value) is not Value:
+        return NoMergeReason.MALFORMED
+    ttl = value.ttl_ms
+    if type(ttl) is not int or not (ttl == TTL_INFINITY or 0 < ttl <= I64_MAX):
+        return NoMergeReason.INVALID_TTL
+    version = value.version
+    if type(version) is not int or not 0 < version <= I64_MAX:
+        return NoMergeReason.INVALID_VERSION
+    if type(value.originator_id) is not str:
+        return NoMergeReason.INVALID_ORIGINATOR
+    if value.value is not None and type(value.value) is not bytes:
+        return NoMergeReason.INVALID_VALUE
+    ttl_version = value.ttl_version
+    if type(ttl_version) is not int or not I64_MIN <= ttl_version <= I64_MAX:
+        return NoMergeReason.INVALID_TTL_VERSION
+    h = value.hash
+    if h is not None and (type(h) is not int or not I64_MIN <= h <= I64_MAX):
+        return NoMergeReason.INVALID_HASH
+    return None
+
+
+def with_ttl(value: Value, ttl_ms: int, *, keep_value: bool = True) -> Value:
+    """A fresh copy of `value` carrying `ttl_ms` (and no payload unless `keep_value`)."""
+    return Value(
+        value.version,
+        value.originator_id,
+        value.value if keep_value else None,
+        ttl_ms,
+        value.ttl_version,
+        value.hash,
+    )
