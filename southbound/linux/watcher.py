@@ -1,0 +1,363 @@
+"""Host-interface watcher: reports the links kvmesh does not own, from netlink events, in a thread.
+
+For every link of the namespace that kvmesh does not own (see ``context.Ownership``) the watcher
+calls ``notify("linux/interface/host/<name>", value)`` when it appears or changes, and
+``notify(key, None)`` when it disappears or is renamed. Values are built by
+``observe.host_value``, exactly like the host descriptor's Retrieve.
+
+How it works: one netlink socket subscribed to link and address events, then a dump of links
+and addresses on that same socket; events that arrive during the dump are applied on top of it,
+so nothing is missed between "dump" and "subscribe". If the kernel drops events (ENOBUFS: the
+socket buffer overflowed), the watcher opens a fresh socket and dumps again.
+
+The kernel announces a change of link group only for a link that is up: a link that becomes
+kvmesh-owned while down is retracted at its next event (or never published, when kvmesh claimed
+its name while creating it).
+
+Events for kvmesh's own links are recognised from a few header bytes (ifindex, group, name) and
+skipped without a full decode: creating thousands of links through the scheduler must not be
+slowed down by a watcher decoding their events.
+
+``notify`` runs on the watcher thread; the scheduler queues the notification, so the watcher
+never waits for a transaction and the scheduler never waits for the watcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyroute2 import IPRSocket
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import (
+    RTM_DELADDR,
+    RTM_DELLINK,
+    RTM_GETADDR,
+    RTM_GETLINK,
+    RTM_NEWADDR,
+    RTM_NEWLINK,
+    RTMGRP_IPV4_IFADDR,
+    RTMGRP_IPV6_IFADDR,
+    RTMGRP_LINK,
+)
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from southbound.linux import keys
+from southbound.linux.context import Ownership
+from southbound.linux.errors import NamespaceNotFoundError
+from southbound.linux.netlink import (
+    Link,
+    address_from_message,
+    link_from_message,
+    require_netns,
+)
+from southbound.linux.observe import host_value
+
+log = logging.getLogger(__name__)
+
+Notify = Callable[[str, "dict[str, Any] | None"], None]
+
+GROUPS = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+IFLA_IFNAME = 3
+IFLA_GROUP = 27
+_NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, seq, pid
+_IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+_IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
+_RTATTR = struct.Struct("=HH")
+RECEIVE_BUFFER = 1 << 18
+SOCKET_BUFFER = 16 << 20
+
+
+def _align(length: int) -> int:
+    return (length + 3) & ~3
+
+
+def _messages(data: memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """(type, seq, offset, length) of each netlink message of one datagram."""
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            return
+        yield kind, seq, offset, length
+        offset += _align(length)
+
+
+def link_brief(data: memoryview, offset: int, length: int) -> tuple[int, int, str]:
+    """(ifindex, group, name) of an RTM_NEWLINK/DELLINK message, without a full decode."""
+    _family, _type, index, _flags, _change = _IFINFOMSG.unpack_from(data, offset + 16)
+    group = 0
+    name = ""
+    position = offset + 16 + _IFINFOMSG.size
+    end = offset + length
+    while position + 4 <= end:
+        attr_length, attr_type = _RTATTR.unpack_from(data, position)
+        if attr_length < 4:
+            break
+        attr_type &= 0x3FFF
+        if attr_type == IFLA_IFNAME:
+            name = bytes(data[position + 4 : position + attr_length]).split(b"\0", 1)[0].decode()
+        elif attr_type == IFLA_GROUP:
+            (group,) = struct.unpack_from("=I", data, position + 4)
+        position += _align(attr_length)
+    return index, group, name
+
+
+def address_index(data: memoryview, offset: int) -> int:
+    return _IFADDRMSG.unpack_from(data, offset + 16)[4]
+
+
+class _Snapshot:
+    """Links (None = owned by kvmesh) and addresses by ifindex."""
+
+    def __init__(self) -> None:
+        self.links: dict[int, Link | None] = {}
+        self.addresses: dict[int, set[str]] = {}
+
+
+class HostInterfaceWatcher:
+    """Watches one namespace for links kvmesh does not own; see the module doc."""
+
+    def __init__(self, netns: str | None, ownership: Ownership, notify: Notify) -> None:
+        self.netns = netns
+        self.ownership = ownership
+        self.notify = notify
+        self.events = 0
+        self.notifications = 0
+        self.notify_errors = 0
+        self.resyncs = 0
+        self._state = _Snapshot()
+        self._fresh: _Snapshot | None = None  # being filled by a dump
+        self._dump_kind = 0  # RTM_GETLINK / RTM_GETADDR while dumping, else 0
+        self._dump_seq = 0
+        self._published: dict[int, str] = {}
+        self._values: dict[str, dict[str, Any]] = {}
+        self._dirty: set[int] = set()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        self._stopping = False
+        self._socket: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"kvmesh-linux-watcher-{netns}",
+                                        daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Open the socket, start the thread and wait until the first dump has been reported."""
+        self._socket = self._open_socket()
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self.close()
+            raise TimeoutError(f"host-interface watcher for {self.netns!r}: no initial dump "
+                               f"within {timeout}s")
+        if self._failure is not None:
+            self.close()
+            raise RuntimeError("host-interface watcher failed to start") from self._failure
+
+    def close(self) -> None:
+        """Stop the thread (within a second) and release the socket. Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"x")
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self._close_socket()
+        for fd in (self._wake_read, self._wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def host_links(self) -> dict[str, dict[str, Any]]:
+        """The host links reported so far (a copy; for diagnostics and tests)."""
+        return {name: dict(value) for name, value in self._values.items()}
+
+    # -- socket -------------------------------------------------------------------------------
+
+    def _open_socket(self) -> Any:
+        if self.netns:
+            require_netns(self.netns)
+        try:
+            if self.netns:
+                sock = IPRSocket(netns=self.netns, flags=0, groups=GROUPS, rcvbuf=SOCKET_BUFFER)
+            else:
+                sock = IPRSocket(groups=GROUPS, rcvbuf=SOCKET_BUFFER)
+        except FileNotFoundError as exc:
+            raise NamespaceNotFoundError(self.netns or "") from exc
+        sock.bind(groups=GROUPS)
+        return sock
+
+    def _close_socket(self) -> None:
+        if self._socket is not None:
+            try:
+                self._socket.close()
+            except Exception:  # closing a broken socket must not hide the original problem
+                log.debug("closing watcher socket failed", exc_info=True)
+            self._socket = None
+
+    def _start_dump(self, kind: int) -> None:
+        self._dump_seq += 1
+        self._dump_kind = kind
+        message = ifinfmsg() if kind == RTM_GETLINK else ifaddrmsg()
+        self._socket.put(message, msg_type=kind, msg_flags=NLM_F_REQUEST | NLM_F_DUMP,
+                         msg_seq=self._dump_seq)
+
+    def _resync(self) -> None:
+        self.resyncs += 1
+        self._fresh = _Snapshot()
+        self._start_dump(RTM_GETLINK)
+
+    # -- thread -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        buffer = bytearray(RECEIVE_BUFFER)
+        view = memoryview(buffer)
+        try:
+            self._resync()
+            while not self._stopping:
+                readable, _, _ = select.select([self._socket.fileno(), self._wake_read], [], [])
+                if self._wake_read in readable or self._stopping:
+                    return
+                try:
+                    size = self._socket.socket.recv_into(buffer)
+                except OSError as exc:
+                    if exc.errno != errno.ENOBUFS:
+                        raise
+                    log.warning("watcher %r: netlink events were dropped; dumping again",
+                                self.netns)
+                    self._close_socket()
+                    self._socket = self._open_socket()
+                    self._resync()
+                    continue
+                self._handle_datagram(view[:size])
+                self._publish()
+        except BaseException as exc:  # reported to start() or logged; the thread must not vanish
+            self._failure = exc
+            if not self._stopping:
+                log.exception("host-interface watcher for %r stopped", self.netns)
+        finally:
+            self._ready.set()
+
+    def _handle_datagram(self, data: memoryview) -> None:
+        for kind, seq, offset, length in _messages(data):
+            from_dump = seq != 0 and seq == self._dump_seq and self._dump_kind != 0
+            if kind in (RTM_NEWLINK, RTM_DELLINK):
+                self.events += 1
+                self._on_link(kind, data, offset, length, from_dump)
+            elif kind in (RTM_NEWADDR, RTM_DELADDR):
+                self.events += 1
+                self._on_address(kind, data, offset, length, from_dump)
+            elif kind in (NLMSG_DONE, NLMSG_ERROR) and from_dump:
+                self._dump_finished()
+
+    def _on_link(self, kind: int, data: memoryview, offset: int, length: int,
+                 from_dump: bool) -> None:
+        index, group, name = link_brief(data, offset, length)
+        record: Link | None = None
+        if kind == RTM_NEWLINK and group != self.ownership.link_group and not (
+            self.ownership.is_claimed(name)
+        ):
+            message = ifinfmsg(bytes(data[offset : offset + length]))
+            message.decode()
+            record = link_from_message(message)
+        targets = [self._fresh] if from_dump else [self._state]
+        if not from_dump and self._fresh is not None:
+            targets.append(self._fresh)
+        for snapshot in targets:
+            if snapshot is None:
+                continue
+            if kind == RTM_DELLINK:
+                snapshot.links.pop(index, None)
+                snapshot.addresses.pop(index, None)
+            else:
+                snapshot.links[index] = record
+        self._dirty.add(index)
+
+    def _on_address(self, kind: int, data: memoryview, offset: int, length: int,
+                    from_dump: bool) -> None:
+        index = address_index(data, offset)
+        current = self._state.links.get(index, 0)
+        if current is None and not from_dump:
+            return  # an address of a kvmesh link: not reported
+        message = ifaddrmsg(bytes(data[offset : offset + length]))
+        message.decode()
+        address = address_from_message(message)
+        if address is None:
+            return
+        targets = [self._fresh] if from_dump else [self._state]
+        if not from_dump and self._fresh is not None:
+            targets.append(self._fresh)
+        for snapshot in targets:
+            if snapshot is None:
+                continue
+            if kind == RTM_NEWADDR:
+                snapshot.addresses.setdefault(index, set()).add(address.cidr)
+            else:
+                snapshot.addresses.get(index, set()).discard(address.cidr)
+        self._dirty.add(index)
+
+    def _dump_finished(self) -> None:
+        fresh = self._fresh
+        assert fresh is not None
+        if self._dump_kind == RTM_GETLINK:
+            self._state.links = dict(fresh.links)
+            self._start_dump(RTM_GETADDR)
+            return
+        # Link events kept both snapshots equal since the link dump ended: only addresses change.
+        self._state.addresses = fresh.addresses
+        self._fresh = None
+        self._dump_kind = 0
+        self._dirty.update(self._published)
+        self._dirty.update(self._state.links)
+        self._publish()
+        self._ready.set()
+
+    # -- publication --------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        if self._fresh is not None or not self._dirty:
+            return  # wait for the dump to complete: partial state must not retract anything
+        dirty, self._dirty = self._dirty, set()
+        wanted: dict[int, tuple[str, dict[str, Any]]] = {}
+        for index in dirty:
+            record = self._state.links.get(index)
+            if record is not None and not self.ownership.is_claimed(record.name):
+                addresses = self._state.addresses.get(index, set())
+                wanted[index] = (record.name, host_value(record, addresses))
+        # Retractions first, so a name that moved to another ifindex ends up published.
+        for index in sorted(dirty):
+            old_name = self._published.get(index)
+            new_name = wanted[index][0] if index in wanted else None
+            if old_name is not None and old_name != new_name:
+                del self._published[index]
+                if self._values.pop(old_name, None) is not None:
+                    self._send(keys.host_key(old_name), None)
+        for index in sorted(wanted):
+            name, value = wanted[index]
+            self._published[index] = name
+            if self._values.get(name) != value:
+                self._values[name] = value
+                self._send(keys.host_key(name), value)
+
+    def _send(self, key: str, value: dict[str, Any] | None) -> None:
+        self.notifications += 1
+        try:
+            self.notify(key, value)
+        except Exception:  # a failing consumer must not kill the watcher
+            self.notify_errors += 1
+            log.exception("watcher %r: notification of %s failed", self.netns, key)

@@ -1,0 +1,28 @@
+"""Fixtures of the Linux southbound tests: a fresh namespace per test, always deleted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.netns import Netns, list_netns, netns_available, temporary_netns
+
+
+@pytest.fixture
+def ns() -> Iterator[Netns]:
+    if not netns_available():
+        pytest.skip("needs root and iproute2 for network namespaces")
+    with temporary_netns("kvlx") as namespace:
+        yield namespace
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_namespace_left_behind() -> Iterator[None]:
+    """Every namespace a test of this package created is gone at the end of the session."""
+    yield
+    if netns_available():
+        mine = f"kvlx-{os.getpid()}-"  # other test runs may be using namespaces right now
+        leftovers = [name for name in list_netns() if name.startswith(mine)]
+        assert not leftovers, f"namespaces left behind: {leftovers}"

@@ -1,0 +1,156 @@
+"""NetlinkClient against the real kernel, in a namespace per test."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+
+import pytest
+
+from southbound.linux.context import KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO
+from southbound.linux.errors import (
+    NamespaceNotFoundError,
+    NetlinkOperationError,
+    OwnershipError,
+    UnsupportedLinkTypeError,
+    is_retriable_failure,
+)
+from southbound.linux.netlink import NetlinkClient, Route
+from tests.netns import list_netns, netns_available, unique_netns_name
+
+pytestmark = pytest.mark.netns
+G = KVMESH_LINK_GROUP
+
+
+@pytest.fixture
+def client(ns):
+    nl = NetlinkClient(ns.name)
+    try:
+        yield nl
+    finally:
+        nl.close()
+
+
+def test_missing_namespace_is_an_error_and_is_not_created() -> None:
+    if not netns_available():
+        pytest.skip("needs root")
+    name = unique_netns_name("kvlx")
+    with pytest.raises(NamespaceNotFoundError, match="does not exist"):
+        NetlinkClient(name)
+    assert name not in list_netns()
+
+
+def test_veth_pair_created_with_group_and_echoed_index(ns, client) -> None:
+    link = client.create_link("va", "veth", group=G, state="up", mtu=1400,
+                              peer={"ifname": "vb", "group": G})
+    assert link is not None and link.name == "va" and link.kind == "veth"
+    peer = client.get_link("vb")
+    assert peer is not None and link.link == peer.index and peer.link == link.index
+    assert (link.group, peer.group) == (G, G)
+    shown = ns.link("va")
+    assert shown["mtu"] == 1400 and "UP" in shown["flags"] and shown["group"] != "default"
+
+
+def test_each_supported_type_is_created_and_dumped(ns, client) -> None:
+    base = client.create_link("base0", "veth", group=G, peer={"ifname": "base1", "group": G})
+    assert base is not None
+    client.create_link("br0", "bridge", group=G)
+    client.create_link("tp0", "tuntap", mode="tap")
+    client.create_link("vx0", "vxlan", group=G, vxlan_id=42, vxlan_local="10.0.0.1",
+                       vxlan_group="10.0.0.2", vxlan_port=4789, vxlan_link=base.index)
+    client.create_link("mv0", "macvlan", group=G, macvlan_mode="private", link=base.index)
+    links = {link.name: link for link in client.dump_links()}
+    assert links["br0"].kind == "bridge"
+    assert links["tp0"].kind == "tun" and links["tp0"].tap
+    vxlan = links["vx0"].vxlan
+    assert vxlan is not None
+    assert (vxlan.vni, vxlan.local, vxlan.remote, vxlan.port, vxlan.device_index) == (
+        42, "10.0.0.1", "10.0.0.2", 4789, base.index)
+    assert links["mv0"].macvlan_mode == "private" and links["mv0"].link == base.index
+    assert links["lo"].kind is None
+
+
+def test_unsupported_link_type_is_reported_cleanly(client) -> None:
+    with pytest.raises(UnsupportedLinkTypeError, match="unsupported link type 'dummy'") as caught:
+        client.create_link("d0", "dummy", group=G)
+    assert not is_retriable_failure(caught.value)
+
+
+def test_existing_name_raises_eexist(client) -> None:
+    client.create_link("br0", "bridge", group=G)
+    with pytest.raises(NetlinkOperationError) as caught:
+        client.create_link("br0", "bridge", group=G)
+    assert caught.value.code == errno.EEXIST
+
+
+def test_addresses_add_and_delete_are_idempotent(ns, client) -> None:
+    link = client.create_link("va", "veth", group=G, state="up", peer={"ifname": "vb"})
+    assert link is not None
+    assert client.add_address(link.index, "10.0.0.1/24", "add") is True
+    assert client.add_address(link.index, "10.0.0.1/24", "add again") is False
+    assert client.add_address(link.index, "fd00::1/64", "add v6") is True
+    assert sorted(ns.addresses("va")) == ["10.0.0.1/24", "fd00::1/64"]
+    dumped = {a.cidr for a in client.dump_addresses() if a.index == link.index}
+    assert {"10.0.0.1/24", "fd00::1/64"} <= dumped
+    assert client.delete_address(link.index, "10.0.0.1/24", "del") is True
+    assert client.delete_address(link.index, "10.0.0.1/24", "del again") is False
+    assert client.delete_address(99999, "10.0.0.1/24", "del on absent link") is False
+    assert ns.addresses("va") == ["fd00::1/64"]
+
+
+def test_links_delete_is_idempotent(ns, client) -> None:
+    link = client.create_link("br0", "bridge", group=G)
+    assert link is not None
+    assert client.delete_link(link.index, "del") is True
+    assert client.delete_link(link.index, "del again") is False
+    assert "br0" not in ns.link_names()
+
+
+def test_routes_add_replace_delete(ns, client) -> None:
+    link = client.create_link("va", "veth", group=G, state="up", peer={"ifname": "vb",
+                                                                        "state": "up"})
+    assert link is not None
+    client.add_address(link.index, "10.0.0.1/24", "addr")
+    client.add_address(link.index, "fd00::1/64", "addr6")
+    p = KVMESH_ROUTE_PROTO
+    via = Route(table=254, dst="10.9.0.0/16", oif=link.index, gateway="10.0.0.2", metric=0,
+                scope=0, proto=p)
+    big_table = Route(table=1000, dst="10.8.0.0/16", oif=link.index, gateway=None, metric=7,
+                      scope=253, proto=p)
+    v6 = Route(table=254, dst="fd01::/64", oif=link.index, gateway="fd00::2", metric=1024,
+               scope=0, proto=p)
+    for route in (via, big_table, v6):
+        assert client.add_route(route, "add") is True
+        assert client.add_route(route, "add again") is False
+    assert set(client.dump_routes(proto=p)) == {via, big_table, v6}
+    assert any(r.get("dst") == "10.8.0.0/16" for r in ns.routes("1000"))
+    moved = dataclasses.replace(via, gateway="10.0.0.3")
+    client.replace_route(moved, "replace")
+    assert moved in client.dump_routes(proto=p) and via not in client.dump_routes(proto=p)
+    conflicting = dataclasses.replace(moved, gateway="10.0.0.9")
+    with pytest.raises(OwnershipError, match="different route"):
+        client.add_route(conflicting, "add conflicting")
+    assert client.delete_route(moved, "del") is True
+    assert client.delete_route(moved, "del again") is False
+    assert client.delete_route(v6, "del6") is True
+    assert set(client.dump_routes(proto=p)) == {big_table}
+
+
+def test_kernel_refusals_map_to_clear_non_retriable_errors(client) -> None:
+    link = client.create_link("br0", "bridge", group=G)
+    assert link is not None
+    with pytest.raises(NetlinkOperationError, match="EINVAL") as caught:
+        client.set_link(link.index, "set mtu of br0", mtu=70000)
+    assert caught.value.code == errno.EINVAL
+    assert not is_retriable_failure(caught.value)
+    gone = Route(table=254, dst="10.6.0.0/16", oif=link.index, gateway="192.168.9.9", metric=0,
+                 scope=0, proto=KVMESH_ROUTE_PROTO)
+    with pytest.raises(NetlinkOperationError, match="ENETUNREACH"):
+        client.add_route(gone, "add unreachable")
+
+
+def test_transient_errors_are_retriable() -> None:
+    assert is_retriable_failure(NetlinkOperationError("x", errno.EBUSY))
+    assert is_retriable_failure(NetlinkOperationError("x", errno.ENOBUFS))
+    assert is_retriable_failure(NetlinkOperationError("x", errno.EAGAIN))
+    assert not is_retriable_failure(NetlinkOperationError("x", errno.EPERM))
