@@ -1,0 +1,441 @@
+"""The transaction pipeline, single-threaded: pre-process, simulate, log, execute, post-process.
+
+No threads and no clock of its own (the clock is passed in); the only I/O is what descriptors do.
+The facade in ``scheduler.scheduler`` serialises calls into it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scheduler.api import (
+    Key,
+    Metadata,
+    ResyncKind,
+    RetryPolicy,
+    TxnOperation,
+    TxnType,
+    Value,
+    ValueOrigin,
+    ValueState,
+    ValueStatus,
+)
+from scheduler.graph import Graph, Node
+from scheduler.history import History
+from scheduler.records import RecordedOp, RecordedValue, TxnRecord
+from scheduler.refresh import Refresher, RefreshResult
+from scheduler.registry import Registry
+from scheduler.stats import Stats
+from scheduler.walk import WalkContext, Walker, base_of
+
+txn_log = logging.getLogger("scheduler.txn")
+
+NB = ValueOrigin.FROM_NB
+SB = ValueOrigin.FROM_SB
+
+
+@dataclass
+class RetryRequest:
+    """Base keys to retry in a later transaction."""
+
+    keys: list[Key]
+    for_seq: int
+    attempt: int
+    delay: float
+
+
+@dataclass
+class TxnOutcome:
+    record: TxnRecord
+    changed: list[ValueStatus] = field(default_factory=list)
+    retries: list[RetryRequest] = field(default_factory=list)
+
+
+Applier = Callable[[Walker], None]
+
+
+class Engine:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        record_history: bool = True,
+        max_history: int = 10_000,
+        history_age_limit: float = 24 * 3600.0,
+    ) -> None:
+        self.clock = clock
+        self.graph = Graph()
+        self.registry = Registry()
+        self.history = History(
+            max_transactions=max_history, age_limit=history_age_limit, enabled=record_history
+        )
+        self.stats = Stats()
+        self.statuses: dict[Key, ValueStatus] = {}
+        self.next_seq = 0
+        self.resync_count = 0
+        self._last_trim = 0.0
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def run_nb(
+        self,
+        values: Mapping[Key, Value],
+        *,
+        revert: bool = False,
+        retry: RetryPolicy | None = None,
+        description: str = "",
+    ) -> TxnOutcome:
+        record = self._new_record(TxnType.NB_TRANSACTION, description)
+        record.revert = revert
+        record.values = [RecordedValue(k, v, NB) for k, v in values.items()]
+        ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, revert=revert, retry=retry)
+        ctx.txn_keys = set(values)
+        ordered = self._order(values)
+        return self._process(ctx, record, self._nb_applier(ordered), revert_values=ordered)
+
+    def run_resync(
+        self,
+        values: Mapping[Key, Value] | None,
+        kind: ResyncKind,
+        *,
+        retry: RetryPolicy | None = None,
+        description: str = "",
+        refresh: bool = True,
+    ) -> TxnOutcome:
+        record = self._new_record(TxnType.NB_TRANSACTION, description)
+        record.resync = kind.value
+        self.resync_count += 1
+        refreshed = RefreshResult()
+        if kind is not ResyncKind.UPSTREAM and refresh:
+            refreshed = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_all(
+                values if kind is ResyncKind.FULL else None
+            )
+            self.stats.retrieve_errors += len(refreshed.retrieve_errors)
+        desired = self._resync_values(values, kind)
+        if kind is not ResyncKind.DOWNSTREAM:
+            record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
+        ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, retry=retry)
+        ctx.txn_keys = set(desired)
+        ordered = self._order(desired)
+        follow_up = list(refreshed.availability_changed)
+        outcome = self._process(
+            ctx, record, self._nb_applier(ordered, follow_up), extra_touched=refreshed.touched
+        )
+        return outcome
+
+    def run_notifications(self, items: Iterable[tuple[Key, Value, Metadata]]) -> TxnOutcome:
+        record = self._new_record(TxnType.SB_NOTIFICATION, "")
+        accepted: dict[Key, tuple[Value, Metadata]] = {}
+        for key, value, metadata in items:
+            if self._accept_notification(key):
+                accepted[key] = (value, metadata)
+            else:
+                self.stats.notifications_ignored += 1
+        record.values = [RecordedValue(k, v, SB) for k, (v, _) in accepted.items()]
+        ctx = WalkContext(seq=record.seq, txn_type=record.txn_type)
+        ctx.txn_keys = set(accepted)
+
+        def apply(walker: Walker) -> None:
+            for key, (value, metadata) in accepted.items():
+                walker.apply_sb(key, value, metadata)
+
+        return self._process(ctx, record, apply)
+
+    def run_retry(self, keys: Iterable[Key], for_seq: int, attempt: int) -> TxnOutcome:
+        record = self._new_record(TxnType.RETRY_FAILED_OPS, "")
+        record.retry_for = for_seq
+        record.retry_attempt = attempt
+        live: list[Key] = []
+        for key in sorted(set(keys)):
+            node = self.graph.get(key)
+            if node is None or node.nb_seq > for_seq:
+                continue  # gone, or changed by a newer transaction: nothing stale is re-applied
+            live.append(key)
+        record.values = [RecordedValue(k, self.graph.nodes[k].nb_value, NB) for k in live]
+        ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, retry_attempt=attempt)
+        ctx.txn_keys = set(live)
+
+        def apply(walker: Walker) -> None:
+            for key in live:
+                walker.apply_retry(key)
+
+        outcome = self._process(ctx, record, apply, retry_for=for_seq)
+        self.stats.retries += 1
+        return outcome
+
+    def plan(
+        self, values: Mapping[Key, Value], resync: ResyncKind | None = None
+    ) -> list[RecordedOp]:
+        """Simulate a transaction (or resync) and return its plan: the graph is left unchanged."""
+        graph = self.graph
+        graph.begin_journal()
+        try:
+            if resync is not None:
+                if resync is not ResyncKind.UPSTREAM:
+                    # Retrieve only reads the SB; its effect on the graph is rolled back below.
+                    Refresher(graph, self.registry, update_metadata_maps=False).refresh_all(
+                        values if resync is ResyncKind.FULL else None
+                    )
+                desired = self._resync_values(values, resync)
+            else:
+                desired = dict(values)
+            ctx = WalkContext(seq=self.next_seq, txn_type=TxnType.NB_TRANSACTION)
+            ctx.txn_keys = set(desired)
+            ctx.reset_outcome(execute=False)
+            self._nb_applier(self._order(desired))(Walker(graph, self.registry, ctx))
+            return ctx.recorded_ops()
+        finally:
+            graph.rollback()
+
+    # -- pipeline --------------------------------------------------------------------------
+
+    def _process(
+        self,
+        ctx: WalkContext,
+        record: TxnRecord,
+        apply: Applier,
+        *,
+        revert_values: list[tuple[Key, Value]] | None = None,
+        extra_touched: dict[Key, None] | None = None,
+        retry_for: int | None = None,
+    ) -> TxnOutcome:
+        graph = self.graph
+        # 1. simulation on the live graph, rolled back from the journal
+        graph.begin_journal()
+        try:
+            ctx.reset_outcome(execute=False)
+            apply(Walker(graph, self.registry, ctx))
+            record.planned = ctx.recorded_ops()
+        finally:
+            graph.rollback()
+        if txn_log.isEnabledFor(logging.INFO):
+            txn_log.info("\n%s", record.header_text())
+
+        # 2. execution
+        ctx.reset_outcome(execute=True)
+        processed: list[tuple[Key, Value]] = []
+        if ctx.revert and revert_values is not None:
+            apply = self._tracking_applier(revert_values, processed)
+        walker = Walker(graph, self.registry, ctx)
+        apply(walker)
+        if ctx.stop and ctx.revert:
+            self._revert(walker, processed)
+        else:
+            self._refresh_failed(walker)
+        record.executed = ctx.recorded_ops()
+        record.errors = dict(ctx.errors)
+        record.end = self.clock()
+
+        # 3. post-processing: history, statuses, retries, stats
+        touched = dict(ctx.touched)
+        if extra_touched:
+            touched.update(extra_touched)
+        changed = self._publish(touched, record)
+        retries = self._retries(ctx, retry_for if retry_for is not None else record.seq)
+        self.history.add_transaction(record)
+        if record.end - self._last_trim > 60.0:
+            self._last_trim = record.end
+            self.history.trim(record.end)
+        self.stats.count(record)
+        if txn_log.isEnabledFor(logging.INFO):
+            txn_log.info("\n%s", record.executed_text())
+        return TxnOutcome(record=record, changed=changed, retries=retries)
+
+    def _nb_applier(
+        self, ordered: list[tuple[Key, Value]], follow_up: list[Key] | None = None
+    ) -> Applier:
+        def apply(walker: Walker) -> None:
+            for key, value in ordered:
+                if walker.ctx.stop:
+                    return
+                walker.apply_nb(key, value)
+            for key in follow_up or ():
+                walker.refresh_dependents(key)
+
+        return apply
+
+    def _tracking_applier(
+        self, ordered: list[tuple[Key, Value]], processed: list[tuple[Key, Value]]
+    ) -> Applier:
+        def apply(walker: Walker) -> None:
+            for key, value in ordered:
+                if walker.ctx.stop:
+                    return
+                node = self.graph.get(key)
+                previous = (
+                    node.nb_value
+                    if node is not None and node.origin is NB and node.derived_from is None
+                    else None
+                )
+                processed.append((key, previous))
+                walker.apply_nb(key, value)
+
+        return apply
+
+    def _revert(self, walker: Walker, processed: list[tuple[Key, Value]]) -> None:
+        ctx = walker.ctx
+        failed_bases = {
+            base_of(self.graph, node).key
+            for key in ctx.failed
+            if (node := self.graph.get(key)) is not None
+        }
+        self._refresh_keys(walker, failed_bases)
+        ctx.reverting = True
+        for key, previous in reversed(processed):
+            walker.apply_nb(key, previous)
+        ctx.reverting = False
+
+    def _refresh_failed(self, walker: Walker) -> None:
+        failed = walker.ctx.failed
+        if not failed:
+            return
+        bases = {
+            base_of(self.graph, node).key
+            for key in failed
+            if (node := self.graph.get(key)) is not None
+        }
+        self._refresh_keys(walker, bases)
+
+    def _refresh_keys(self, walker: Walker, keys: set[Key]) -> None:
+        if not keys:
+            return
+        result = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_keys(keys)
+        self.stats.retrieve_errors += len(result.retrieve_errors)
+        walker.ctx.touched.update(result.touched)
+        for key in result.availability_changed:
+            walker.refresh_dependents(key)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _new_record(self, txn_type: TxnType, description: str) -> TxnRecord:
+        seq = self.next_seq
+        self.next_seq += 1
+        return TxnRecord(seq=seq, txn_type=txn_type, start=self.clock(), description=description)
+
+    def _order(self, values: Mapping[Key, Value]) -> list[tuple[Key, Value]]:
+        """Deletes, then creates, then updates; by key within each group (deterministic)."""
+        deletes: list[tuple[Key, Value]] = []
+        creates: list[tuple[Key, Value]] = []
+        updates: list[tuple[Key, Value]] = []
+        nodes = self.graph.nodes
+        for key, value in values.items():
+            if value is None:
+                deletes.append((key, value))
+                continue
+            node = nodes.get(key)
+            if node is None or not node.available:
+                creates.append((key, value))
+            else:
+                updates.append((key, value))
+        deletes.sort(key=_key_of)
+        creates.sort(key=_key_of)
+        updates.sort(key=_key_of)
+        return deletes + creates + updates
+
+    def _resync_values(
+        self, values: Mapping[Key, Value] | None, kind: ResyncKind
+    ) -> dict[Key, Value]:
+        graph = self.graph
+        if kind is ResyncKind.DOWNSTREAM:
+            return {
+                node.key: node.nb_value
+                for node in graph.iter_nodes()
+                if node.derived_from is None and node.origin is NB
+            }
+        desired: dict[Key, Value] = dict(values or {})
+        for node in graph.iter_nodes():
+            if node.derived_from is None and node.origin is NB and node.key not in desired:
+                desired[node.key] = None  # NB no longer wants it (OBTAINED values stay)
+        return desired
+
+    def _accept_notification(self, key: Key) -> bool:
+        node = self.graph.get(key)
+        if node is not None:
+            return node.origin is SB and node.derived_from is None
+        try:
+            return self.registry.lookup(key) is not None
+        except ValueError:
+            return False
+
+    def _publish(self, touched: dict[Key, None], record: TxnRecord) -> list[ValueStatus]:
+        changed: list[ValueStatus] = []
+        statuses = self.statuses
+        now = record.end if record.end is not None else self.clock()
+        for key in touched:
+            node = self.graph.get(key)
+            self.history.record_node(key, node, now, record.seq)
+            previous = statuses.get(key)
+            if node is None:
+                if previous is None:
+                    continue
+                del statuses[key]
+                self.stats.state_changed(previous.state, None)
+                changed.append(
+                    ValueStatus(
+                        key=key,
+                        state=ValueState.REMOVED,
+                        last_op=TxnOperation.DELETE,
+                        origin=previous.origin,
+                        derived_from=previous.derived_from,
+                        seq=record.seq,
+                    )
+                )
+                continue
+            status = _status_of(node, record.seq)
+            if previous is not None and _same_status(previous, status):
+                continue
+            statuses[key] = status
+            self.stats.state_changed(None if previous is None else previous.state, status.state)
+            changed.append(status)
+        return changed
+
+    def _retries(self, ctx: WalkContext, for_seq: int) -> list[RetryRequest]:
+        groups: dict[tuple[int, float], list[Key]] = {}
+        for key, attempt in ctx.retry_keys.items():
+            node = self.graph.get(key)
+            if node is None or node.state is not ValueState.RETRYING:
+                continue
+            base = base_of(self.graph, node)
+            policy = base.retry_policy
+            if policy is None:
+                continue
+            groups.setdefault((attempt, policy.delay(attempt)), []).append(base.key)
+        return [
+            RetryRequest(keys=sorted(set(keys)), for_seq=for_seq, attempt=attempt, delay=delay)
+            for (attempt, delay), keys in sorted(groups.items())
+        ]
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def status(self, key: Key) -> ValueStatus:
+        found = self.statuses.get(key)
+        return found if found is not None else ValueStatus(key=key, state=ValueState.NONEXISTENT)
+
+
+def _status_of(node: Node, seq: int) -> ValueStatus:
+    return ValueStatus(
+        key=node.key,
+        state=node.state,
+        error=node.error,
+        last_op=node.last_op,
+        details=node.details,
+        origin=node.origin,
+        derived_from=node.derived_from,
+        seq=seq,
+    )
+
+
+def _same_status(a: ValueStatus, b: ValueStatus) -> bool:
+    return (
+        a.state is b.state
+        and a.error is b.error
+        and a.last_op is b.last_op
+        and a.details == b.details
+        and a.origin is b.origin
+    )
+
+
+def _key_of(pair: tuple[Key, Value]) -> Key:
+    return pair[0]

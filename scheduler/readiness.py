@@ -1,0 +1,116 @@
+"""Whether a value's dependencies are satisfied, including dependency cycles.
+
+A dependency label is satisfied when at least one key it accepts is *available* (exists in SB).
+Values of a dependency cycle (a strongly connected component of pending values) are treated as
+one unit: they are ready together once every dependency leaving the cycle is satisfied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import networkx as nx
+
+from scheduler.api import Dependency, Key, ValueOrigin, ValueState
+from scheduler.graph import Graph, Node
+
+
+def candidate_keys(graph: Graph, dep: Dependency) -> Iterator[Key]:
+    """Keys of the graph that ``dep`` accepts (available or not)."""
+    if dep.key is not None:
+        if dep.key in graph.nodes:
+            yield dep.key
+        return
+    assert dep.any_of is not None
+    if dep.key_prefixes:
+        seen: set[Key] = set()
+        for prefix in dep.key_prefixes:
+            for key in graph.keys_with_prefix(prefix):
+                if key not in seen and dep.any_of(key):
+                    seen.add(key)
+                    yield key
+        return
+    # No prefixes: the predicate has to be run over the whole key space (documented cost).
+    for key in graph.keys:
+        if dep.any_of(key):
+            yield key
+
+
+def satisfied(graph: Graph, dep: Dependency) -> bool:
+    if dep.key is not None:
+        target = graph.nodes.get(dep.key)
+        return target is not None and target.available
+    nodes = graph.nodes
+    return any(nodes[key].available for key in candidate_keys(graph, dep))
+
+
+def missing_labels(graph: Graph, node: Node) -> tuple[str, ...]:
+    return tuple(dep.label for dep in node.deps if not satisfied(graph, dep))
+
+
+def _is_cycle_candidate(node: Node | None) -> bool:
+    return (
+        node is not None
+        and not node.available
+        and node.state is ValueState.PENDING
+        and node.origin is ValueOrigin.FROM_NB
+    )
+
+
+def is_ready(graph: Graph, node: Node) -> bool:
+    """All dependencies satisfied, or satisfied together with the node's dependency cycle."""
+    if not node.deps or node.origin is ValueOrigin.FROM_SB:
+        return True
+    unsatisfied = [dep for dep in node.deps if not satisfied(graph, dep)]
+    if not unsatisfied:
+        return True
+    # Fast path: a cycle is only possible through a pending value this node waits for.
+    nodes = graph.nodes
+    if not any(
+        _is_cycle_candidate(nodes.get(key))
+        for dep in unsatisfied
+        for key in candidate_keys(graph, dep)
+    ):
+        return False
+    return _ready_with_cycle(graph, node)
+
+
+def _ready_with_cycle(graph: Graph, node: Node) -> bool:
+    nodes = graph.nodes
+    waits_for = nx.DiGraph()
+    waits_for.add_node(node.key)
+    stack = [node]
+    explored = {node.key}
+    while stack:
+        current = stack.pop()
+        for dep in current.deps:
+            if satisfied(graph, dep):
+                continue
+            for key in candidate_keys(graph, dep):
+                target = nodes.get(key)
+                if key == node.key or _is_cycle_candidate(target):
+                    waits_for.add_edge(current.key, key)
+                    if key not in explored:
+                        explored.add(key)
+                        assert target is not None
+                        stack.append(target)
+    component: set[Key] = next(
+        scc for scc in nx.strongly_connected_components(waits_for) if node.key in scc
+    )
+    if len(component) == 1 and not waits_for.has_edge(node.key, node.key):
+        return False
+    # Greatest fixpoint: drop members with a dependency met neither outside nor inside the unit.
+    members = set(component)
+    changed = True
+    while changed and node.key in members:
+        changed = False
+        for key in list(members):
+            member = nodes[key]
+            for dep in member.deps:
+                if satisfied(graph, dep):
+                    continue
+                if not any(candidate in members for candidate in candidate_keys(graph, dep)):
+                    members.discard(key)
+                    changed = True
+                    break
+    return node.key in members

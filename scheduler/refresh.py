@@ -1,0 +1,299 @@
+"""Graph refresh: update the graph from what descriptors' Retrieve reports really exists in SB."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.api import Descriptor, Key, Value, ValueOrigin, ValueState
+from scheduler.graph import Graph, Node
+from scheduler.registry import Registry
+
+log = logging.getLogger("scheduler.refresh")
+
+NB = ValueOrigin.FROM_NB
+SB = ValueOrigin.FROM_SB
+
+
+@dataclass
+class RefreshResult:
+    touched: dict[Key, None] = field(default_factory=dict)
+    availability_changed: dict[Key, None] = field(default_factory=dict)
+    retrieve_errors: dict[str, BaseException] = field(default_factory=dict)
+    rejected: int = 0
+
+
+class Refresher:
+    """Runs Retrieve for descriptors and reconciles the graph with the result (no CRUD)."""
+
+    def __init__(self, graph: Graph, registry: Registry, *, update_metadata_maps: bool) -> None:
+        self.graph = graph
+        self.registry = registry
+        self.update_metadata_maps = update_metadata_maps
+        self.result = RefreshResult()
+
+    def refresh_all(self, nb_values: Mapping[Key, Value] | None = None) -> RefreshResult:
+        """Refresh every descriptor with Retrieve; ``nb_values`` are correlated (resync)."""
+        by_descriptor: dict[str, dict[Key, Value]] = {}
+        if nb_values:
+            for key, value in nb_values.items():
+                try:
+                    descriptor = self.registry.lookup(key)
+                except ValueError:
+                    continue
+                if descriptor is not None and value is not None:
+                    by_descriptor.setdefault(descriptor.name, {})[key] = value
+        for descriptor in self.registry.retrieve_order():
+            if descriptor.retrieve is not None:
+                self._refresh_descriptor(descriptor, by_descriptor.get(descriptor.name, {}), None)
+        return self.result
+
+    def refresh_keys(self, keys: set[Key]) -> RefreshResult:
+        """Refresh only ``keys`` (base keys), e.g. after their operation failed."""
+        groups: dict[str, set[Key]] = {}
+        for key in keys:
+            node = self.graph.get(key)
+            if node is None or node.descriptor is None or node.descriptor.retrieve is None:
+                continue
+            groups.setdefault(node.descriptor.name, set()).add(key)
+        for descriptor in self.registry.retrieve_order():
+            only = groups.get(descriptor.name)
+            if only:
+                self._refresh_descriptor(descriptor, {}, only)
+        return self.result
+
+    # -- one descriptor --------------------------------------------------------------------
+
+    def _refresh_descriptor(
+        self, descriptor: Descriptor, nb_values: dict[Key, Value], only: set[Key] | None
+    ) -> None:
+        graph = self.graph
+        own_keys = [
+            key
+            for key in graph.keys_of_descriptor(descriptor.name)
+            if graph.nodes[key].derived_from is None
+        ]
+        correlate: dict[Key, tuple[Value, object]] = {}
+        for key in own_keys:
+            node = graph.nodes[key]
+            if node.available:
+                correlate[key] = (node.value, node.metadata)
+            elif node.nb_value is not None:
+                correlate[key] = (node.nb_value, None)
+        for key, value in nb_values.items():
+            correlate.setdefault(key, (value, None))
+        if only is not None:
+            correlate = {key: correlate[key] for key in only if key in correlate}
+        assert descriptor.retrieve is not None
+        try:
+            retrieved = list(
+                descriptor.retrieve(
+                    [(key, value, meta) for key, (value, meta) in correlate.items()]
+                )
+                or ()
+            )
+        except Exception as exc:  # Retrieve failure is non-fatal: the graph is left as it was
+            log.warning("descriptor %s: failed to retrieve values: %s", descriptor.name, exc)
+            self.result.retrieve_errors[descriptor.name] = exc
+            return
+
+        seen: set[Key] = set()
+        for item in retrieved:
+            try:
+                key, value, metadata, origin = item
+            except (TypeError, ValueError):
+                self._reject(descriptor, f"malformed Retrieve item {item!r}")
+                continue
+            if not isinstance(key, str) or not key or value is None or key in seen:
+                self._reject(descriptor, f"invalid or duplicate Retrieve item for key {key!r}")
+                continue
+            if not descriptor.key_selector(key):
+                self._reject(descriptor, f"retrieved key {key!r} not selected by the descriptor")
+                continue
+            if only is not None and key not in only:
+                continue
+            seen.add(key)
+            existing = graph.get(key)
+            if existing is not None and existing.derived_from is not None:
+                self._reject(descriptor, f"retrieved key {key!r} is a derived value")
+                continue
+            if not isinstance(origin, ValueOrigin) or origin is ValueOrigin.UNKNOWN:
+                if key in nb_values or (existing is not None and existing.origin is NB):
+                    origin = NB
+                else:
+                    origin = SB
+            self._refresh_value(descriptor, key, value, metadata, origin)
+
+        for key in own_keys:
+            if key in seen or (only is not None and key not in only):
+                continue
+            missing = graph.get(key)
+            if missing is not None:
+                self._not_found(missing)
+
+    def _refresh_value(
+        self, descriptor: Descriptor, key: Key, value: Value, metadata: object, origin: ValueOrigin
+    ) -> None:
+        graph = self.graph
+        node = graph.get(key)
+        if node is None:
+            node = Node(key, value, descriptor, origin)
+            node.state = ValueState.OBTAINED if origin is SB else ValueState.DISCOVERED
+            graph.add(node)
+            self._mark(key, availability=True)
+        else:
+            graph.touch(node)
+            if not node.available:
+                self._mark(key, availability=True)
+            else:
+                self._mark(key, availability=False)
+            if node.state in (
+                ValueState.NONEXISTENT,
+                ValueState.REMOVED,
+            ):
+                node.state = ValueState.OBTAINED if origin is SB else ValueState.DISCOVERED
+                node.origin = origin
+            elif node.state in (ValueState.PENDING, ValueState.MISSING):
+                node.state = ValueState.CONFIGURED  # it exists after all
+        node.value = value
+        node.available = True
+        self._set_metadata(node, metadata)
+        deps: tuple = ()
+        derived: tuple = ()
+        if node.origin is NB and descriptor.dependencies is not None:
+            deps = tuple(descriptor.dependencies(key, value) or ())
+        if descriptor.derived_values is not None:
+            derived = tuple(
+                sorted(
+                    (
+                        (dk, dv)
+                        for dk, dv in (descriptor.derived_values(key, value) or ())
+                        if dv is not None
+                    ),
+                    key=lambda pair: pair[0],
+                )
+            )
+        graph.set_deps(node, deps)
+        old_derived = {dk for dk, _ in node.derived}
+        node.derived = derived
+        node.relations_of = value
+        new_keys = {dk for dk, _ in derived}
+        for dk in sorted(old_derived - new_keys):
+            self._drop_derived_tree(dk, key)
+        for dk, dv in derived:
+            self._refresh_derived(node, dk, dv)
+
+    def _refresh_derived(self, base: Node, key: Key, value: Value) -> None:
+        graph = self.graph
+        node = graph.get(key)
+        if node is not None and node.derived_from != base.key:
+            return  # collides with another value: skipped, as in the walk
+        try:
+            descriptor = self.registry.lookup(key)
+        except ValueError:
+            return
+        if node is None:
+            node = Node(key, value, descriptor, base.origin, derived_from=base.key)
+            graph.add(node)
+            self._mark(key, availability=True)
+        else:
+            graph.touch(node)
+            self._mark(key, availability=not node.available)
+        node.origin = base.origin
+        node.value = value
+        node.available = True
+        if node.state not in (ValueState.FAILED, ValueState.RETRYING, ValueState.INVALID):
+            node.state = (
+                base.state
+                if base.state
+                in (
+                    ValueState.OBTAINED,
+                    ValueState.DISCOVERED,
+                    ValueState.CONFIGURED,
+                )
+                else ValueState.CONFIGURED
+            )
+        deps: tuple = ()
+        derived: tuple = ()
+        if descriptor is not None:
+            if node.origin is NB and descriptor.dependencies is not None:
+                deps = tuple(descriptor.dependencies(key, value) or ())
+            if descriptor.derived_values is not None:
+                derived = tuple(
+                    sorted(
+                        (
+                            (dk, dv)
+                            for dk, dv in (descriptor.derived_values(key, value) or ())
+                            if dv is not None
+                        ),
+                        key=lambda pair: pair[0],
+                    )
+                )
+        graph.set_deps(node, deps)
+        old = {dk for dk, _ in node.derived}
+        node.derived = derived
+        node.relations_of = value
+        for dk in sorted(old - {dk for dk, _ in derived}):
+            self._drop_derived_tree(dk, key)
+        for dk, dv in derived:
+            self._refresh_derived(node, dk, dv)
+
+    def _not_found(self, node: Node) -> None:
+        graph = self.graph
+        key = node.key
+        if (
+            node.origin is SB
+            or node.state is ValueState.DISCOVERED
+            or (node.nb_value is None and node.origin is NB)
+        ):
+            self._remove_tree(node)
+            return
+        if node.state is ValueState.UNIMPLEMENTED:
+            return
+        if node.available:
+            graph.touch(node)
+            node.available = False
+            if node.state is ValueState.CONFIGURED:
+                node.state = ValueState.MISSING
+            self._set_metadata(node, None)
+            self._mark(key, availability=True)
+            for dk, _ in node.derived:
+                self._drop_derived_tree(dk, key)
+        elif node.metadata is not None:
+            graph.touch(node)
+            self._set_metadata(node, None)
+
+    def _remove_tree(self, node: Node) -> None:
+        for dk, _ in node.derived:
+            self._drop_derived_tree(dk, node.key)
+        self._set_metadata(node, None)
+        self.graph.remove(node.key)
+        self._mark(node.key, availability=True)
+
+    def _drop_derived_tree(self, key: Key, base_key: Key) -> None:
+        node = self.graph.get(key)
+        if node is None or node.derived_from != base_key:
+            return
+        self._remove_tree(node)
+
+    def _set_metadata(self, node: Node, metadata: object) -> None:
+        descriptor = node.descriptor
+        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
+            node.metadata = None
+            return
+        node.metadata = metadata
+        if self.update_metadata_maps:
+            if metadata is None:
+                self.registry.drop_metadata(descriptor, node.label)
+            else:
+                self.registry.set_metadata(descriptor, node.label, metadata)
+
+    def _mark(self, key: Key, *, availability: bool) -> None:
+        self.result.touched[key] = None
+        if availability:
+            self.result.availability_changed[key] = None
+
+    def _reject(self, descriptor: Descriptor, reason: str) -> None:
+        log.warning("descriptor %s: %s", descriptor.name, reason)
+        self.result.rejected += 1

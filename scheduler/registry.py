@@ -1,0 +1,101 @@
+"""Registered descriptors: key -> descriptor lookup, metadata maps, Retrieve ordering."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+
+import networkx as nx
+
+from scheduler.api import Descriptor, DescriptorError, Key, Metadata
+
+_CACHE_LIMIT = 500_000
+
+
+class AmbiguousKeyError(DescriptorError):
+    """More than one descriptor selects the same key."""
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._descriptors: dict[str, Descriptor] = {}
+        self._cache: dict[Key, Descriptor | None] = {}
+        self._metadata: dict[str, dict[str, Metadata]] = {}
+        self._retrieve_order: list[Descriptor] = []
+
+    def register(self, descriptor: Descriptor) -> None:
+        if not isinstance(descriptor, Descriptor):
+            raise DescriptorError(f"expected a Descriptor, got {type(descriptor).__name__}")
+        if not descriptor.name:
+            raise DescriptorError("descriptor name must not be empty")
+        if descriptor.name in self._descriptors:
+            raise DescriptorError(f"descriptor {descriptor.name!r} is already registered")
+        if not callable(descriptor.key_selector):
+            raise DescriptorError(f"descriptor {descriptor.name!r}: key_selector must be callable")
+        candidate = dict(self._descriptors)
+        candidate[descriptor.name] = descriptor
+        order = _retrieve_order(candidate)
+        self._descriptors = candidate
+        self._retrieve_order = order
+        self._cache.clear()
+        if descriptor.with_metadata:
+            self._metadata[descriptor.name] = {}
+
+    def get(self, name: str) -> Descriptor | None:
+        return self._descriptors.get(name)
+
+    @property
+    def descriptors(self) -> list[Descriptor]:
+        return list(self._descriptors.values())
+
+    def retrieve_order(self) -> list[Descriptor]:
+        """Descriptors in an order where each comes after its ``retrieve_dependencies``."""
+        return list(self._retrieve_order)
+
+    def lookup(self, key: Key) -> Descriptor | None:
+        """The descriptor owning ``key``; raises AmbiguousKeyError if several claim it."""
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        owners = [d for d in self._descriptors.values() if d.key_selector(key)]
+        if len(owners) > 1:
+            names = ", ".join(d.name for d in owners)
+            raise AmbiguousKeyError(f"key {key!r} is selected by several descriptors: {names}")
+        found = owners[0] if owners else None
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = found
+        return found
+
+    # -- metadata maps ---------------------------------------------------------------------
+
+    def metadata_map(self, name: str) -> Mapping[str, Metadata] | None:
+        backing = self._metadata.get(name)
+        return None if backing is None else types.MappingProxyType(backing)
+
+    def set_metadata(self, descriptor: Descriptor, label: str, metadata: Metadata) -> None:
+        backing = self._metadata.get(descriptor.name)
+        if backing is not None:
+            backing[label] = metadata
+
+    def drop_metadata(self, descriptor: Descriptor, label: str) -> None:
+        backing = self._metadata.get(descriptor.name)
+        if backing is not None:
+            backing.pop(label, None)
+
+
+def _retrieve_order(descriptors: dict[str, Descriptor]) -> list[Descriptor]:
+    deps = nx.DiGraph()
+    for name, descriptor in descriptors.items():
+        deps.add_node(name)
+        for required in descriptor.retrieve_dependencies:
+            # Dependencies on descriptors not registered (yet) do not constrain the order.
+            if required in descriptors:
+                deps.add_edge(required, name)
+    try:
+        ordered = list(nx.lexicographical_topological_sort(deps))
+    except nx.NetworkXUnfeasible as exc:
+        cycle = nx.find_cycle(deps)
+        raise DescriptorError(f"cycle in retrieve_dependencies: {cycle}") from exc
+    return [descriptors[name] for name in ordered]

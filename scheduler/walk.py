@@ -1,0 +1,760 @@
+"""The graph walk: what to do with one value, its derived values and its dependents.
+
+The same walk serves the simulation (no descriptor callbacks, every operation assumed to
+succeed, graph changes journaled and rolled back) and the execution (callbacks called, failures
+handled). Its cost is proportional to the values it touches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.api import (
+    Dependency,
+    Descriptor,
+    InvalidValueError,
+    Key,
+    Metadata,
+    RetryPolicy,
+    TxnOperation,
+    TxnType,
+    UnimplementedOperationError,
+    Value,
+    ValueOrigin,
+    ValueState,
+)
+from scheduler.graph import DerivedPairs, Graph, Node
+from scheduler.readiness import is_ready, missing_labels
+from scheduler.records import RecordedOp
+from scheduler.registry import Registry
+
+CREATE = TxnOperation.CREATE
+UPDATE = TxnOperation.UPDATE
+DELETE = TxnOperation.DELETE
+NB = ValueOrigin.FROM_NB
+SB = ValueOrigin.FROM_SB
+
+_NO_METADATA = object()
+
+
+class DerivedKeyError(ValueError):
+    """NB tried to set a key that is a derived value (derived values follow their base)."""
+
+
+class NotManagedError(ValueError):
+    """The key has no descriptor, or is not managed the way the request assumes."""
+
+
+@dataclass
+class WalkContext:
+    """Per-transaction state shared by the simulation and the execution of one transaction."""
+
+    seq: int
+    txn_type: TxnType
+    execute: bool = False
+    revert: bool = False  # stop and undo at the first failure of a txn value
+    retry: RetryPolicy | None = None  # policy given by the NB transaction
+    retry_attempt: int = 0  # > 0 in a retry transaction
+    txn_keys: set[Key] = field(default_factory=set)
+    # Shared between simulation and execution so each descriptor callback runs once per value.
+    relations_cache: dict[Key, tuple[Value, tuple[Dependency, ...], DerivedPairs]] = field(
+        default_factory=dict
+    )
+    validation_cache: dict[Key, tuple[Value, BaseException | None]] = field(default_factory=dict)
+    # Filled by a walk (reset between simulation and execution).
+    ops: list[RecordedOp | None] = field(default_factory=list)
+    errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)
+    failed: set[Key] = field(default_factory=set)
+    touched: dict[Key, None] = field(default_factory=dict)
+    retry_keys: dict[Key, int] = field(default_factory=dict)
+    stop: bool = False
+    reverting: bool = False
+    _pending_create_op: dict[Key, int] = field(default_factory=dict)
+
+    def reset_outcome(self, execute: bool) -> None:
+        self.execute = execute
+        self.ops = []
+        self.errors = {}
+        self.failed = set()
+        self.touched = {}
+        self.retry_keys = {}
+        self.stop = False
+        self.reverting = False
+        self._pending_create_op = {}
+
+    def recorded_ops(self) -> list[RecordedOp]:
+        return [op for op in self.ops if op is not None]
+
+
+class Walker:
+    """Applies values to the graph for one transaction (see the module docstring)."""
+
+    def __init__(self, graph: Graph, registry: Registry, ctx: WalkContext) -> None:
+        self.graph = graph
+        self.registry = registry
+        self.ctx = ctx
+        self._branch: set[Key] = set()
+
+    # -- entry points ----------------------------------------------------------------------
+
+    def apply_nb(self, key: Key, value: Value) -> None:
+        """Apply one value of an NB transaction (``None`` deletes)."""
+        node = self.graph.get(key)
+        if node is not None and node.derived_from is not None:
+            self._reject(key, DerivedKeyError(f"{key!r} is a derived value; set its base value"))
+            return
+        if value is not None and node is None:
+            try:
+                descriptor = self.registry.lookup(key)
+            except ValueError as exc:
+                self._reject(key, exc)
+                return
+            del descriptor  # looked up only to surface ambiguity early
+        if value is None and node is not None and node.origin is SB:
+            # NB never configured this value: it is owned by the SB and stays (documented).
+            return
+        if node is not None:
+            self._set_nb(node, value)
+        self._apply(key, value, NB)
+
+    def apply_sb(self, key: Key, value: Value, metadata: Metadata) -> None:
+        """Apply one SB notification: no CRUD call, only derived values and dependents follow."""
+        self._apply(key, value, SB, metadata=metadata)
+
+    def apply_retry(self, key: Key) -> None:
+        """Re-apply the last NB value of base key ``key`` (retry transaction)."""
+        node = self.graph.get(key)
+        if node is None:
+            return
+        self.graph.touch(node)
+        node.retry_attempt = self.ctx.retry_attempt
+        self._apply(key, node.nb_value, NB)
+
+    def refresh_dependents(self, key: Key) -> None:
+        """Re-check values depending on ``key`` after its availability changed outside a walk."""
+        self._dep_updates(key)
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        key: Key,
+        value: Value,
+        origin: ValueOrigin,
+        *,
+        derived_from: Key | None = None,
+        dep_update: bool = False,
+        metadata: Metadata = _NO_METADATA,
+    ) -> bool:
+        if key in self._branch:
+            return True  # cycle guard: the value is already being processed up the stack
+        if key in self.ctx.failed and not self.ctx.reverting:
+            return False  # failed earlier in this transaction: not touched again
+        self._branch.add(key)
+        try:
+            node = self.graph.get(key)
+            if dep_update:
+                if node is None or node.origin is not NB:
+                    return True
+                if not node.available:
+                    if node.state is ValueState.PENDING and is_ready(self.graph, node):
+                        return self._create(key, node, node.value, node.origin, node.derived_from)
+                    if node.state is ValueState.PENDING:
+                        self._set_details(node)
+                    return True
+                if not is_ready(self.graph, node):
+                    return self._delete(node, pending=True)
+                return True
+            if value is None:
+                return True if node is None else self._delete(node)
+            if node is not None and _still_in_sb(node):
+                # Its delete failed: the old value still exists, so this is an update.
+                self.graph.touch(node)
+                node.available = True
+                ok = self._update(node, value, origin, metadata=metadata)
+                if node.available:
+                    self._dep_updates(key)
+                return ok
+            if node is None or not node.available:
+                return self._create(key, node, value, origin, derived_from, metadata=metadata)
+            return self._update(node, value, origin, metadata=metadata)
+        finally:
+            self._branch.discard(key)
+
+    # -- create ----------------------------------------------------------------------------
+
+    def _create(
+        self,
+        key: Key,
+        node: Node | None,
+        value: Value,
+        origin: ValueOrigin,
+        derived_from: Key | None,
+        *,
+        recreate: bool = False,
+        metadata: Metadata = _NO_METADATA,
+    ) -> bool:
+        graph = self.graph
+        if node is None:
+            try:
+                descriptor = self.registry.lookup(key)
+            except ValueError as exc:
+                self._reject(key, exc)
+                return False
+            node = Node(key, value, descriptor, origin, derived_from)
+            if origin is NB and derived_from is None:
+                node.nb_value = value
+                node.nb_seq = self.ctx.seq
+                node.retry_policy = self.ctx.retry
+                node.retry_attempt = self.ctx.retry_attempt
+            elif derived_from is not None:
+                base = graph.get(derived_from)
+                if base is not None:
+                    node.retry_policy = base.retry_policy
+                    node.retry_attempt = base.retry_attempt
+            graph.add(node)
+            prev_state = ValueState.NONEXISTENT
+            prev_error: BaseException | None = None
+            prev_value: Value = None
+        else:
+            graph.touch(node)
+            prev_state = node.state
+            prev_error = node.error
+            prev_value = node.value if prev_state is not ValueState.NONEXISTENT else None
+            node.origin = origin
+            node.derived_from = derived_from
+        self._touched(key)
+        node.value = value
+        descriptor = node.descriptor
+        is_derived = derived_from is not None
+        common = {
+            "prev_value": prev_value,
+            "new_value": value,
+            "prev_state": prev_state,
+            "prev_error": prev_error,
+            "derived": is_derived,
+            "recreate": recreate,
+        }
+
+        if descriptor is None and not is_derived:
+            graph.set_deps(node, ())
+            node.state = ValueState.UNIMPLEMENTED
+            node.error = None
+            node.last_op = CREATE
+            node.details = ()
+            self._record(CREATE, key, new_state=node.state, noop=True, **common)
+            return True
+
+        if descriptor is not None and origin is NB:
+            invalid = self._validate(descriptor, key, value)
+            if invalid is not None:
+                graph.set_deps(node, ())
+                node.state = ValueState.INVALID
+                node.error = invalid
+                node.last_op = CREATE
+                node.details = _invalid_fields(invalid)
+                self._record(CREATE, key, new_state=node.state, error=invalid, noop=True, **common)
+                self._count_error(node, CREATE, invalid)
+                return False
+
+        deps, derived = self._relations(node, descriptor, value)
+        graph.set_deps(node, deps)
+        node.derived = derived
+        node.relations_of = value
+
+        if not is_ready(graph, node):
+            node.state = ValueState.PENDING
+            node.error = None
+            node.last_op = CREATE
+            node.details = missing_labels(graph, node)
+            self._record(CREATE, key, new_state=node.state, noop=True, **common)
+            return True
+
+        new_metadata: Metadata = None
+        if origin is SB:
+            new_metadata = None if metadata is _NO_METADATA else metadata
+        elif descriptor is not None and self.ctx.execute:
+            try:
+                if descriptor.create is None:
+                    raise UnimplementedOperationError(
+                        f"descriptor {descriptor.name!r} has no create"
+                    )
+                new_metadata = descriptor.create(key, value)
+            except Exception as exc:  # descriptor failures are data, never crash the walk
+                node.available = False
+                self._fail(node, CREATE, exc, common)
+                return False
+
+        node.available = True
+        node.state = ValueState.OBTAINED if origin is SB else ValueState.CONFIGURED
+        node.error = None
+        node.last_op = CREATE
+        node.details = ()
+        self._store_metadata(node, new_metadata)
+        self._record(CREATE, key, new_state=node.state, property=descriptor is None, **common)
+        self._dep_updates(key)
+        self._apply_derived(node, derived, origin)
+        return True
+
+    # -- update ----------------------------------------------------------------------------
+
+    def _update(
+        self, node: Node, value: Value, origin: ValueOrigin, *, metadata: Metadata = _NO_METADATA
+    ) -> bool:
+        graph = self.graph
+        key = node.key
+        descriptor = node.descriptor
+        prev_state = node.state
+        prev_value = node.value
+        prev_error = node.error
+        is_derived = node.derived_from is not None
+        common = {
+            "prev_value": prev_value,
+            "new_value": value,
+            "prev_state": prev_state,
+            "prev_error": prev_error,
+            "derived": is_derived,
+        }
+
+        if descriptor is not None and origin is NB:
+            invalid = self._validate(descriptor, key, value)
+            if invalid is not None:
+                graph.touch(node)
+                self._touched(key)
+                node.state = ValueState.INVALID
+                node.error = invalid
+                node.last_op = UPDATE
+                node.details = _invalid_fields(invalid)
+                self._record(UPDATE, key, new_state=node.state, error=invalid, noop=True, **common)
+                self._count_error(node, UPDATE, invalid)
+                return False
+
+        if descriptor is not None:
+            equivalent = descriptor.equivalent(key, prev_value, value)
+        else:
+            equivalent = prev_value is value or prev_value == value
+
+        if origin is SB or (node.origin is SB and origin is not NB):
+            return self._update_obtained(node, value, equivalent, metadata, common)
+
+        if (
+            not equivalent
+            and descriptor is not None
+            and descriptor.needs_recreate(key, prev_value, value, node.metadata)
+        ):
+            if not self._delete(node, recreate=True):
+                return False
+            return self._create(key, node, value, origin, node.derived_from, recreate=True)
+
+        if (
+            equivalent
+            and prev_state in (ValueState.CONFIGURED, ValueState.OBTAINED)
+            and node.origin is origin
+            and _same(value, node.relations_of)
+        ):
+            # Nothing changed: only the derived values may need attention (e.g. a retry).
+            self._apply_derived(node, node.derived, origin)
+            return True
+
+        graph.touch(node)
+        self._touched(key)
+        was_obtained = node.origin is SB
+        if node.origin is not origin:
+            node.relations_of = None  # relations depend on the origin (SB values have no deps)
+        node.origin = origin
+        deps, derived = self._relations(node, descriptor, value)
+        old_derived = node.derived
+        graph.set_deps(node, deps)
+        new_keys = {dk for dk, _ in derived}
+        for dk, _ in sorted(old_derived, reverse=True):
+            if dk not in new_keys:
+                self._apply(dk, None, origin, derived_from=key)
+
+        if not is_ready(graph, node):
+            # The new value waits for dependencies the old one did not need: remove the old one.
+            node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
+            ok = self._delete(node, pending=True)
+            node.value = value
+            node.derived = derived
+            node.relations_of = value
+            if ok:
+                node.details = missing_labels(graph, node)
+            return ok
+
+        if not equivalent:
+            new_metadata = node.metadata
+            if descriptor is not None and self.ctx.execute:
+                try:
+                    assert descriptor.update is not None  # else needs_recreate was True
+                    new_metadata = descriptor.update(key, prev_value, value, node.metadata)
+                except Exception as exc:
+                    node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
+                    self._fail(node, UPDATE, exc, common)
+                    return False
+            node.value = value
+            node.state = ValueState.CONFIGURED
+            node.error = None
+            node.last_op = UPDATE
+            node.details = ()
+            self._store_metadata(node, new_metadata)
+            if was_obtained:
+                common["prev_state"] = ValueState.OBTAINED
+            self._record(UPDATE, key, new_state=node.state, property=descriptor is None, **common)
+        else:
+            # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
+            node.value = value
+            if prev_state is not ValueState.CONFIGURED:
+                node.state = ValueState.CONFIGURED
+                node.error = None
+                node.details = ()
+        node.derived = derived
+        node.relations_of = value
+        self._apply_derived(node, derived, origin)
+        return True
+
+    def _update_obtained(
+        self,
+        node: Node,
+        value: Value,
+        equivalent: bool,
+        metadata: Metadata,
+        common: dict[str, object],
+    ) -> bool:
+        """SB-origin value changed (SB notification or refresh): no CRUD, follow derived."""
+        graph = self.graph
+        graph.touch(node)
+        self._touched(node.key)
+        if metadata is not _NO_METADATA:
+            self._store_metadata(node, metadata)
+        if equivalent and _same(value, node.relations_of):
+            return True
+        deps, derived = self._relations(node, node.descriptor, value)
+        old_derived = node.derived
+        graph.set_deps(node, deps)
+        new_keys = {dk for dk, _ in derived}
+        for dk, _ in sorted(old_derived, reverse=True):
+            if dk not in new_keys:
+                self._apply(dk, None, SB, derived_from=node.key)
+        node.value = value
+        node.derived = derived
+        node.relations_of = value
+        node.state = ValueState.OBTAINED
+        if not equivalent:
+            node.last_op = UPDATE
+            self._record(UPDATE, node.key, new_state=node.state, **common)
+        self._apply_derived(node, derived, SB)
+        return True
+
+    # -- delete ----------------------------------------------------------------------------
+
+    def _delete(self, node: Node, *, pending: bool = False, recreate: bool = False) -> bool:
+        graph = self.graph
+        key = node.key
+        prev_state = node.state
+        prev_error = node.error
+        is_derived = node.derived_from is not None
+        descriptor = node.descriptor
+        graph.touch(node)
+        self._touched(key)
+
+        if not node.available:
+            if pending:
+                return True
+            noop = True
+            if _still_in_sb(node) and node.origin is NB and descriptor is not None:
+                noop = False  # an earlier delete failed: try again
+                if self.ctx.execute:
+                    try:
+                        if descriptor.delete is None:
+                            raise UnimplementedOperationError(
+                                f"descriptor {descriptor.name!r} has no delete"
+                            )
+                        descriptor.delete(key, node.value, node.metadata)
+                    except Exception as exc:
+                        self._fail(
+                            node,
+                            DELETE,
+                            exc,
+                            {
+                                "prev_value": node.value,
+                                "prev_state": prev_state,
+                                "prev_error": prev_error,
+                                "derived": is_derived,
+                            },
+                        )
+                        return False
+                self._drop_metadata(node)
+            # Otherwise nothing is in SB (pending, invalid, failed create, unimplemented, missing).
+            self._record(
+                DELETE,
+                key,
+                prev_value=node.value,
+                prev_state=prev_state,
+                prev_error=prev_error,
+                new_state=ValueState.REMOVED,
+                derived=is_derived,
+                noop=noop,
+            )
+            for dk, _ in sorted(node.derived, reverse=True):
+                if dk in graph.nodes:
+                    self._apply(dk, None, node.origin, derived_from=key)
+            node.state = ValueState.REMOVED
+            node.last_op = DELETE
+            graph.remove(key)
+            return True
+
+        node.available = False  # first, so the value no longer satisfies dependencies
+        node.state = ValueState.REMOVED
+
+        for dk, _ in sorted(node.derived, reverse=True):
+            if not self._apply(dk, None, node.origin, derived_from=key):
+                return self._abort_delete(node, prev_state)
+        for dependent in sorted(graph.dependents_of(key)):
+            dnode = graph.get(dependent)
+            if dnode is None or not dnode.available or dnode.origin is not NB:
+                continue
+            if not any(dep.matches(key) for dep in dnode.deps):
+                continue
+            if not self._apply(dependent, None, NB, dep_update=True):
+                return self._abort_delete(node, prev_state)
+
+        common = {
+            "prev_value": node.value,
+            "new_value": None,
+            "prev_state": prev_state,
+            "prev_error": prev_error,
+            "derived": is_derived,
+            "recreate": recreate,
+        }
+        if node.origin is NB and descriptor is not None and self.ctx.execute:
+            try:
+                if descriptor.delete is None:
+                    raise UnimplementedOperationError(
+                        f"descriptor {descriptor.name!r} has no delete"
+                    )
+                descriptor.delete(key, node.value, node.metadata)
+            except Exception as exc:
+                self._fail(node, DELETE, exc, common)
+                return False
+        if descriptor is not None:
+            self._drop_metadata(node)
+        node.metadata = None
+        node.error = None
+        node.last_op = DELETE
+        if pending:
+            node.state = ValueState.PENDING
+            node.details = missing_labels(graph, node)
+            self._record(DELETE, key, new_state=node.state, property=descriptor is None, **common)
+        else:
+            node.state = ValueState.REMOVED
+            node.details = ()
+            self._record(DELETE, key, new_state=node.state, property=descriptor is None, **common)
+            if not recreate:
+                graph.remove(key)
+        return True
+
+    def _abort_delete(self, node: Node, prev_state: ValueState) -> bool:
+        # A derived value or dependent could not be removed: the base stays as it was.
+        node.available = True
+        node.state = prev_state
+        node.last_op = DELETE
+        return False
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _apply_derived(self, node: Node, derived: DerivedPairs, origin: ValueOrigin) -> None:
+        graph = self.graph
+        for dk, dv in derived:
+            existing = graph.get(dk)
+            if existing is not None and existing.derived_from != node.key:
+                continue  # collides with a base value or another base's derived value: skipped
+            self._apply(dk, dv, origin, derived_from=node.key)
+
+    def _dep_updates(self, key: Key) -> None:
+        graph = self.graph
+        candidates = graph.dependents_of(key)
+        if not candidates:
+            return
+        for dependent in sorted(candidates):
+            dnode = graph.get(dependent)
+            if dnode is None or dnode.origin is not NB:
+                continue
+            if not any(dep.matches(key) for dep in dnode.deps):
+                continue
+            self._apply(dependent, None, NB, dep_update=True)
+
+    def _relations(
+        self, node: Node, descriptor: Descriptor | None, value: Value
+    ) -> tuple[tuple[Dependency, ...], DerivedPairs]:
+        if node.relations_of is not None and _same(value, node.relations_of):
+            return node.deps, node.derived
+        cache = self.ctx.relations_cache
+        cached = cache.get(node.key)
+        if cached is not None and cached[0] is value:
+            return cached[1], cached[2]
+        deps: tuple[Dependency, ...] = ()
+        derived: DerivedPairs = ()
+        if descriptor is not None:
+            if descriptor.dependencies is not None and node.origin is NB:
+                deps = tuple(descriptor.dependencies(node.key, value) or ())
+            if descriptor.derived_values is not None:
+                pairs = descriptor.derived_values(node.key, value) or ()
+                derived = tuple(
+                    sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                )
+        cache[node.key] = (value, deps, derived)
+        return deps, derived
+
+    def _validate(self, descriptor: Descriptor, key: Key, value: Value) -> BaseException | None:
+        if descriptor.validate is None:
+            return None
+        cached = self.ctx.validation_cache.get(key)
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        result: BaseException | None = None
+        try:
+            descriptor.validate(key, value)
+        except Exception as exc:
+            result = exc
+        self.ctx.validation_cache[key] = (value, result)
+        return result
+
+    def _fail(
+        self, node: Node, op: TxnOperation, exc: BaseException, common: dict[str, object]
+    ) -> None:
+        ctx = self.ctx
+        descriptor = node.descriptor
+        retriable = descriptor.retriable(exc) if descriptor is not None else False
+        policy = self._base(node).retry_policy
+        attempt = ctx.retry_attempt + 1
+        to_be_reverted = ctx.revert or ctx.reverting
+        if retriable and not to_be_reverted and policy is not None and policy.allows(attempt):
+            node.state = ValueState.RETRYING
+            ctx.retry_keys[node.key] = attempt
+        else:
+            node.state = ValueState.FAILED
+        node.error = exc
+        node.last_op = op
+        node.details = ()
+        ctx.failed.add(node.key)
+        self._record(op, node.key, new_state=node.state, error=exc, **common)
+        self._count_error(node, op, exc)
+
+    def _count_error(self, node: Node, op: TxnOperation, exc: BaseException) -> None:
+        ctx = self.ctx
+        if self._originates_in_txn(node):
+            ctx.errors[node.key] = (op, exc)
+            if ctx.revert and not ctx.reverting:
+                ctx.stop = True
+
+    def _base(self, node: Node) -> Node:
+        return base_of(self.graph, node)
+
+    def _originates_in_txn(self, node: Node) -> bool:
+        keys = self.ctx.txn_keys
+        return node.key in keys or self._base(node).key in keys
+
+    def _reject(self, key: Key, exc: BaseException) -> None:
+        self.ctx.errors[key] = (TxnOperation.UNDEFINED, exc)
+        if self.ctx.revert and not self.ctx.reverting:
+            self.ctx.stop = True
+
+    def _set_nb(self, node: Node, value: Value) -> None:
+        ctx = self.ctx
+        changed = not (node.nb_value is value or node.nb_value == value)
+        policy_changed = ctx.retry_attempt == 0 and (
+            node.retry_policy != ctx.retry or node.retry_attempt != 0
+        )
+        if not changed and not policy_changed and ctx.retry_attempt == node.retry_attempt:
+            return
+        self.graph.touch(node)
+        if changed:
+            node.nb_value = value
+            node.nb_seq = ctx.seq
+        if ctx.retry_attempt == 0:
+            node.retry_policy = ctx.retry
+        node.retry_attempt = ctx.retry_attempt
+
+    def _set_details(self, node: Node) -> None:
+        details = missing_labels(self.graph, node)
+        if details != node.details:
+            self.graph.touch(node)
+            node.details = details
+            self._touched(node.key)
+
+    def _store_metadata(self, node: Node, metadata: Metadata) -> None:
+        descriptor = node.descriptor
+        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
+            node.metadata = None
+            return
+        node.metadata = metadata
+        if self.ctx.execute:
+            self.registry.set_metadata(descriptor, node.label, metadata)
+
+    def _drop_metadata(self, node: Node) -> None:
+        descriptor = node.descriptor
+        if descriptor is not None and descriptor.with_metadata and self.ctx.execute:
+            self.registry.drop_metadata(descriptor, node.label)
+
+    def _touched(self, key: Key) -> None:
+        self.ctx.touched[key] = None
+
+    def _record(self, op: TxnOperation, key: Key, **fields: object) -> None:
+        ctx = self.ctx
+        record = RecordedOp(op, key, **fields)  # type: ignore[arg-type]
+        record.revert = ctx.reverting
+        record.retry = ctx.retry_attempt > 0
+        if op is CREATE:
+            earlier = ctx._pending_create_op.pop(key, None)
+            if earlier is not None and not record.noop:
+                # A CREATE that only parked the value as PENDING is superseded by the real one.
+                first = ctx.ops[earlier]
+                assert first is not None
+                record.prev_state = first.prev_state
+                record.prev_error = first.prev_error
+                record.prev_value = first.prev_value
+                ctx.ops[earlier] = None
+            if record.new_state is ValueState.PENDING:
+                ctx._pending_create_op[key] = len(ctx.ops)
+        ctx.ops.append(record)
+
+
+def base_of(graph: Graph, node: Node) -> Node:
+    """The base value a (possibly nested) derived value comes from (the node itself if base)."""
+    current = node
+    for _ in range(64):  # derived-of-derived chains are short; never loop on bad data
+        if current.derived_from is None:
+            return current
+        parent = graph.get(current.derived_from)
+        if parent is None:
+            return current
+        current = parent
+    return current
+
+
+def _still_in_sb(node: Node) -> bool:
+    """Unavailable only because its delete failed: the value still exists in SB."""
+    return (
+        not node.available
+        and node.last_op is DELETE
+        and node.state in (ValueState.FAILED, ValueState.RETRYING)
+    )
+
+
+def _same(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # exotic values without a usable ==: treat as changed
+        return False
+
+
+def _first(pair: tuple[Key, Value]) -> Key:
+    return pair[0]
+
+
+def _invalid_fields(exc: BaseException) -> tuple[str, ...]:
+    if isinstance(exc, InvalidValueError):
+        return exc.fields
+    return ()
