@@ -1,0 +1,41 @@
+"""VPP's API return values (`retval`), as defined in FDio/vpp `src/vnet/error.h`.
+
+Only the codes the emulator produces are listed. The emulator keeps its own table on purpose:
+it plays VPP, and the southbound's mapping of these numbers is tested against it.
+"""
+
+from __future__ import annotations
+
+OK = 0
+UNSPECIFIED = -1
+INVALID_SW_IF_INDEX = -2
+NO_SUCH_FIB = -3
+NO_SUCH_ENTRY = -6
+INVALID_VALUE = -7
+UNIMPLEMENTED = -9
+INVALID_SW_IF_INDEX_2 = -10
+SYSCALL_ERROR_1 = -11
+NO_PATHS_IN_ROUTE = -52
+ADDRESS_NOT_FOUND_FOR_INTERFACE = -60
+INVALID_INTERFACE = -71
+IF_ALREADY_EXISTS = -79
+IP_PREFIX_INVALID = -88
+INVALID_ADDRESS_FAMILY = -97
+ADDRESS_IN_USE = -105
+ADDRESS_FOUND_FOR_INTERFACE = -114
+BD_ALREADY_EXISTS = -119
+BD_IN_USE = -120
+BD_NOT_MODIFIABLE = -121
+BD_ID_EXCEED_MAX = -122
+DUPLICATE_IF_ADDRESS = -127
+INSTANCE_IN_USE = -147
+BD_ALREADY_HAS_BVI = -152
+
+
+class ApiError(Exception):
+    """A request VPP refuses: the handler replies with `retval` and changes nothing."""
+
+    def __init__(self, retval: int, reason: str) -> None:
+        super().__init__(f"{reason} ({retval})")
+        self.retval = retval
+        self.reason = reason

@@ -1,0 +1,640 @@
+"""The emulated dataplane: interfaces, addresses, unnumbered, bridge domains, FIB tables and routes.
+
+Pure state, no I/O: every operation either changes the state and returns, or raises `ApiError` with
+VPP's retval and changes nothing. Interface flag changes and deletions queue `InterfaceEvent`s,
+which the server turns into `sw_interface_event` messages for the clients that asked for them.
+
+Where VPP's behaviour is simplified, the docstring of the operation says so (see also docs/vpp.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.errors import ApiError
+
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+INVALID_INDEX = 0xFFFFFFFF
+MAX_BD_ID = 0xFFFFFF
+MIN_MTU = 64
+MAX_MTU = 9216
+MAX_RING = 32768
+TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
+
+# Interface status flags (interface_types.api if_status_flags).
+ADMIN_UP = 1
+LINK_UP = 2
+
+# Bridge domain flags (l2.api bd_flags).
+BD_LEARN = 1
+BD_FWD = 2
+BD_FLOOD = 4
+BD_UU_FLOOD = 8
+BD_ARP_TERM = 16
+BD_ARP_UFWD = 32
+BD_DEFAULT_FLAGS = BD_LEARN | BD_FWD | BD_FLOOD | BD_UU_FLOOD
+
+# FIB path types (fib_types.api fib_path_type).
+PATH_NORMAL = 0
+PATH_LOCAL = 1
+PATH_DROP = 2
+
+PORT_NORMAL = 0
+PORT_BVI = 1
+
+
+@dataclass
+class TapInfo:
+    tap_id: int
+    rx_ring: int
+    tx_ring: int
+    host_if_name: str
+    host_mtu: int
+    host_namespace: str = ""
+    host_bridge: str = ""
+    flags: int = 0
+
+
+@dataclass
+class Interface:
+    sw_if_index: int
+    name: str
+    kind: str  # "local" | "loopback" | "tap" | "af_packet"
+    dev_type: str
+    mac: bytes
+    mtu: int
+    instance: int = 0
+    admin_up: bool = False
+    tag: str = ""
+    vrf: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
+    addresses: list[IPInterface] = field(default_factory=list)
+    unnumbered_from: int | None = None
+    tap: TapInfo | None = None
+    host_if_name: str = ""  # af_packet
+
+    @property
+    def link_up(self) -> bool:
+        # Emulated devices have a carrier as soon as they are up (local0 never has one).
+        return self.admin_up and self.kind != "local"
+
+    @property
+    def flags(self) -> int:
+        return (ADMIN_UP if self.admin_up else 0) | (LINK_UP if self.link_up else 0)
+
+
+@dataclass
+class BridgeDomain:
+    bd_id: int
+    flags: int = BD_DEFAULT_FLAGS
+    mac_age: int = 0
+    tag: str = ""
+    members: dict[int, int] = field(default_factory=dict)  # sw_if_index -> split-horizon group
+    bvi: int | None = None
+
+
+@dataclass(frozen=True)
+class Path:
+    sw_if_index: int
+    next_hop: IPAddress | None
+    weight: int = 1
+    preference: int = 0
+    path_type: int = PATH_NORMAL
+    nh_table_id: int = 0
+
+    def same_path(self, other: Path) -> bool:
+        """VPP identifies a path by where it goes, not by its weight or preference."""
+        return (self.sw_if_index, self.next_hop, self.path_type) == (
+            other.sw_if_index,
+            other.next_hop,
+            other.path_type,
+        )
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    table_id: int
+    prefix: IPNetwork
+    paths: tuple[Path, ...]
+    stats_index: int = 0
+
+
+@dataclass(frozen=True)
+class InterfaceEvent:
+    sw_if_index: int
+    flags: int
+    deleted: bool
+
+
+def _random_mac(rng: random.Random) -> bytes:
+    # Locally administered, unicast: what VPP's random MACs look like (02:fe:..).
+    return bytes([0x02, 0xFE, *(rng.randrange(256) for _ in range(4))])
+
+
+def _special_routes(table_id: int, is_ip6: bool) -> list[RouteEntry]:
+    """The entries VPP installs in every new FIB table (drop defaults, multicast, receive)."""
+    if is_ip6:
+        specials = [("::/0", PATH_DROP), ("fe80::/10", PATH_LOCAL)]
+    else:
+        specials = [
+            ("0.0.0.0/0", PATH_DROP),
+            ("0.0.0.0/32", PATH_DROP),
+            ("224.0.0.0/4", PATH_DROP),
+            ("240.0.0.0/4", PATH_DROP),
+            ("255.255.255.255/32", PATH_LOCAL),
+        ]
+    return [
+        RouteEntry(
+            table_id,
+            ipaddress.ip_network(prefix),
+            (Path(INVALID_INDEX, None, 1, 0, path_type),),
+        )
+        for prefix, path_type in specials
+    ]
+
+
+class Dataplane:
+    """All configuration state of one emulated VPP instance. A VPP restart is a new instance."""
+
+    def __init__(
+        self,
+        host_if_exists: Callable[[str], bool] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self._host_if_exists = host_if_exists or (lambda _name: True)
+        self._rng = random.Random(seed)
+        self.interfaces: dict[int, Interface] = {}
+        self.bridge_domains: dict[int, BridgeDomain] = {}
+        # (is_ip6, table_id) -> table name; table 0 always exists.
+        self.tables: dict[tuple[bool, int], str] = {
+            (False, 0): "ipv4-VRF:0",
+            (True, 0): "ipv6-VRF:0",
+        }
+        # (is_ip6, table_id, prefix) -> paths added through the API
+        self.routes: dict[tuple[bool, int, IPNetwork], list[Path]] = {}
+        self.events: list[InterfaceEvent] = []
+        self._next_sw_if_index = 0
+        self._next_stats_index = 0
+        self._add_interface("local", "local0", "local", bytes(6), mtu=0)
+
+    # ------------------------------------------------------------------ interfaces
+    def _add_interface(
+        self, kind: str, name: str, dev_type: str, mac: bytes, mtu: int, instance: int = 0
+    ) -> Interface:
+        iface = Interface(
+            sw_if_index=self._next_sw_if_index,
+            name=name,
+            kind=kind,
+            dev_type=dev_type,
+            mac=mac,
+            mtu=mtu,
+            instance=instance,
+        )
+        self.interfaces[iface.sw_if_index] = iface
+        self._next_sw_if_index += 1
+        return iface
+
+    def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
+        iface = self.interfaces.get(sw_if_index)
+        if iface is None:
+            raise ApiError(retval, f"invalid sw_if_index {sw_if_index}")
+        return iface
+
+    def _instances(self, kind: str) -> set[int]:
+        return {i.instance for i in self.interfaces.values() if i.kind == kind}
+
+    @staticmethod
+    def _lowest_free(used: set[int]) -> int:
+        n = 0
+        while n in used:
+            n += 1
+        return n
+
+    def create_loopback(self, mac: bytes, instance: int | None = None) -> int:
+        used = self._instances("loopback")
+        if instance is None:
+            instance = self._lowest_free(used)
+        elif instance in used:
+            raise ApiError(E.INSTANCE_IN_USE, f"loopback instance {instance} in use")
+        if not any(mac):
+            # VPP's default loopback MAC: de:ad:00:00:<instance>
+            mac = bytes([0xDE, 0xAD, 0, 0, (instance >> 8) & 0xFF, instance & 0xFF])
+        iface = self._add_interface(
+            "loopback", f"loop{instance}", "Loopback", mac, MAX_MTU, instance=instance
+        )
+        return iface.sw_if_index
+
+    def delete_loopback(self, sw_if_index: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.kind != "loopback":
+            raise ApiError(E.INVALID_SW_IF_INDEX, f"sw_if_index {sw_if_index} is not a loopback")
+        self._delete_interface(iface)
+
+    def create_tap(
+        self,
+        tap_id: int,
+        mac: bytes | None,
+        rx_ring: int,
+        tx_ring: int,
+        host_if_name: str,
+        host_mtu: int | None,
+        host_namespace: str = "",
+        host_bridge: str = "",
+        flags: int = 0,
+    ) -> int:
+        taps = [i.tap for i in self.interfaces.values() if i.tap is not None]
+        used_ids = {t.tap_id for t in taps}
+        if tap_id == INVALID_INDEX:
+            tap_id = self._lowest_free(used_ids)
+        elif tap_id in used_ids:
+            # VPP answers INVALID_INTERFACE ("interface already exists") for a taken tap id.
+            raise ApiError(E.INVALID_INTERFACE, f"tap id {tap_id} already exists")
+        for ring, what in ((rx_ring, "rx"), (tx_ring, "tx")):
+            if ring <= 0 or ring > MAX_RING or ring & (ring - 1):
+                raise ApiError(E.INVALID_VALUE, f"{what} ring size {ring}: power of 2 <= 32768")
+        host_if_name = host_if_name or f"tap{tap_id}"
+        if any(t.host_if_name == host_if_name for t in taps):
+            raise ApiError(E.IF_ALREADY_EXISTS, f"host interface {host_if_name} exists")
+        mtu = host_mtu if host_mtu else 1500
+        iface = self._add_interface(
+            "tap",
+            f"tap{tap_id}",
+            "virtio",
+            mac if mac and any(mac) else _random_mac(self._rng),
+            mtu,
+            instance=tap_id,
+        )
+        iface.tap = TapInfo(
+            tap_id, rx_ring, tx_ring, host_if_name, mtu, host_namespace, host_bridge, flags
+        )
+        return iface.sw_if_index
+
+    def delete_tap(self, sw_if_index: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.kind != "tap":
+            raise ApiError(E.INVALID_SW_IF_INDEX, f"sw_if_index {sw_if_index} is not a tap")
+        self._delete_interface(iface)
+
+    def create_af_packet(self, host_if_name: str, mac: bytes | None) -> int:
+        if not host_if_name:
+            raise ApiError(E.INVALID_VALUE, "host_if_name is empty")
+        if any(i.host_if_name == host_if_name for i in self.interfaces.values()):
+            raise ApiError(E.IF_ALREADY_EXISTS, f"host-{host_if_name} already exists")
+        if not self._host_if_exists(host_if_name):
+            raise ApiError(E.INVALID_INTERFACE, f"host interface {host_if_name} does not exist")
+        iface = self._add_interface(
+            "af_packet",
+            f"host-{host_if_name}",
+            "af_packet",
+            mac if mac and any(mac) else _random_mac(self._rng),
+            MAX_MTU,
+        )
+        iface.host_if_name = host_if_name
+        return iface.sw_if_index
+
+    def delete_af_packet(self, host_if_name: str) -> None:
+        for iface in self.interfaces.values():
+            if iface.kind == "af_packet" and iface.host_if_name == host_if_name:
+                self._delete_interface(iface)
+                return
+        raise ApiError(E.SYSCALL_ERROR_1, f"host interface {host_if_name} does not exist")
+
+    def _delete_interface(self, iface: Interface) -> None:
+        """Remove an interface and everything that refers to it.
+
+        Simplification: VPP keeps FIB entries whose path goes through a deleted interface
+        (unresolved); the emulator removes those paths, and the route when no path is left.
+        """
+        idx = iface.sw_if_index
+        for bd in self.bridge_domains.values():
+            bd.members.pop(idx, None)
+            if bd.bvi == idx:
+                bd.bvi = None
+        for other in self.interfaces.values():
+            if other.unnumbered_from == idx:
+                other.unnumbered_from = None
+        for key in list(self.routes):
+            paths = [p for p in self.routes[key] if p.sw_if_index != idx]
+            if paths:
+                self.routes[key] = paths
+            else:
+                del self.routes[key]
+        del self.interfaces[idx]
+        self.events.append(InterfaceEvent(idx, 0, True))
+
+    def set_flags(self, sw_if_index: int, flags: int) -> None:
+        iface = self.interface(sw_if_index)
+        admin_up = bool(flags & ADMIN_UP)
+        if admin_up != iface.admin_up:
+            iface.admin_up = admin_up
+            self.events.append(InterfaceEvent(iface.sw_if_index, iface.flags, False))
+
+    def set_mtu(self, sw_if_index: int, mtu: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.kind == "local":
+            raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
+        if not MIN_MTU <= mtu <= MAX_MTU:
+            raise ApiError(E.INVALID_VALUE, f"MTU {mtu} outside {MIN_MTU}..{MAX_MTU}")
+        iface.mtu = mtu
+
+    def set_mac(self, sw_if_index: int, mac: bytes) -> None:
+        iface = self.interface(sw_if_index)
+        if mac[0] & 1:
+            raise ApiError(E.INVALID_VALUE, "multicast MAC address")
+        iface.mac = mac
+
+    def set_tag(self, sw_if_index: int, tag: str, is_add: bool) -> None:
+        iface = self.interface(sw_if_index)
+        iface.tag = tag if is_add else ""
+
+    # ------------------------------------------------------------------ L3
+    def add_del_address(
+        self, sw_if_index: int, address: IPInterface | None, is_add: bool, del_all: bool
+    ) -> None:
+        """Interface addresses, with VPP's conflict rules.
+
+        Adding an address that overlaps one in the same table (on any interface, including the
+        same address again) is ADDRESS_IN_USE; the same address in another table is
+        DUPLICATE_IF_ADDRESS; deleting an absent one is ADDRESS_NOT_FOUND_FOR_INTERFACE.
+        """
+        iface = self.interface(sw_if_index)
+        if del_all:
+            iface.addresses.clear()
+            return
+        if address is None:
+            raise ApiError(E.INVALID_ADDRESS_FAMILY, "bad address")
+        if not is_add:
+            if address not in iface.addresses:
+                raise ApiError(
+                    E.ADDRESS_NOT_FOUND_FOR_INTERFACE, f"{address} not found on {iface.name}"
+                )
+            iface.addresses.remove(address)
+            return
+        is_ip6 = address.version == 6
+        table = iface.vrf[is_ip6]
+        for other in self.interfaces.values():
+            for existing in other.addresses:
+                if existing.version != address.version:
+                    continue
+                if other.vrf[is_ip6] != table:
+                    if existing.ip == address.ip:
+                        raise ApiError(
+                            E.DUPLICATE_IF_ADDRESS, f"{address.ip} present on {other.name}"
+                        )
+                    continue
+                overlaps = existing.network.overlaps(address.network)
+                same_subnet_sibling = (
+                    other is iface
+                    and existing.network.prefixlen == address.network.prefixlen
+                    and existing.ip != address.ip
+                )
+                if overlaps and not same_subnet_sibling:
+                    raise ApiError(
+                        E.ADDRESS_IN_USE,
+                        f"{address} on {iface.name} conflicts with {existing} on {other.name}",
+                    )
+        iface.addresses.append(address)
+
+    def set_table(self, sw_if_index: int, is_ip6: bool, vrf: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.vrf[is_ip6] == vrf:
+            return
+        if (is_ip6, vrf) not in self.tables:
+            raise ApiError(E.NO_SUCH_FIB, f"no such {'ip6' if is_ip6 else 'ip4'} table {vrf}")
+        if any(a.version == (6 if is_ip6 else 4) for a in iface.addresses):
+            raise ApiError(E.ADDRESS_FOUND_FOR_INTERFACE, f"{iface.name} has addresses")
+        iface.vrf[is_ip6] = vrf
+
+    def get_table(self, sw_if_index: int, is_ip6: bool) -> int:
+        return self.interface(sw_if_index).vrf[is_ip6]
+
+    def set_unnumbered(
+        self, ip_sw_if_index: int, unnumbered_sw_if_index: int, is_add: bool
+    ) -> None:
+        self.interface(ip_sw_if_index)
+        target = self.interface(unnumbered_sw_if_index, E.INVALID_SW_IF_INDEX_2)
+        if ip_sw_if_index == unnumbered_sw_if_index:
+            raise ApiError(E.INVALID_VALUE, "an interface cannot borrow from itself")
+        if is_add:
+            target.unnumbered_from = ip_sw_if_index
+        elif target.unnumbered_from == ip_sw_if_index:
+            target.unnumbered_from = None
+
+    def add_del_table(self, is_ip6: bool, table_id: int, name: str, is_add: bool) -> None:
+        """Adding an existing table or deleting an absent one is accepted silently, like VPP."""
+        key = (is_ip6, table_id)
+        if is_add:
+            self.tables.setdefault(key, name or f"{'ipv6' if is_ip6 else 'ipv4'}-VRF:{table_id}")
+            return
+        if table_id == 0 or key not in self.tables:
+            return
+        del self.tables[key]
+        for route_key in [k for k in self.routes if k[0] == is_ip6 and k[1] == table_id]:
+            del self.routes[route_key]
+        for iface in self.interfaces.values():
+            if iface.vrf[is_ip6] == table_id:
+                iface.vrf[is_ip6] = 0
+
+    def add_del_route(
+        self,
+        is_add: bool,
+        is_multipath: bool,
+        table_id: int,
+        prefix: IPNetwork,
+        paths: list[Path],
+    ) -> int:
+        """FIB entries from the API. Returns the stats index of the entry.
+
+        Without `is_multipath` an add replaces all paths and a delete removes the entry;
+        with it, paths are added/removed one by one. Deleting what is not there is not an error.
+        """
+        is_ip6 = prefix.version == 6
+        if (is_ip6, table_id) not in self.tables:
+            raise ApiError(E.NO_SUCH_FIB, f"no such table {table_id}")
+        if not paths:
+            raise ApiError(E.NO_PATHS_IN_ROUTE, "no paths in route")
+        for path in paths:
+            if path.path_type == PATH_NORMAL and path.sw_if_index != INVALID_INDEX:
+                self.interface(path.sw_if_index)
+        key = (is_ip6, table_id, prefix)
+        current = self.routes.get(key, [])
+        if is_add:
+            if not is_multipath:
+                updated = list(paths)
+            else:
+                updated = list(current)
+                for path in paths:
+                    updated = [p for p in updated if not p.same_path(path)] + [path]
+            self.routes[key] = updated
+        else:
+            if is_multipath:
+                remaining = [p for p in current if not any(p.same_path(x) for x in paths)]
+            else:
+                remaining = []
+            if remaining:
+                self.routes[key] = remaining
+            else:
+                self.routes.pop(key, None)
+        return self._stats_index(key)
+
+    def _stats_index(self, key: tuple[bool, int, IPNetwork]) -> int:
+        # A stable, per-entry number is all the client can observe.
+        return hash(key) & 0xFFFF
+
+    def route_entries(self, is_ip6: bool, table_id: int) -> Iterator[RouteEntry]:
+        """All FIB entries of a table, as `ip_route_dump` shows them: the table's special
+        entries, the attached and local entries of interface addresses, and API routes."""
+        if (is_ip6, table_id) not in self.tables:
+            return
+        yield from _special_routes(table_id, is_ip6)
+        for iface in self.interfaces.values():
+            if iface.vrf[is_ip6] != table_id:
+                continue
+            for addr in iface.addresses:
+                if (addr.version == 6) != is_ip6:
+                    continue
+                if addr.network.prefixlen < addr.max_prefixlen:
+                    yield RouteEntry(table_id, addr.network, (Path(iface.sw_if_index, None),))
+                host = ipaddress.ip_network(addr.ip)
+                yield RouteEntry(table_id, host, (Path(iface.sw_if_index, None, 1, 0, PATH_LOCAL),))
+        for (r_ip6, r_table, prefix), paths in self.routes.items():
+            if r_ip6 == is_ip6 and r_table == table_id:
+                yield RouteEntry(
+                    table_id, prefix, tuple(paths), self._stats_index((r_ip6, r_table, prefix))
+                )
+
+    # ------------------------------------------------------------------ L2
+    def bd_add_del(self, bd_id: int, flags: int, mac_age: int, tag: str, is_add: bool) -> int:
+        if is_add:
+            if bd_id == INVALID_INDEX:
+                bd_id = self._lowest_free(set(self.bridge_domains) | {0})
+            if bd_id == 0:
+                raise ApiError(E.BD_NOT_MODIFIABLE, "bridge domain 0 can't be modified")
+            if bd_id > MAX_BD_ID:
+                raise ApiError(E.BD_ID_EXCEED_MAX, f"bridge domain id {bd_id} exceeds 16M")
+            if bd_id in self.bridge_domains:
+                raise ApiError(E.BD_ALREADY_EXISTS, f"bridge domain {bd_id} exists")
+            self.bridge_domains[bd_id] = BridgeDomain(bd_id, flags, mac_age, tag)
+            return bd_id
+        if bd_id == 0:
+            raise ApiError(E.BD_NOT_MODIFIABLE, "bridge domain 0 can't be deleted")
+        bd = self.bridge_domains.get(bd_id)
+        if bd is None:
+            raise ApiError(E.NO_SUCH_ENTRY, f"no bridge domain {bd_id}")
+        if bd.members:
+            raise ApiError(E.BD_IN_USE, f"bridge domain {bd_id} has member interfaces")
+        del self.bridge_domains[bd_id]
+        return bd_id
+
+    def bd_set_flags(self, bd_id: int, flags: int, is_set: bool) -> int:
+        bd = self.bridge_domains.get(bd_id)
+        if bd is None:
+            raise ApiError(E.NO_SUCH_ENTRY, f"no bridge domain {bd_id}")
+        bd.flags = (bd.flags | flags) if is_set else (bd.flags & ~flags)
+        return bd.flags
+
+    def set_l2_bridge(
+        self, sw_if_index: int, bd_id: int, port_type: int, shg: int, enable: bool
+    ) -> None:
+        """Put an interface into a bridge domain (creating the domain if needed, as VPP does),
+        or back to L3 mode."""
+        iface = self.interface(sw_if_index)
+        current = self._bd_of(sw_if_index)
+        if not enable:
+            if current is not None:
+                current.members.pop(sw_if_index, None)
+                if current.bvi == sw_if_index:
+                    current.bvi = None
+            return
+        if bd_id > MAX_BD_ID:
+            raise ApiError(E.BD_ID_EXCEED_MAX, f"bridge domain id {bd_id} exceeds 16M")
+        bd = self.bridge_domains.get(bd_id)
+        if port_type == PORT_BVI and bd is not None and bd.bvi not in (None, sw_if_index):
+            raise ApiError(E.BD_ALREADY_HAS_BVI, f"bridge domain {bd_id} already has a BVI")
+        if bd is None:
+            bd = self.bridge_domains[bd_id] = BridgeDomain(bd_id)
+        if current is not None and current is not bd:
+            current.members.pop(sw_if_index, None)
+            if current.bvi == sw_if_index:
+                current.bvi = None
+        bd.members[iface.sw_if_index] = shg
+        if port_type == PORT_BVI:
+            bd.bvi = sw_if_index
+        elif bd.bvi == sw_if_index:
+            bd.bvi = None
+
+    def _bd_of(self, sw_if_index: int) -> BridgeDomain | None:
+        for bd in self.bridge_domains.values():
+            if sw_if_index in bd.members:
+                return bd
+        return None
+
+    # ------------------------------------------------------------------ views
+    def pop_events(self) -> list[InterfaceEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state as JSON-friendly data (for the control channel and for debugging)."""
+        return {
+            "interfaces": [
+                {
+                    "sw_if_index": i.sw_if_index,
+                    "name": i.name,
+                    "kind": i.kind,
+                    "tag": i.tag,
+                    "admin_up": i.admin_up,
+                    "mtu": i.mtu,
+                    "mac": i.mac.hex(":"),
+                    "vrf": i.vrf[False],
+                    "vrf6": i.vrf[True],
+                    "addresses": [str(a) for a in i.addresses],
+                    "unnumbered_from": i.unnumbered_from,
+                    "tap": (
+                        {
+                            "id": i.tap.tap_id,
+                            "rx_ring": i.tap.rx_ring,
+                            "tx_ring": i.tap.tx_ring,
+                            "host_if_name": i.tap.host_if_name,
+                        }
+                        if i.tap
+                        else None
+                    ),
+                    "host_if_name": i.host_if_name,
+                }
+                for i in self.interfaces.values()
+            ],
+            "bridge_domains": [
+                {
+                    "bd_id": bd.bd_id,
+                    "flags": bd.flags,
+                    "members": sorted(bd.members),
+                    "bvi": bd.bvi,
+                }
+                for bd in self.bridge_domains.values()
+            ],
+            "tables": sorted([is_ip6, table_id] for is_ip6, table_id in self.tables),
+            "routes": [
+                {
+                    "table_id": table_id,
+                    "prefix": str(prefix),
+                    "paths": [
+                        {
+                            "sw_if_index": p.sw_if_index,
+                            "next_hop": str(p.next_hop) if p.next_hop else None,
+                            "weight": p.weight,
+                            "preference": p.preference,
+                        }
+                        for p in paths
+                    ],
+                }
+                for (_ip6, table_id, prefix), paths in self.routes.items()
+            ],
+        }
