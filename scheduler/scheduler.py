@@ -464,10 +464,11 @@ class KVScheduler:
                 if job.error is not exc:
                     job.error.__cause__ = exc
             outcome = job.outcome
-            job.finish()
             if outcome is not None:
                 self._schedule_retries(outcome.retries)
+                # Before the committer is released: when commit() returns, watchers have run.
                 self._notify_watchers(outcome.changed)
+            job.finish()
 
     def _schedule_retries(self, requests: list[RetryRequest]) -> None:
         if not requests:

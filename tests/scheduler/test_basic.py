@@ -13,7 +13,7 @@ ROUTE = "route/"
 
 
 def _iface_derived(key: str, value: dict) -> list[tuple[str, object]]:
-    name = key[len(IFACE):]
+    name = key[len(IFACE) :]
     return [(f"{ADDR}{name}/{ip}", {"ip": ip}) for ip in value.get("ips", ())]
 
 
