@@ -305,6 +305,17 @@ class Engine:
         self.stats.retrieve_errors += len(result.retrieve_errors)
         walker.ctx.touched.update(result.touched)
         for key in result.availability_changed:
+            node = self.graph.get(key)
+            if (
+                node is not None
+                and node.last_op is TxnOperation.DELETE
+                and node.state
+                in (
+                    ValueState.FAILED,
+                    ValueState.RETRYING,
+                )
+            ):
+                continue  # on its way out (its delete failed): dependents stay removed
             walker.refresh_dependents(key)
 
     # -- helpers ---------------------------------------------------------------------------

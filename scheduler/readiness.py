@@ -67,7 +67,7 @@ def is_ready(graph: Graph, node: Node) -> bool:
     # Fast path: a cycle is only possible through a pending value this node waits for.
     nodes = graph.nodes
     if not any(
-        _is_cycle_candidate(nodes.get(key))
+        key == node.key or _is_cycle_candidate(nodes.get(key))
         for dep in unsatisfied
         for key in candidate_keys(graph, dep)
     ):
@@ -84,6 +84,9 @@ def _ready_with_cycle(graph: Graph, node: Node) -> bool:
     while stack:
         current = stack.pop()
         for dep in current.deps:
+            if dep.matches(node.key):
+                # Back to the node being checked (even if it exists: it is what is in question).
+                waits_for.add_edge(current.key, node.key)
             if satisfied(graph, dep):
                 continue
             for key in candidate_keys(graph, dep):

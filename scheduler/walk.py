@@ -409,6 +409,9 @@ class Walker:
                 node.details = ()
         node.derived = derived
         node.relations_of = value
+        if prev_state not in (ValueState.CONFIGURED, ValueState.OBTAINED):
+            # Healthy again (e.g. re-added after a failed delete): waiting dependents may proceed.
+            self._dep_updates(key)
         self._apply_derived(node, derived, origin)
         return True
 
