@@ -38,13 +38,17 @@ def state(sched: KVScheduler, key: str) -> ValueState:
     return sched.get_value_status(key).state
 
 
-def executed(sched: KVScheduler, seq: int) -> list[tuple[str, str, ValueState]]:
+def executed(sched: KVScheduler, seq: int | None) -> list[tuple[str, str, ValueState]]:
     (record,) = sched.transaction_history(seq=seq)
     return [(op.op.value, op.key, op.new_state) for op in record.executed]
 
 
 def is_base(prefix: str) -> Callable[[str], bool]:
     return lambda key: key.startswith(prefix) and key.count("/") == 2
+
+
+def label_after(prefix: str) -> Callable[[str], str]:
+    return lambda key: key[len(prefix) :]
 
 
 def is_item(prefix: str) -> Callable[[str], bool]:
@@ -58,7 +62,7 @@ def three_descriptors(sb: MockSB, sched: KVScheduler) -> None:
         base = Descriptor(
             name=name,
             key_selector=is_base(prefix),
-            key_label=lambda key, p=prefix: key[len(p) :],
+            key_label=label_after(prefix),
             create=sb.create,
             delete=sb.delete,
             update=sb.update,
