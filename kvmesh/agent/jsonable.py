@@ -24,6 +24,8 @@ def to_jsonable(obj: Any) -> Any:
         return f"{type(obj).__name__}: {obj}"
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):  # NamedTuple: keep field names
+        return {k: to_jsonable(v) for k, v in obj._asdict().items()}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
