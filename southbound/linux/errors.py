@@ -14,6 +14,8 @@ from __future__ import annotations
 import errno
 import os
 
+import scheduler
+
 # Errors a later attempt can plausibly get past: the kernel was busy or short of buffers.
 TRANSIENT_ERRNOS = frozenset(
     {errno.EBUSY, errno.EAGAIN, errno.ENOBUFS, errno.EINTR, errno.ETIMEDOUT, errno.ENOMEM}
@@ -26,14 +28,17 @@ class LinuxSouthboundError(Exception):
     """Base class of every error raised by this package."""
 
 
-class InvalidValueError(LinuxSouthboundError, ValueError):
-    """A value that breaks the model; ``fields`` maps each bad field to what is wrong with it."""
+class InvalidValueError(LinuxSouthboundError, scheduler.InvalidValueError, ValueError):
+    """A value that breaks the model.
 
-    def __init__(self, key: str, fields: dict[str, str]) -> None:
+    ``problems`` maps each bad field to what is wrong with it; ``fields`` (the scheduler's
+    attribute, shown as the INVALID status details) names the fields."""
+
+    def __init__(self, key: str, problems: dict[str, str]) -> None:
         self.key = key
-        self.fields = dict(fields)
-        detail = "; ".join(f"field '{name}': {problem}" for name, problem in self.fields.items())
-        super().__init__(f"{key}: {detail}")
+        self.problems = dict(problems)
+        detail = "; ".join(f"field '{name}': {text}" for name, text in self.problems.items())
+        scheduler.InvalidValueError.__init__(self, f"{key}: {detail}", tuple(self.problems))
 
 
 class NamespaceNotFoundError(LinuxSouthboundError, FileNotFoundError):

@@ -37,7 +37,7 @@ from southbound.linux.errors import (
 NETNS_DIR = "/run/netns"  # where `ip netns` and pyroute2 keep named namespaces
 IFF_UP = 0x1
 IFA_F_NODAD = 0x02
-RT_SCOPE_LINK = 253
+RT_SCOPE_NOWHERE = 255
 T = TypeVar("T")
 
 
@@ -111,9 +111,9 @@ class NetlinkClient:
             # O_CREAT is pyroute2's default: flags=0 makes a missing namespace an error.
             # nlm_echo: the kernel echoes a created link, which carries its ifindex (and the
             # veth peer's) without an extra lookup.
-            self._ipr = IPRoute(netns=netns, flags=0, nlm_echo=True) if netns else IPRoute(
-                nlm_echo=True
-            )
+            # ext_ack: the kernel's own explanation ("Nexthop has invalid gateway") in errors.
+            options: dict[str, Any] = {"nlm_echo": True, "ext_ack": True}
+            self._ipr = IPRoute(netns=netns, flags=0, **options) if netns else IPRoute(**options)
         except FileNotFoundError as exc:
             raise NamespaceNotFoundError(netns or "") from exc
 
@@ -298,7 +298,7 @@ class NetlinkClient:
         """Delete a route (matched on table, dst, metric, oif and protocol); False if absent."""
         arguments = self._route_arguments(route)
         arguments.pop("gateway", None)
-        arguments.pop("scope", None)
+        arguments["scope"] = RT_SCOPE_NOWHERE  # "any scope", as `ip route del` does
         try:
             self._call(description, self._ipr.route, "del", **arguments)
         except NetlinkOperationError as exc:

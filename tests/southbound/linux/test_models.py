@@ -14,7 +14,8 @@ def invalid_fields(parse, key, value) -> dict[str, str]:
     with pytest.raises(InvalidValueError) as caught:
         parse(key, value)
     assert str(caught.value).startswith(f"{key}: field ")
-    return caught.value.fields
+    assert caught.value.fields == tuple(caught.value.problems)
+    return caught.value.problems
 
 
 def test_keys_round_trip_and_do_not_overlap() -> None:

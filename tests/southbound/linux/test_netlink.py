@@ -134,6 +134,8 @@ def test_routes_add_replace_delete(ns, client) -> None:
     assert client.delete_route(moved, "del again") is False
     assert client.delete_route(v6, "del6") is True
     assert set(client.dump_routes(proto=p)) == {big_table}
+    assert client.delete_route(big_table, "del scope link") is True  # matched whatever its scope
+    assert client.dump_routes(proto=p) == []
 
 
 def test_kernel_refusals_map_to_clear_non_retriable_errors(client) -> None:
