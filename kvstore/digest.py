@@ -7,7 +7,8 @@ so bucket b is leaf node `FIRST_LEAF + b` and the path from the root to it spell
 
 Every node's digest is the XOR of the contributions (`hashing.contribution`) of all keys beneath
 it. XOR makes updates incremental: a key changing from contribution a to b toggles `a ^ b` into
-its leaf and each ancestor (DEPTH + 1 array writes), and removal is the same toggle.
+its leaf, and removal is the same toggle; inner nodes are refreshed from the changed leaves when
+they are read.
 
 `DigestWalk` is the sans-I/O protocol on top: ask the peer for the children of the root, descend
 only into children whose digests differ, and end with the differing leaf buckets, which the
@@ -16,7 +17,6 @@ caller then reconciles with the ordinary 3-way exchange restricted to those buck
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Mapping
 from typing import Final, Protocol
 
@@ -48,10 +48,6 @@ _LEVEL_START: Final[tuple[int, ...]] = tuple(
 FIRST_LEAF: Final[int] = _LEVEL_START[DEPTH]
 NUM_NODES: Final[int] = _LEVEL_START[DEPTH + 1]
 _BUCKET_SHIFT: Final[int] = 64 - BUCKET_BITS
-# (shift applied to a bucket, start id of the level) for the leaf and every ancestor up to the root.
-_PATH: Final[tuple[tuple[int, int], ...]] = tuple(
-    (_LEVEL_BITS * (DEPTH - d), _LEVEL_START[d]) for d in range(DEPTH, -1, -1)
-)
 _U64: Final[int] = 1 << 64
 _I64_TOP: Final[int] = 1 << 63
 
@@ -74,41 +70,91 @@ def _signed(h: int) -> int:
 
 
 class DigestTree:
-    """XOR digests of every node of the tree, kept in one flat unsigned 64-bit array."""
+    """XOR digests of the whole tree: leaves updated eagerly, inner nodes recomputed lazily.
 
-    __slots__ = ("_nodes",)
+    A merge only touches one leaf (`toggle`, two cheap list/set operations on the hot path); the
+    inner levels are brought up to date from the dirty leaves when a digest is read, at a cost
+    bounded by the number of inner nodes above them (at most ~70 k XORs for the whole tree).
+    """
+
+    __slots__ = ("_dirty", "_levels")
 
     def __init__(self) -> None:
-        self._nodes = array("Q", bytes(8 * NUM_NODES))
+        # _levels[d] holds the FANOUT**d unsigned digests of depth d; _levels[DEPTH] are the leaves.
+        self._levels: list[list[int]] = [[0] * (FANOUT**d) for d in range(DEPTH + 1)]
+        self._dirty: set[int] = set()
+
+    @property
+    def leaves(self) -> list[int]:
+        """The leaf digests (unsigned), indexed by bucket. Mutate only through `toggle`."""
+        return self._levels[DEPTH]
+
+    @property
+    def dirty(self) -> set[int]:
+        """Buckets changed since the inner levels were last recomputed (used by hot loops that
+        inline `toggle`: `leaves[b] ^= delta; dirty.add(b)`)."""
+        return self._dirty
 
     def toggle(self, bucket: int, delta: int) -> None:
-        """XOR `delta` into leaf `bucket` and all its ancestors (add or remove a contribution)."""
-        nodes = self._nodes
-        for shift, start in _PATH:
-            nodes[(bucket >> shift) + start] ^= delta
+        """XOR `delta` into leaf `bucket` (add or remove a key's contribution)."""
+        self._levels[DEPTH][bucket] ^= delta
+        self._dirty.add(bucket)
+
+    def _refresh(self) -> None:
+        dirty = self._dirty
+        if not dirty:
+            return
+        levels = self._levels
+        changed = dirty
+        for depth in range(DEPTH, 0, -1):
+            below = levels[depth]
+            above = levels[depth - 1]
+            parents = {index >> _LEVEL_BITS for index in changed}
+            for parent in parents:
+                first = parent << _LEVEL_BITS
+                acc = 0
+                for digest in below[first : first + FANOUT]:
+                    acc ^= digest
+                above[parent] = acc
+            changed = parents
+        dirty.clear()
 
     def root(self) -> int:
         """Digest of the whole store, as a signed i64."""
-        return _signed(self._nodes[0])
+        self._refresh()
+        return _signed(self._levels[0][0])
 
     def node(self, node_id: int) -> int:
-        """Digest of one node, as a signed i64."""
-        return _signed(self._nodes[node_id])
+        """Digest of one node (heap-order id), as a signed i64."""
+        self._refresh()
+        depth, index = _locate(node_id)
+        return _signed(self._levels[depth][index])
 
     def children(self, node_ids: Iterable[int]) -> dict[int, int]:
         """For each inner node id, the signed digests of its FANOUT children (child id -> digest).
 
         Raises ValueError for an id that is not an inner node.
         """
-        nodes = self._nodes
+        self._refresh()
+        levels = self._levels
         out: dict[int, int] = {}
         for node_id in node_ids:
-            for child in children_of(node_id):
-                out[child] = _signed(nodes[child])
+            first_child = children_of(node_id).start
+            depth, index = _locate(first_child)
+            row = levels[depth]
+            for offset in range(FANOUT):
+                out[first_child + offset] = _signed(row[index + offset])
         return out
 
-    def clear(self) -> None:
-        self._nodes = array("Q", bytes(8 * NUM_NODES))
+
+def _locate(node_id: int) -> tuple[int, int]:
+    """(depth, index within the depth) of a heap-order node id."""
+    if type(node_id) is not int or not 0 <= node_id < NUM_NODES:
+        raise ValueError(f"digest node id {node_id!r} out of range 0..{NUM_NODES - 1}")
+    depth = 0
+    while node_id >= _LEVEL_START[depth + 1]:
+        depth += 1
+    return depth, node_id - _LEVEL_START[depth]
 
 
 class DigestSource(Protocol):

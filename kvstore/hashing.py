@@ -17,22 +17,39 @@ from typing import Final
 
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["contribution", "key_hash", "to_signed64", "value_hash"]
+__all__ = ["MASK64", "TTL_VERSION_MIX", "contribution", "key_hash", "to_signed64", "value_hash"]
 
 _U64: Final[int] = 1 << 64
 _I64_TOP: Final[int] = 1 << 63
 
-# version (i64), originator length (u32), has-value flag (u8); then originator UTF-8, then the
-# value bytes. The length prefix makes the split between originator and value unambiguous, the
-# flag distinguishes "absent" from b"".
-_VALUE_HEAD: Final = struct.Struct("<qIB")
-# key hash (u64), value hash (i64), ttl_version (i64).
-_CONTRIB: Final = struct.Struct("<Qqq")
+# The hashed encoding of a value: version (i64 LE), originator length (u32 LE), has-value flag (u8),
+# the originator's UTF-8 bytes, then the value bytes. The length prefix makes the split between
+# originator and value unambiguous; the flag distinguishes "absent" from b"".
+_VERSION: Final = struct.Struct("<q")
+_ORIG_HEAD: Final = struct.Struct("<IB")
+# Per-originator tail of the header (length, flag, bytes), for values present / absent. Mesh
+# originators are few, so caching their encodings saves an encode + pack per merged value.
+_orig_parts: dict[str, tuple[bytes, bytes]] = {}
+_MAX_CACHED_ORIGINATORS: Final = 4096
+# Odd 64-bit constant (golden ratio) spreading ttl_version over the seed bits.
+TTL_VERSION_MIX: Final = 0x9E3779B97F4A7C15
+MASK64: Final = _U64 - 1
 
 
 def to_signed64(h: int) -> int:
     """Reinterpret an unsigned 64-bit integer as a signed one (Thrift i64)."""
     return h - _U64 if h >= _I64_TOP else h
+
+
+def _originator_parts(originator_id: str) -> tuple[bytes, bytes]:
+    parts = _orig_parts.get(originator_id)
+    if parts is None:
+        raw = originator_id.encode()
+        parts = (_ORIG_HEAD.pack(len(raw), 1) + raw, _ORIG_HEAD.pack(len(raw), 0) + raw)
+        if len(_orig_parts) >= _MAX_CACHED_ORIGINATORS:
+            _orig_parts.clear()
+        _orig_parts[originator_id] = parts
+    return parts
 
 
 def value_hash(version: int, originator_id: str, value: bytes | None) -> int:
@@ -41,11 +58,11 @@ def value_hash(version: int, originator_id: str, value: bytes | None) -> int:
     Raises `struct.error` if version is not an i64 and `UnicodeEncodeError` if originator_id
     cannot be encoded as UTF-8 (lone surrogates).
     """
-    orig = originator_id.encode()
+    with_value, without_value = _originator_parts(originator_id)
     if value is None:
-        data = _VALUE_HEAD.pack(version, len(orig), 0) + orig
+        data = _VERSION.pack(version) + without_value
     else:
-        data = _VALUE_HEAD.pack(version, len(orig), 1) + orig + value
+        data = _VERSION.pack(version) + with_value + value
     h = xxh3_64_intdigest(data)
     return h - _U64 if h >= _I64_TOP else h
 
@@ -55,10 +72,11 @@ def key_hash(key: str) -> int:
     return xxh3_64_intdigest(key.encode())
 
 
-def contribution(key_hash_u64: int, value_hash_i64: int, ttl_version: int) -> int:
+def contribution(key_utf8: bytes, value_hash_i64: int, ttl_version: int) -> int:
     """Unsigned 64-bit XOR-contribution of one stored key to the digest tree.
 
-    Hashing the three parts together (rather than XOR-ing them) keeps the digest non-linear:
-    swapping two keys' values between stores changes the digest.
+    The key is hashed with a seed made of the value hash and ttl_version, so the result is a
+    non-linear function of all three: swapping two keys' values between stores changes the XOR
+    of the contributions (plain XOR-ing of the three hashes would not notice).
     """
-    return xxh3_64_intdigest(_CONTRIB.pack(key_hash_u64, value_hash_i64, ttl_version))
+    return xxh3_64_intdigest(key_utf8, (value_hash_i64 ^ ttl_version * TTL_VERSION_MIX) & MASK64)
