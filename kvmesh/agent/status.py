@@ -1,0 +1,119 @@
+"""Value statuses published into the mesh as `status/<node>/<model key>` (sans-I/O).
+
+Each status is a self-originated key with a TTL that the agent keeps refreshing (TTL-only updates,
+batched), so the status of a dead agent disappears by itself. When a value goes, its status key is
+replaced by an empty value (a tombstone) with a short TTL: readers treat it as absent, and it
+expires on every node shortly after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from kvmesh.agent.keys import model_key_of, status_key, status_prefix
+from kvstore.gen.kvstore_thrift.ttypes import Value
+from scheduler import ValueOrigin, ValueState, ValueStatus
+
+#: Lifetime of a tombstone that announces a removed status.
+TOMBSTONE_TTL_MS = 5_000
+
+GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
+
+
+def status_record(status: ValueStatus, now: float | None = None) -> dict[str, Any]:
+    """The published form of a value status (a msgpack map)."""
+    return {
+        "state": status.state.name,
+        "error": status.error_message,
+        "last_op": status.last_op.name,
+        "details": list(status.details),
+        "origin": status.origin.name,
+        "derived_from": status.derived_from,
+        "seq": status.seq,
+        "time": round(time.time() if now is None else now, 3),
+    }
+
+
+def decode_status(raw: bytes | None) -> dict[str, Any] | None:
+    """A published status, or None for a tombstone / TTL-only update."""
+    if not raw:
+        return None
+    decoded = msgpack.unpackb(raw, raw=False)
+    return decoded if isinstance(decoded, dict) else None
+
+
+@dataclass
+class _Published:
+    version: int
+    ttl_version: int = 0
+    alive: bool = True
+
+
+@dataclass
+class StatusPublisher:
+    """Turns scheduler status changes into KvStore key-values for `status/<node>/...`."""
+
+    node: str
+    ttl_ms: int = 300_000
+    _published: dict[str, _Published] = field(default_factory=dict)
+    _staged: dict[str, Value] = field(default_factory=dict)
+    _next_refresh: float = 0.0
+
+    def seed(self, existing: Mapping[str, Value]) -> None:
+        """Continue from the versions already in the mesh (e.g. after an agent restart)."""
+        for key, value in existing.items():
+            if model_key_of(key, status_prefix(self.node)) is None:
+                continue
+            if value.originator_id == self.node:
+                self._published[key] = _Published(value.version, value.ttl_version,
+                                                  alive=bool(value.value))
+            else:
+                # Someone else wrote our key: outbid them on the next publication.
+                self._published[key] = _Published(value.version, 0, alive=bool(value.value))
+
+    def stale_keys(self, managed: set[str]) -> list[str]:
+        """Published status keys whose model key the agent no longer manages."""
+        prefix = status_prefix(self.node)
+        return [k for k, p in self._published.items()
+                if p.alive and (model_key_of(k, prefix) or "") not in managed]
+
+    def on_status(self, status: ValueStatus, now: float | None = None) -> None:
+        if status.origin is ValueOrigin.FROM_SB and status.derived_from is None:
+            return  # obtained from the southbound: not a value this agent manages
+        key = status_key(self.node, status.key)
+        if status.state in GONE_STATES:
+            self.remove(key)
+            return
+        payload = msgpack.packb(status_record(status, now), use_bin_type=True)
+        self._stage(key, payload, self.ttl_ms)
+
+    def remove(self, key: str) -> None:
+        pub = self._published.get(key)
+        if pub is None or not pub.alive:
+            return
+        self._stage(key, b"", TOMBSTONE_TTL_MS)
+
+    def take(self, now: float) -> dict[str, Value]:
+        """Key-values to send now: staged changes, plus TTL refreshes when they are due."""
+        out, self._staged = self._staged, {}
+        if now >= self._next_refresh:
+            # A refresh every ttl/4 leaves three more chances before the status would expire.
+            self._next_refresh = now + self.ttl_ms / 4000.0
+            for key, pub in self._published.items():
+                if pub.alive and key not in out:
+                    pub.ttl_version += 1
+                    out[key] = Value(version=pub.version, originator_id=self.node, value=None,
+                                     ttl_ms=self.ttl_ms, ttl_version=pub.ttl_version)
+        return out
+
+    def _stage(self, key: str, payload: bytes, ttl_ms: int) -> None:
+        pub = self._published.get(key)
+        version = 1 if pub is None else pub.version + 1
+        self._published[key] = _Published(version, 0, alive=bool(payload))
+        self._staged[key] = Value(version=version, originator_id=self.node, value=payload,
+                                  ttl_ms=ttl_ms, ttl_version=0)

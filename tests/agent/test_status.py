@@ -1,0 +1,65 @@
+"""Status publication: versions, TTL refreshes, tombstones, restart continuity."""
+
+from __future__ import annotations
+
+from kvmesh.agent.status import TOMBSTONE_TTL_MS, StatusPublisher, decode_status
+from kvstore.gen.kvstore_thrift.ttypes import Value
+from scheduler import TxnOperation, ValueOrigin, ValueState, ValueStatus
+
+
+def st(key: str, state: ValueState, **kw) -> ValueStatus:
+    return ValueStatus(key=key, state=state, origin=kw.pop("origin", ValueOrigin.FROM_NB), **kw)
+
+
+def test_status_change_publishes_a_new_version_with_the_record() -> None:
+    pub = StatusPublisher("n2", ttl_ms=60_000)
+    pub.on_status(st("linux/route/main/10.9.0.0/24/veth0", ValueState.PENDING,
+                     details=("linux/interface/veth0",), last_op=TxnOperation.CREATE, seq=4))
+    out = pub.take(now=0.0)
+    value = out["status/n2/linux/route/main/10.9.0.0/24/veth0"]
+    assert (value.version, value.originator_id, value.ttl_ms) == (1, "n2", 60_000)
+    record = decode_status(value.value)
+    assert record is not None
+    assert record["state"] == "PENDING" and record["details"] == ["linux/interface/veth0"]
+    assert record["last_op"] == "CREATE" and record["seq"] == 4
+    pub.on_status(st("linux/route/main/10.9.0.0/24/veth0", ValueState.CONFIGURED))
+    assert pub.take(now=1.0)["status/n2/linux/route/main/10.9.0.0/24/veth0"].version == 2
+
+
+def test_refresh_is_ttl_only_and_due_every_quarter_ttl() -> None:
+    pub = StatusPublisher("n1", ttl_ms=40_000)
+    pub.on_status(st("a/x", ValueState.CONFIGURED))
+    pub.take(now=100.0)
+    assert pub.take(now=105.0) == {}  # not due yet (every 10 s)
+    refresh = pub.take(now=110.0)["status/n1/a/x"]
+    assert refresh.value is None and refresh.version == 1 and refresh.ttl_version == 1
+
+
+def test_removed_value_becomes_a_short_lived_tombstone_once() -> None:
+    pub = StatusPublisher("n1")
+    pub.on_status(st("a/x", ValueState.CONFIGURED))
+    pub.take(now=0.0)
+    pub.on_status(st("a/x", ValueState.REMOVED))
+    tomb = pub.take(now=1.0)["status/n1/a/x"]
+    assert tomb.value == b"" and tomb.version == 2 and tomb.ttl_ms == TOMBSTONE_TTL_MS
+    assert decode_status(tomb.value) is None
+    pub.on_status(st("a/x", ValueState.REMOVED))
+    assert "status/n1/a/x" not in pub.take(now=2.0)
+
+
+def test_obtained_values_are_not_published() -> None:
+    pub = StatusPublisher("n1")
+    pub.on_status(st("linux/interface/host/eth0", ValueState.OBTAINED, origin=ValueOrigin.FROM_SB))
+    assert pub.take(now=0.0) == {}
+
+
+def test_restart_continues_versions_and_finds_stale_keys() -> None:
+    pub = StatusPublisher("n1")
+    pub.seed({
+        "status/n1/a/x": Value(version=7, originator_id="n1", value=b"\x80", ttl_version=3),
+        "status/n1/a/old": Value(version=2, originator_id="n1", value=b"\x80"),
+        "status/n2/a/x": Value(version=9, originator_id="n2", value=b"\x80"),
+    })
+    assert pub.stale_keys({"a/x"}) == ["status/n1/a/old"]
+    pub.on_status(st("a/x", ValueState.CONFIGURED))
+    assert pub.take(now=0.0)["status/n1/a/x"].version == 8
