@@ -8,7 +8,7 @@ changed twice before it is taken out yields only its latest value.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,14 +93,20 @@ class DesiredState:
                 changed += self._stage(model_key, None, now)
         return changed
 
-    def take_pending(self, max_items: int | None = None) -> dict[str, Model | None]:
-        """Remove and return up to `max_items` pending changes (oldest first)."""
-        if max_items is None or max_items >= len(self.pending):
-            batch, self.pending = self.pending, {}
-        else:
-            keys = list(self.pending)[:max_items]
-            batch = {k: self.pending.pop(k) for k in keys}
-        self.first_pending_at = time.monotonic() if self.pending else None
+    def take_pending(
+        self, max_items: int | None = None, accept: Callable[[str], bool] | None = None
+    ) -> dict[str, Model | None]:
+        """Remove and return up to `max_items` pending changes (oldest first).
+
+        `accept(model_key)` holds back changes that may not be applied yet (e.g. for a device
+        that is not KNOWN): they stay pending, in order.
+        """
+        keys = [k for k in self.pending if accept is None or accept(k)]
+        if max_items is not None:
+            keys = keys[:max_items]
+        batch = {k: self.pending.pop(k) for k in keys}
+        if not self.pending:
+            self.first_pending_at = None
         return batch
 
     def _stage(self, model_key: str, value: Model | None, now: float) -> int:

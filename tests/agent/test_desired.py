@@ -78,3 +78,14 @@ def test_undecodable_value_is_reported_and_not_desired() -> None:
 def test_decode_rejects_non_maps(raw: bytes) -> None:
     with pytest.raises(ValueDecodeError):
         decode_config_value(raw)
+
+
+def test_held_back_changes_stay_pending_in_order() -> None:
+    ds = DesiredState("n1")
+    ds.update({"config/n1/vpp/interface/a": enc({"i": 1}),
+               "config/n1/linux/interface/b": enc({"i": 2}),
+               "config/n1/vpp/interface/c": enc({"i": 3})})
+    assert list(ds.take_pending(accept=lambda k: k.startswith("linux/"))) == [
+        "linux/interface/b"]
+    assert list(ds.take_pending()) == ["vpp/interface/a", "vpp/interface/c"]
+    assert ds.first_pending_at is None
