@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from scheduler.api import Descriptor, Key, Value, ValueOrigin, ValueState
 from scheduler.graph import Graph, Node
 from scheduler.registry import Registry
+from scheduler.walk import MAX_DERIVATION_DEPTH
 
 log = logging.getLogger("scheduler.refresh")
 
@@ -184,8 +185,10 @@ class Refresher:
         for dk, dv in derived:
             self._refresh_derived(node, dk, dv)
 
-    def _refresh_derived(self, base: Node, key: Key, value: Value) -> None:
+    def _refresh_derived(self, base: Node, key: Key, value: Value, depth: int = 1) -> None:
         graph = self.graph
+        if depth >= MAX_DERIVATION_DEPTH:
+            return  # runaway derivation (a descriptor deriving from its own derived values)
         node = graph.get(key)
         if node is not None and node.derived_from != base.key:
             return  # collides with another value: skipped, as in the walk
@@ -237,7 +240,7 @@ class Refresher:
         for dk in sorted(old - {dk for dk, _ in derived}):
             self._drop_derived_tree(dk, key)
         for dk, dv in derived:
-            self._refresh_derived(node, dk, dv)
+            self._refresh_derived(node, dk, dv, depth + 1)
 
     def _not_found(self, node: Node) -> None:
         graph = self.graph

@@ -35,6 +35,7 @@ NB = ValueOrigin.FROM_NB
 SB = ValueOrigin.FROM_SB
 
 _NO_METADATA = object()
+MAX_DERIVATION_DEPTH = 16
 
 
 class DerivedKeyError(ValueError):
@@ -70,6 +71,7 @@ class WalkContext:
     stop: bool = False
     reverting: bool = False
     _pending_create_op: dict[Key, int] = field(default_factory=dict)
+    _pending_delete_op: dict[Key, int] = field(default_factory=dict)
 
     def reset_outcome(self, execute: bool) -> None:
         self.execute = execute
@@ -81,6 +83,7 @@ class WalkContext:
         self.stop = False
         self.reverting = False
         self._pending_create_op = {}
+        self._pending_delete_op = {}
 
     def recorded_ops(self) -> list[RecordedOp]:
         return [op for op in self.ops if op is not None]
@@ -567,6 +570,13 @@ class Walker:
 
     def _apply_derived(self, node: Node, derived: DerivedPairs, origin: ValueOrigin) -> None:
         graph = self.graph
+        if derived and _derivation_depth(graph, node) >= MAX_DERIVATION_DEPTH:
+            # A descriptor deriving from its own derived values would never end: refuse.
+            exc = DerivedKeyError(
+                f"{node.key!r}: derived values nested deeper than {MAX_DERIVATION_DEPTH} levels"
+            )
+            self.ctx.errors.setdefault(node.key, (CREATE, exc))
+            return
         for dk, dv in derived:
             existing = graph.get(dk)
             if existing is not None and existing.derived_from != node.key:
@@ -719,6 +729,16 @@ class Walker:
                 ctx.ops[earlier] = None
             if record.new_state is ValueState.PENDING:
                 ctx._pending_create_op[key] = len(ctx.ops)
+        elif op is DELETE:
+            earlier = ctx._pending_delete_op.pop(key, None)
+            if earlier is not None and record.noop and record.prev_state is ValueState.PENDING:
+                # Deleted as a dependent, then by NB in the same transaction: one DELETE.
+                first = ctx.ops[earlier]
+                assert first is not None
+                first.new_state = record.new_state
+                return
+            if record.new_state is ValueState.PENDING:
+                ctx._pending_delete_op[key] = len(ctx.ops)
         ctx.ops.append(record)
 
 
@@ -733,6 +753,17 @@ def base_of(graph: Graph, node: Node) -> Node:
             return current
         current = parent
     return current
+
+
+def _derivation_depth(graph: Graph, node: Node) -> int:
+    depth = 0
+    current: Node | None = node
+    while current is not None and current.derived_from is not None:
+        depth += 1
+        if depth >= MAX_DERIVATION_DEPTH:
+            break
+        current = graph.get(current.derived_from)
+    return depth
 
 
 def _still_in_sb(node: Node) -> bool:

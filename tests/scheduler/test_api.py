@@ -1,0 +1,310 @@
+"""The rest of the public API: validation, unimplemented values, plan, history, timelines,
+snapshots, DOT, stats, bad input, threads, close."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from scheduler import (
+    Dependency,
+    Descriptor,
+    DescriptorError,
+    InvalidValueError,
+    KVScheduler,
+    RetryPolicy,
+    SchedulerClosedError,
+    TransactionError,
+    TxnOperation,
+    ValueOrigin,
+    ValueState,
+)
+from tests.scheduler.mocksb import MockSB, prefix_descriptor
+from tests.util import wait_until
+
+IF = "if/"
+RT = "rt/"
+
+
+def base_setup(sched: KVScheduler, sb: MockSB, **iface: Any) -> None:
+    sched.register_descriptor(prefix_descriptor(sb, "if", IF, **iface))
+    sched.register_descriptor(
+        prefix_descriptor(sb, "rt", RT, deps=lambda k, v: [Dependency(label="if", key=IF + v)])
+    )
+
+
+def state(sched: KVScheduler, key: str) -> ValueState:
+    return sched.get_value_status(key).state
+
+
+def test_invalid_value_is_never_applied_nor_retried(sched: KVScheduler, sb: MockSB) -> None:
+    def validate(key: str, value: dict[str, Any]) -> None:
+        if value.get("mtu", 1500) > 9000:
+            raise InvalidValueError("mtu too large", fields=("mtu",))
+
+    base_setup(sched, sb, validate=validate)
+    with pytest.raises(TransactionError) as info:
+        sched.start_txn().set_value(IF + "a", {"mtu": 10000}).commit(
+            retry=RetryPolicy(0.001, 3, False)
+        )
+    assert isinstance(info.value.errors[IF + "a"][1], InvalidValueError)
+    status = sched.get_value_status(IF + "a")
+    assert status.state is ValueState.INVALID and status.details == ("mtu",)
+    assert sb.pop_calls() == []
+    sched.transaction_barrier()
+    assert sched.stats()["scheduled_retries"] == 0
+    # Fixed by a valid value.
+    sched.start_txn().set_value(IF + "a", {"mtu": 9000}).commit()
+    assert state(sched, IF + "a") is ValueState.CONFIGURED
+    # An invalid update keeps the old value in SB.
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(IF + "a", {"mtu": 20000}).commit()
+    assert state(sched, IF + "a") is ValueState.INVALID
+    assert sb.values[IF + "a"] == {"mtu": 9000}
+
+
+def test_non_retriable_failure_is_failed(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb, is_retriable=lambda exc: not isinstance(exc, PermissionError))
+    sb.fail_next(IF + "a", PermissionError("denied"))
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(IF + "a", {}).commit(retry=RetryPolicy(0.001, 3, False))
+    assert state(sched, IF + "a") is ValueState.FAILED
+
+
+def test_unimplemented_value_applied_when_descriptor_registers(
+    sched: KVScheduler, sb: MockSB
+) -> None:
+    sched.start_txn().set_value("later/x", {"a": 1}).commit()
+    assert state(sched, "later/x") is ValueState.UNIMPLEMENTED
+    sched.register_descriptor(prefix_descriptor(sb, "later", "later/"))
+    wait_until(lambda: state(sched, "later/x") is ValueState.CONFIGURED, message="applied")
+    assert sb.values == {"later/x": {"a": 1}}
+
+
+def test_descriptor_registration_errors(sched: KVScheduler, sb: MockSB) -> None:
+    sched.register_descriptor(prefix_descriptor(sb, "a", "a/", retrieve_dependencies=("b",)))
+    with pytest.raises(DescriptorError):
+        sched.register_descriptor(prefix_descriptor(sb, "a", "x/"))
+    with pytest.raises(DescriptorError, match="cycle"):
+        sched.register_descriptor(prefix_descriptor(sb, "b", "b/", retrieve_dependencies=("a",)))
+    with pytest.raises(ValueError):
+        Dependency(label="x")
+    # Two descriptors claiming the same key: the transaction reports it, nothing crashes.
+    sched.register_descriptor(prefix_descriptor(sb, "a2", "a/b"))
+    with pytest.raises(TransactionError, match="several descriptors"):
+        sched.start_txn().set_value("a/b1", {}).commit()
+
+
+def test_bad_input_is_rejected_and_counted(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb)
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value("", {}).commit()
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(42, {}).commit()  # type: ignore[arg-type]
+    with pytest.raises(TransactionError):
+        sched.resync({}, kind="sideways")
+    with pytest.raises(ValueError):
+        sched.push_sb_notification("", None)
+    with pytest.raises(ValueError):
+        sched.dump(view="everything")
+    with pytest.raises(KeyError):
+        sched.get_metadata_map("nope")
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(IF + "a", {}).commit(retry="often")  # type: ignore[arg-type]
+    assert sched.stats()["rejected_requests"] == 5
+    sched.start_txn().set_value(IF + "a", {}).commit()  # still fine
+    assert state(sched, IF + "a") is ValueState.CONFIGURED
+
+
+def test_derived_key_cannot_be_set_by_nb(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb, derived=lambda k, v: [(k + "/addr", {})])
+    # The "if" descriptor also selects its own derived keys: it derives forever. Refused.
+    with pytest.raises(TransactionError, match="nested deeper"):
+        sched.start_txn().set_value(IF + "a", {}).commit()
+    with pytest.raises(TransactionError, match="derived"):
+        sched.start_txn().set_value(IF + "a/addr", {"x": 1}).commit()
+
+
+def test_plan_is_read_only(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb)
+    sched.start_txn().set_value(RT + "r", "a").commit()
+    history_len = len(sched.transaction_history())
+    plan = sched.plan({IF + "a": {}})
+    assert [(op.op, op.key, op.new_state) for op in plan] == [
+        (TxnOperation.CREATE, IF + "a", ValueState.CONFIGURED),
+        (TxnOperation.CREATE, RT + "r", ValueState.CONFIGURED),
+    ]
+    assert plan[1].prev_state is ValueState.PENDING
+    assert sb.pop_calls() == []
+    assert state(sched, RT + "r") is ValueState.PENDING
+    assert state(sched, IF + "a") is ValueState.NONEXISTENT
+    assert len(sched.transaction_history()) == history_len
+    assert sched.plan({}) == []
+    # A full-resync plan: deletes what NB does not list, SB untouched.
+    sched.start_txn().set_value(IF + "a", {}).commit()
+    sb.pop_calls()
+    plan = sched.plan({}, resync="full")
+    assert [(op.op.value, op.key) for op in plan] == [("DELETE", RT + "r"), ("DELETE", IF + "a")]
+    assert [c[0] for c in sb.pop_calls()] == ["retrieve", "retrieve"]
+    assert state(sched, IF + "a") is ValueState.CONFIGURED
+    # An unchanged config plans to nothing.
+    assert sched.plan({IF + "a": {}, RT + "r": "a"}, resync="full") == []
+
+
+def test_history_timeline_snapshot_and_log(
+    sched: KVScheduler, sb: MockSB, caplog: pytest.LogCaptureFixture
+) -> None:
+    base_setup(sched, sb)
+    with caplog.at_level(logging.INFO, logger="scheduler.txn"):
+        s0 = sched.start_txn().set_value(RT + "r", "a").commit(description="route first")
+    text = caplog.text
+    assert "| Transaction #0" in text and "NB transaction |" in text
+    assert "* planned operations:" in text and "1. CREATE [NOOP IS-PENDING]:" in text
+    assert "* executed operations (" in text and "x #0" in text
+    assert "- Description: route first" in text
+    s1 = sched.start_txn().set_value(IF + "a", {}).commit()
+    s2 = sched.start_txn().set_value(IF + "a", None).commit()
+    records = sched.transaction_history()
+    assert [r.seq for r in records] == [s0, s1, s2]
+    assert sched.transaction_history(seq=s1)[0].executed[1].key == RT + "r"
+    mid = records[1].end
+    assert mid is not None
+    assert [r.seq for r in sched.transaction_history(since=records[1].start)] == [s1, s2]
+    assert [r.seq for r in sched.transaction_history(until=records[0].start)] == [s0]
+    timeline = sched.key_timeline(RT + "r")
+    assert [rev.state for rev in timeline] == [
+        ValueState.PENDING,
+        ValueState.CONFIGURED,
+        ValueState.PENDING,
+    ]
+    assert timeline[0].until == timeline[1].since
+    snapshot = {rev.key: rev.state for rev in sched.graph_snapshot(mid)}
+    assert snapshot == {IF + "a": ValueState.CONFIGURED, RT + "r": ValueState.CONFIGURED}
+    now = {rev.key: rev.state for rev in sched.graph_snapshot()}
+    assert now == {RT + "r": ValueState.PENDING}
+    as_dict = records[1].as_dict()
+    assert as_dict["executed"][1]["flags"] == ["WAS-PENDING"]
+    assert "Transaction #1" in records[1].text()
+
+
+def test_graph_dot_and_stats(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb)
+    sched.start_txn().set_value(RT + "r", "a").set_value(RT + "s", "b").commit()
+    sched.start_txn().set_value(IF + "a", {}).commit()
+    dot = sched.graph_dot()
+    assert dot.startswith("digraph kvscheduler {")
+    assert '"rt/s" -> "if/b" [label="if", color=red];' in dot
+    assert '"rt/r" -> "if/a" [label="if", color=black];' in dot
+    assert "fillcolor=pink" in dot
+    stats = sched.stats()
+    assert stats["transactions"] == 2
+    assert stats["operations"] == {"CREATE": 2}
+    assert stats["pending"] == 1
+    assert stats["values_by_state"] == {"CONFIGURED": 2, "PENDING": 1}
+    assert stats["graph_size"] == 3
+
+
+def test_concurrent_commits_and_notifications(sb: MockSB) -> None:
+    with KVScheduler() as sched:
+        sched.register_descriptor(prefix_descriptor(sb, "if", IF))
+        sched.register_descriptor(
+            prefix_descriptor(sb, "host", "host/", crud=False, with_retrieve=False)
+        )
+        sched.register_descriptor(
+            prefix_descriptor(
+                sb, "rt", RT, deps=lambda k, v: [Dependency(label="host", key="host/" + v)]
+            )
+        )
+        errors: list[BaseException] = []
+
+        def committer(n: int) -> None:
+            try:
+                for i in range(20):
+                    sched.start_txn().set_value(f"{IF}{n}-{i}", {"i": i}).set_value(
+                        f"{RT}{n}-{i}", f"h{i % 5}"
+                    ).commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+        def notifier() -> None:
+            for i in range(5):
+                sched.push_sb_notification(f"host/h{i}", {"up": True})
+
+        threads = [threading.Thread(target=committer, args=(n,)) for n in range(6)]
+        threads.append(threading.Thread(target=notifier))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors
+        sched.transaction_barrier()
+        for n in range(6):
+            for i in range(20):
+                assert state(sched, f"{IF}{n}-{i}") is ValueState.CONFIGURED
+                assert state(sched, f"{RT}{n}-{i}") is ValueState.CONFIGURED
+        seqs = [r.seq for r in sched.transaction_history()]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        assert len(sb.values) == 6 * 20 * 2
+
+
+def test_commit_from_callback_is_refused_not_deadlocked(sb: MockSB) -> None:
+    with KVScheduler() as sched:
+        caught: list[BaseException] = []
+
+        def create(key: str, value: Any) -> None:
+            try:
+                sched.start_txn().set_value("b/x", {}).commit()
+            except TransactionError as exc:
+                caught.append(exc)
+            sched.push_sb_notification("n/x", {})  # allowed: queued
+
+        sched.register_descriptor(
+            Descriptor(
+                name="a",
+                key_selector=lambda k: k.startswith("a/"),
+                create=create,
+                delete=lambda *a: None,
+            )
+        )
+        sched.register_descriptor(Descriptor(name="n", key_selector=lambda k: k.startswith("n/")))
+        sched.start_txn().set_value("a/x", {}).commit()
+        assert len(caught) == 1 and "descriptor callback" in str(caught[0])
+        sched.transaction_barrier()
+        assert state(sched, "n/x") is ValueState.OBTAINED
+
+
+def test_close_rejects_new_work_and_cancels_retries(sb: MockSB) -> None:
+    sched = KVScheduler()
+    sched.register_descriptor(prefix_descriptor(sb, "if", IF))
+    sb.fail_next(IF + "a")
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(IF + "a", {}).commit(retry=RetryPolicy(3600, 1, False))
+    assert sched.stats()["scheduled_retries"] == 1
+    sched.close()
+    sched.close()  # idempotent
+    with pytest.raises(SchedulerClosedError):
+        sched.start_txn().set_value(IF + "b", {}).commit()
+    with pytest.raises(SchedulerClosedError):
+        sched.push_sb_notification(IF + "c", {})
+
+
+def test_watch_value_status_selector_and_cancel(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb)
+    seen: list[tuple[str, ValueState, str]] = []
+    cancel = sched.watch_value_status(
+        lambda s: seen.append((s.key, s.state, s.last_op.value)),
+        key_selector=lambda key: key.startswith(RT),
+    )
+    sched.start_txn().set_value(RT + "r", "a").set_value(IF + "a", {}).commit()
+    sched.start_txn().set_value(RT + "r", None).commit()
+    assert seen == [
+        (RT + "r", ValueState.CONFIGURED, "CREATE"),
+        (RT + "r", ValueState.REMOVED, "DELETE"),
+    ]
+    cancel()
+    sched.start_txn().set_value(RT + "r", "a").commit()
+    assert len(seen) == 2
+    assert sched.get_value_status(IF + "a").origin is ValueOrigin.FROM_NB
