@@ -1,9 +1,390 @@
-"""KvStore commands: node run, key, peer, snoop, compare, signature, counters."""
+"""KvStore commands: node run, key, peer, snoop, compare, signature, counters, demo.
+
+Errors print one line on stderr and exit non-zero: 1 for runtime failures (node unreachable,
+request refused), 2 for invalid arguments or configuration. Every network call has a timeout
+(`KVMESH_TIMEOUT` seconds, default 5).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
 import click
+
+from kvmesh.cli import kv_format as fmt
+from kvmesh.cli.context import CliContext
+from kvstore.client import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
+from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
+from kvstore.gen.kvstore_thrift.ttypes import Value
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# `key erase` TTL: short, but above the default flood threshold (500 ms) so the shortened TTL
+# still reaches every node instead of expiring only locally.
+ERASE_TTL_MS = 1000
+
+
+class OneLineUsageError(click.ClickException):
+    """A usage error printed as a single line (click's default adds usage and hint lines)."""
+
+    exit_code = 2
+
+
+class KvCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise OneLineUsageError(f"{ctx.command_path}: {exc.format_message()}") from exc
+
+
+class KvGroup(click.Group):
+    command_class = KvCommand
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def cli_context() -> CliContext:
+    obj = click.get_current_context().find_root().obj
+    assert isinstance(obj, CliContext)
+    return obj
+
+
+def client_for(url: str | None = None) -> KvStoreClient:
+    return KvStoreClient(url or cli_context().url, timeout_s=DEFAULT_TIMEOUT_S)
+
+
+def run_client(action: Callable[[KvStoreClient], Any], url: str | None = None) -> Any:
+    """Run `action` with a client; client errors become one line on stderr, exit 1."""
+    try:
+        with client_for(url) as client:
+            return action(client)
+    except KvStoreError as exc:
+        fail(str(exc))
+
+
+def emit(as_json_obj: Any, text: str) -> None:
+    if cli_context().as_json:
+        click.echo(fmt.dumps(as_json_obj))
+    else:
+        click.echo(text)
+
+
+# -- node -------------------------------------------------------------------------------------
+
+
+@click.group("node", cls=KvGroup)
+def node_group() -> None:
+    """Run a KvStore node."""
+
+
+@node_group.command("run")
+@click.option("--name", required=True, help="Node id (originator id and flood-path id).")
+@click.option("--cmd-url", default=None, help="ROUTER command socket [tcp://127.0.0.1:60002].")
+@click.option("--pub-url", default=None, help="PUB socket [tcp://127.0.0.1:60001].")
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    metavar="NAME=CMD_URL[,PUB_URL]",
+    help="Peer to flood to and sync with (repeatable).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML file of tuning knobs (see docs/kvstore.md).",
+)
+def node_run(
+    name: str,
+    cmd_url: str | None,
+    pub_url: str | None,
+    peers: Sequence[str],
+    config_path: str | None,
+) -> None:
+    """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
+    from kvstore.config import ConfigError, load_config, parse_peer
+    from kvstore.node import run_node
+
+    try:
+        config = load_config(config_path)
+        peer_map = dict(config.peers)
+        for text in peers:
+            peer_name, address = parse_peer(text)
+            peer_map[peer_name] = address
+        config = config.with_overrides(
+            name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map
+        )
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc), code=2)
+    sys.exit(run_node(config))
+
+
+# -- key --------------------------------------------------------------------------------------
+
+
+@click.group("key", cls=KvGroup)
+def key_group() -> None:
+    """Read and write key-values."""
+
+
+@key_group.command("set")
+@click.argument("key")
+@click.argument("value", required=False)
+@click.option("--file", "file_path", type=click.File("rb"), help="Read the value bytes from F.")
+@click.option("--version", type=click.IntRange(min=1), default=None, help="[current + 1]")
+@click.option("--ttl-ms", type=click.IntRange(min=1), default=None, help="[infinite]")
+@click.option("--originator", default=None, help="[the node's name]")
+def key_set(
+    key: str,
+    value: str | None,
+    file_path: Any,
+    version: int | None,
+    ttl_ms: int | None,
+    originator: str | None,
+) -> None:
+    """Set KEY to VALUE (text) or to the bytes of --file."""
+    if (value is None) == (file_path is None):
+        raise OneLineUsageError("key set: give exactly one of VALUE or --file")
+    raw: bytes = file_path.read() if file_path is not None else value.encode()  # type: ignore[union-attr]
+
+    def action(client: KvStoreClient) -> tuple[Value, str | None]:
+        return client.set_key(
+            key,
+            raw,
+            version=version or 0,
+            ttl_ms=ttl_ms if ttl_ms is not None else TTL_INFINITY,
+            originator_id=originator,
+        )
+
+    sent, reason = run_client(action)
+    if reason is not None and reason != "NO_CHANGE":
+        fail(f"key {key!r} not applied: {reason} (version {sent.version}, {sent.originator_id})")
+    note = " (unchanged)" if reason == "NO_CHANGE" else ""
+    emit(
+        {key: fmt.value_json(sent)},
+        f"set {key} version {sent.version} originator {sent.originator_id}"
+        f" ttl {fmt.ttl_text(sent.ttl_ms)}{note}",
+    )
+
+
+@key_group.command("get")
+@click.argument("keys", nargs=-1, required=True)
+def key_get(keys: Sequence[str]) -> None:
+    """Print KEYs (missing keys are left out)."""
+    key_vals = run_client(lambda c: c.get(keys))
+    emit(fmt.key_vals_json(key_vals), fmt.key_vals_table(key_vals))
+
+
+@key_group.command("dump")
+@click.option("--prefix", default="", help="Only keys starting with P.")
+@click.option("--originator", "originators", multiple=True, help="Only keys from O (repeatable).")
+def key_dump(prefix: str, originators: Sequence[str]) -> None:
+    """Print every key (filtered by prefix and/or originator)."""
+    key_vals = run_client(lambda c: c.dump(prefix, originators))
+    emit(fmt.key_vals_json(key_vals), fmt.key_vals_table(key_vals))
+
+
+@key_group.command("hashes")
+@click.option("--prefix", default="", help="Only keys starting with P.")
+def key_hashes(prefix: str) -> None:
+    """Print keys with version, originator, hash and TTL, without values."""
+    key_vals = run_client(lambda c: c.hash_dump(prefix))
+    emit(
+        fmt.key_vals_json(key_vals, with_value=False),
+        fmt.key_vals_table(key_vals, with_value=False),
+    )
+
+
+@key_group.command("erase")
+@click.argument("key")
+@click.option("--ttl-ms", type=click.IntRange(min=1), default=ERASE_TTL_MS, show_default=True)
+def key_erase(key: str, ttl_ms: int) -> None:
+    """Make KEY expire soon everywhere (a TTL-only update with a short TTL)."""
+
+    def action(client: KvStoreClient) -> tuple[Value | None, str | None]:
+        current = client.get([key]).get(key)
+        if current is None:
+            return None, None
+        update = Value(
+            version=current.version,
+            originator_id=current.originator_id,
+            value=None,
+            ttl_ms=ttl_ms,
+            ttl_version=current.ttl_version + 1,
+        )
+        return update, client.set({key: update}).get(key)
+
+    update, reason = run_client(action)
+    if update is None:
+        fail(f"key {key!r} not found")
+    if reason is not None:
+        fail(f"key {key!r} not erased: {reason}")
+    emit({key: fmt.value_json(update)}, f"erase {key}: expires in {ttl_ms}ms")
+
+
+# -- peer -------------------------------------------------------------------------------------
+
+
+@click.group("peer", cls=KvGroup)
+def peer_group() -> None:
+    """Manage the node's peers."""
+
+
+@peer_group.command("add")
+@click.argument("name")
+@click.argument("cmd_url")
+@click.argument("pub_url", required=False, default="")
+def peer_add(name: str, cmd_url: str, pub_url: str) -> None:
+    """Flood to and sync with NAME at CMD_URL."""
+    run_client(lambda c: c.add_peer(name, cmd_url, pub_url))
+    emit({"added": name}, f"peer {name} added ({cmd_url})")
+
+
+@peer_group.command("del")
+@click.argument("name")
+def peer_del(name: str) -> None:
+    """Stop flooding to and syncing with NAME."""
+    run_client(lambda c: c.del_peers([name]))
+    emit({"deleted": name}, f"peer {name} deleted")
+
+
+@peer_group.command("dump")
+def peer_dump() -> None:
+    """List peers with their sync state."""
+    peers = run_client(lambda c: c.peers())
+    emit(fmt.peers_json(peers), fmt.peers_table(peers))
+
+
+# -- snoop, compare, signature, counters --------------------------------------------------------
+
+
+@click.command("snoop", cls=KvCommand)
+@click.option("--prefix", default="", help="Only keys starting with P.")
+@click.option(
+    "--duration", type=click.FloatRange(min=0), default=0.0, help="Stop after S seconds [forever]."
+)
+@click.option("--pub-url", default=None, help="PUB URL [asked from the node].")
+def snoop(prefix: str, duration: float, pub_url: str | None) -> None:
+    """Print the publication stream (key-values and expired keys) as it arrives."""
+    as_json = cli_context().as_json
+    url = pub_url or run_client(lambda c: c.node_info().pub_url)
+    deadline = time.monotonic() + duration if duration > 0 else None
+    try:
+        with client_for().subscribe(prefix, pub_url=url) as subscription:
+            if not as_json:
+                click.echo(f"snooping {url}" + (f" prefix {prefix!r}" if prefix else ""), err=True)
+            while deadline is None or time.monotonic() < deadline:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                publication = subscription.recv(timeout_s=wait)
+                if publication is None:
+                    continue
+                if as_json:
+                    click.echo(fmt.dumps(fmt.publication_json(publication)))
+                else:
+                    for line in fmt.publication_lines(publication):
+                        click.echo(line)
+    except KvStoreError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("compare", cls=KvCommand)
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--prefix", default="", help="Only keys starting with P.")
+def compare(urls: Sequence[str], prefix: str) -> None:
+    """Show which keys differ between the nodes at URLs (with --url when one URL is given)."""
+    targets = list(dict.fromkeys(urls if len(urls) > 1 else [cli_context().url, *urls]))
+    if len(targets) < 2:
+        raise OneLineUsageError("compare: need two different URLs")
+    dumps = {url: run_client(lambda c: c.hash_dump(prefix), url=url) for url in targets}
+    differing: dict[str, dict[str, Any]] = {}
+    for key in sorted(set().union(*dumps.values())):
+        identities = {
+            (v.version, v.originator_id, v.hash) if (v := dumps[url].get(key)) else None
+            for url in targets
+        }
+        if len(identities) > 1:
+            differing[key] = {
+                url: (fmt.value_json(d[key], with_value=False) if key in d else None)
+                for url, d in dumps.items()
+            }
+    if cli_context().as_json:
+        click.echo(fmt.dumps(differing))
+        return
+    if not differing:
+        click.echo(f"in sync: {len(targets)} nodes, {len(dumps[targets[0]])} keys")
+        return
+    rows = []
+    for key, per_url in differing.items():
+        rows.append(
+            [key]
+            + [
+                f"v{v['version']} {v['originator']} {(v['hash'] or 0) & 0xFFFFFFFF:08x}"
+                if v
+                else "(missing)"
+                for v in per_url.values()
+            ]
+        )
+    click.echo(fmt.table(["Key", *targets], rows))
+    click.echo(f"{len(differing)} key(s) differ")
+
+
+def store_signature(key_vals: dict[str, Value]) -> str:
+    """sha256 over the sorted (key, version, originator, hash): equal on nodes that agree."""
+    digest = hashlib.sha256()
+    for key in sorted(key_vals):
+        v = key_vals[key]
+        digest.update(f"{key}\0{v.version}\0{v.originator_id}\0{v.hash}\n".encode())
+    return digest.hexdigest()
+
+
+@click.command("signature", cls=KvCommand)
+@click.option("--prefix", default="", help="Only keys starting with P.")
+def signature(prefix: str) -> None:
+    """Print one digest of the store (equal on nodes whose stores agree)."""
+    key_vals = run_client(lambda c: c.hash_dump(prefix))
+    sig = store_signature(key_vals)
+    emit({"signature": sig, "keys": len(key_vals)}, f"{sig}  ({len(key_vals)} keys)")
+
+
+@click.command("counters", cls=KvCommand)
+@click.option("--prefix", default="", help="Only counters starting with P.")
+def counters(prefix: str) -> None:
+    """Print the node's counters."""
+    values = run_client(lambda c: c.counters())
+    values = {k: v for k, v in values.items() if k.startswith(prefix)}
+    emit(dict(sorted(values.items())), fmt.counters_table(values))
+
+
+@click.command("demo", cls=KvCommand)
+@click.option("--keep", is_flag=True, help="Leave the nodes running until Ctrl-C.")
+def demo(keep: bool) -> None:
+    """Start a local 3-node mesh, set a key on one node, show it on all, snoop the stream."""
+    from kvmesh.demo import run_demo
+
+    sys.exit(run_demo(keep=keep))
 
 
 def register(group: click.Group) -> None:
     """Attach the KvStore commands to the top-level group."""
+    for command in (
+        node_group,
+        key_group,
+        peer_group,
+        snoop,
+        compare,
+        signature,
+        counters,
+        demo,
+    ):
+        group.add_command(command)

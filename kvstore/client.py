@@ -1,0 +1,331 @@
+"""Synchronous KvStore client: one DEALER to a node's command socket, one SUB per subscription.
+
+Every call has a deadline (`timeout_s`); nothing blocks forever. Requests carry a correlation id
+frame so a late reply to an earlier, timed-out request is recognised and discarded instead of being
+taken for the answer to the current one. After a timeout the socket is rebuilt with linger 0, so a
+request queued for an unreachable node is not delivered later.
+
+For keys that must stay alive (TTL refresh, override defence) use the asyncio client
+(`kvstore.aioclient`), which has a running loop to keep them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from types import TracebackType
+
+import zmq
+
+from kvstore import wire
+from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    DigestParams,
+    KeyDumpParams,
+    KeyGetParams,
+    KeySetParams,
+    NodeInfo,
+    PeerAddParams,
+    PeerDelParams,
+    PeerSpec,
+    Publication,
+    Request,
+    Response,
+    Value,
+)
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("KVMESH_TIMEOUT", "5"))
+
+
+class KvStoreError(Exception):
+    """Base class of every client error; the message is one readable line."""
+
+
+class KvStoreTimeout(KvStoreError):
+    pass
+
+
+class KvStoreRequestError(KvStoreError):
+    """The node answered with Response.error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def check_response(response: Response) -> Response:
+    if response.error is not None:
+        raise KvStoreRequestError(response.error.code or "", response.error.message or "")
+    return response
+
+
+Context = zmq.Context[zmq.Socket[bytes]]
+
+
+def connect_socket(context: Context, kind: int, url: str) -> zmq.Socket[bytes]:
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(url)
+    except zmq.ZMQError as exc:
+        sock.close()
+        raise KvStoreError(f"bad URL {url!r}: {exc}") from exc
+    return sock
+
+
+def make_value(
+    value: bytes | None,
+    *,
+    version: int,
+    originator_id: str,
+    ttl_ms: int = TTL_INFINITY,
+    ttl_version: int = 0,
+) -> Value:
+    return Value(
+        version=version,
+        originator_id=originator_id,
+        value=value,
+        ttl_ms=ttl_ms,
+        ttl_version=ttl_version,
+    )
+
+
+class KvStoreClient:
+    """Request/reply access to one node. Not thread-safe: one client per thread."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        context: Context | None = None,
+    ) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._context = context or zmq.Context.instance()
+        self._ids = itertools.count(1)
+        self._sock: zmq.Socket[bytes] | None = None
+        self._node_info: NodeInfo | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _socket(self) -> zmq.Socket[bytes]:
+        if self._sock is None:
+            self._sock = connect_socket(self._context, zmq.DEALER, self.url)
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def __enter__(self) -> KvStoreClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def request(self, request: Request, timeout_s: float | None = None) -> Response:
+        """Send one request and wait for its reply (Response.error raises KvStoreRequestError)."""
+        return check_response(self.request_raw(wire.encode(request), timeout_s))
+
+    def request_raw(self, payload: bytes, timeout_s: float | None = None) -> Response:
+        """Send an already encoded request; return the decoded Response (errors not raised)."""
+        sock = self._socket()
+        corr = next(self._ids).to_bytes(8, "big")
+        sock.send_multipart([corr, b"", payload])
+        limit_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit_s
+        while True:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not sock.poll(remaining_ms, zmq.POLLIN):
+                self.close()
+                raise KvStoreTimeout(
+                    f"no reply from {self.url} within {limit_s:g}s (is the node running?)"
+                )
+            frames = sock.recv_multipart()
+            if len(frames) == 3 and frames[0] == corr:
+                try:
+                    return wire.decode_response(frames[2])
+                except wire.DecodeError as exc:
+                    raise KvStoreError(f"undecodable reply from {self.url}: {exc}") from exc
+            # A late reply to an earlier request that timed out: not ours, skip it.
+
+    def send_oneway(self, key_vals: Mapping[str, Value]) -> None:
+        """KEY_SET without a reply (as peers flood). Delivery is not confirmed."""
+        request = Request(
+            cmd=Command.KEY_SET,
+            key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=False, node_ids=[]),
+        )
+        self._socket().send_multipart([b"", wire.encode(request)])
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def node_info(self, refresh: bool = False) -> NodeInfo:
+        if self._node_info is None or refresh:
+            response = self.request(Request(cmd=Command.NODE_INFO))
+            if response.node_info is None:
+                raise KvStoreError(f"{self.url} did not return its node info")
+            self._node_info = response.node_info
+        return self._node_info
+
+    def get(self, keys: Iterable[str]) -> dict[str, Value]:
+        response = self.request(Request(cmd=Command.KEY_GET, key_get=KeyGetParams(keys=list(keys))))
+        return _key_vals(response)
+
+    def set(self, key_vals: Mapping[str, Value]) -> dict[str, str]:
+        """Solicited KEY_SET; returns the keys that were not applied, with the reason."""
+        response = self.request(
+            Request(
+                cmd=Command.KEY_SET,
+                key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=True, node_ids=[]),
+            )
+        )
+        return dict(response.no_merge_reasons or {})
+
+    def set_key(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        version: int = 0,
+        ttl_ms: int = TTL_INFINITY,
+        originator_id: str | None = None,
+    ) -> tuple[Value, str | None]:
+        """Set one key. version 0 means current + 1 (1 for a new key); the originator defaults to
+        the node's name. Returns the value sent and the no-merge reason (None when applied)."""
+        if version == 0:
+            current = self.get([key]).get(key)
+            version = 1 if current is None else current.version + 1
+        originator = originator_id if originator_id is not None else self.node_info().name
+        sent = make_value(value, version=version, originator_id=originator, ttl_ms=ttl_ms)
+        reasons = self.set({key: sent})
+        return sent, reasons.get(key)
+
+    def dump(self, prefix: str = "", originator_ids: Collection[str] = ()) -> dict[str, Value]:
+        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
+        return _key_vals(self.request(Request(cmd=Command.KEY_DUMP, key_dump=params)))
+
+    def hash_dump(self, prefix: str = "", originator_ids: Collection[str] = ()) -> dict[str, Value]:
+        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
+        return _key_vals(self.request(Request(cmd=Command.HASH_DUMP, key_dump=params)))
+
+    def peers(self) -> dict[str, PeerSpec]:
+        return dict(self.request(Request(cmd=Command.PEER_DUMP)).peers or {})
+
+    def add_peers(self, peers: Mapping[str, PeerSpec]) -> None:
+        self.request(Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(peers=dict(peers))))
+
+    def add_peer(self, name: str, cmd_url: str, pub_url: str = "") -> None:
+        self.add_peers({name: PeerSpec(cmd_url=cmd_url, pub_url=pub_url)})
+
+    def del_peers(self, names: Iterable[str]) -> None:
+        self.request(
+            Request(cmd=Command.PEER_DEL, peer_del=PeerDelParams(peer_names=list(names)))
+        )
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.request(Request(cmd=Command.COUNTERS_GET)).counters or {})
+
+    def digests(self, node_ids: Iterable[int]) -> dict[int, int]:
+        response = self.request(
+            Request(cmd=Command.DIGEST_GET, digest=DigestParams(node_ids=list(node_ids)))
+        )
+        return dict(response.digest.digests or {}) if response.digest else {}
+
+    def subscribe(self, prefix: str = "", pub_url: str | None = None) -> Subscription:
+        """Follow the node's publication stream (discovering its PUB URL via NODE_INFO)."""
+        return Subscription(
+            pub_url or self.node_info().pub_url, prefix=prefix, context=self._context
+        )
+
+
+def _key_vals(response: Response) -> dict[str, Value]:
+    if response.publication is None:
+        return {}
+    return dict(response.publication.key_vals or {})
+
+
+def filter_publication(publication: Publication, prefix: str) -> Publication | None:
+    """Keep only keys under `prefix`; None when nothing is left."""
+    key_vals = publication.key_vals or {}
+    expired = publication.expired_keys or []
+    if prefix:
+        key_vals = {k: v for k, v in key_vals.items() if k.startswith(prefix)}
+        expired = [k for k in expired if k.startswith(prefix)]
+    if not key_vals and not expired:
+        return None
+    return Publication(
+        key_vals=key_vals,
+        expired_keys=expired,
+        node_ids=publication.node_ids or [],
+        tobe_updated_keys=[],
+        timestamp_ms=publication.timestamp_ms,
+    )
+
+
+class Subscription:
+    """A SUB socket on a node's PUB URL, yielding Publications (filtered by key prefix).
+
+    ZeroMQ subscriptions take a moment to reach the publisher: publications sent right after
+    connecting can be missed (use `wait_connected` or take a dump after subscribing)."""
+
+    def __init__(
+        self,
+        pub_url: str,
+        prefix: str = "",
+        context: Context | None = None,
+    ) -> None:
+        self.pub_url = pub_url
+        self.prefix = prefix
+        self.malformed = 0
+        self._sock = connect_socket(context or zmq.Context.instance(), zmq.SUB, pub_url)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+
+    def recv(self, timeout_s: float | None = None) -> Publication | None:
+        """The next matching publication, or None when `timeout_s` elapses (None: wait forever)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait_ms = None
+            if deadline is not None:
+                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._sock.poll(wait_ms, zmq.POLLIN):
+                return None
+            try:
+                publication = wire.decode_publication(self._sock.recv())
+            except wire.DecodeError:
+                self.malformed += 1
+                continue
+            filtered = filter_publication(publication, self.prefix)
+            if filtered is not None:
+                return filtered
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def __iter__(self) -> Iterator[Publication]:
+        while True:
+            publication = self.recv()
+            if publication is not None:
+                yield publication
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

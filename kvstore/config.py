@@ -1,0 +1,163 @@
+"""Node configuration: defaults, a TOML file, validation.
+
+Every knob has a safe default, so a node runs without a file. The file is a flat TOML table; an
+unknown key or a value of the wrong type or range is an error (ConfigError, with the key named)
+rather than being silently ignored, because a typo in a tuning knob is otherwise invisible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Invalid configuration: the message names the file and the offending key."""
+
+
+@dataclass(frozen=True)
+class PeerAddress:
+    cmd_url: str
+    pub_url: str = ""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    # Identity and sockets (usually given on the command line).
+    name: str = ""
+    cmd_url: str = "tcp://127.0.0.1:60002"
+    pub_url: str = "tcp://127.0.0.1:60001"
+    peers: dict[str, PeerAddress] = field(default_factory=dict)
+    # TTL: each hop removes ttl_decrement_ms; keys with less than ttl_threshold_ms left are not
+    # flooded (they would expire in flight and bounce).
+    ttl_decrement_ms: int = 1
+    ttl_threshold_ms: int = 500
+    # Anti-entropy: one full sync with a random peer every interval (+-20 % jitter); 0 disables.
+    sync_interval_s: float = 60.0
+    # A sync step not answered within this time fails the sync (peer back to IDLE, backoff).
+    sync_timeout_ms: int = 10_000
+    sync_initial_backoff_ms: int = 1_000
+    sync_max_backoff_ms: int = 60_000
+    # Digest-tree leaves asked for in one KEY_DUMP: bounds the size of one sync message.
+    sync_buckets_per_request: int = 4_096
+    # Flood rate limit (publications per second and burst); 0 disables it.
+    flood_msg_per_sec: int = 0
+    flood_msg_burst: int = 0
+    # Largest accepted command message; larger ones get a TOO_LARGE error.
+    max_message_bytes: int = 64 * 1024 * 1024
+    # ZeroMQ high-water marks (messages queued per socket before sends fail or drop).
+    zmq_hwm: int = 65_536
+
+    def with_overrides(self, **changes: Any) -> NodeConfig:
+        """A copy with the given (non-None) fields replaced, validated."""
+        config = dataclasses.replace(
+            self, **{k: v for k, v in changes.items() if v is not None}
+        )
+        config.validate()
+        return config
+
+    def validate(self, source: str = "config") -> None:
+        for name, minimum in _INT_MINIMUMS.items():
+            _check_int(source, name, getattr(self, name), minimum)
+        if not isinstance(self.sync_interval_s, int | float) or isinstance(
+            self.sync_interval_s, bool
+        ) or self.sync_interval_s < 0:
+            raise ConfigError(f"{source}: sync_interval_s must be a number >= 0")
+        if self.sync_max_backoff_ms < self.sync_initial_backoff_ms:
+            raise ConfigError(
+                f"{source}: sync_max_backoff_ms must be >= sync_initial_backoff_ms"
+            )
+        if (self.flood_msg_per_sec > 0) != (self.flood_msg_burst > 0):
+            raise ConfigError(
+                f"{source}: flood_msg_per_sec and flood_msg_burst must both be set (or both 0)"
+            )
+        for url_field in ("cmd_url", "pub_url"):
+            _check_url(source, url_field, getattr(self, url_field))
+        for peer, address in self.peers.items():
+            if not peer:
+                raise ConfigError(f"{source}: a peer needs a name")
+            if peer == self.name and self.name:
+                raise ConfigError(f"{source}: peer {peer!r} is this node itself")
+            _check_url(source, f"peers.{peer}", address.cmd_url)
+
+
+_INT_MINIMUMS: dict[str, int] = {
+    "ttl_decrement_ms": 0,
+    "ttl_threshold_ms": 0,
+    "sync_timeout_ms": 1,
+    "sync_initial_backoff_ms": 1,
+    "sync_max_backoff_ms": 1,
+    "sync_buckets_per_request": 1,
+    "flood_msg_per_sec": 0,
+    "flood_msg_burst": 0,
+    "max_message_bytes": 1024,
+    "zmq_hwm": 1,
+}
+
+_URL_SCHEMES = ("tcp://", "ipc://", "inproc://")
+
+
+def _check_int(source: str, name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{source}: {name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_url(source: str, name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.startswith(_URL_SCHEMES):
+        raise ConfigError(
+            f"{source}: {name} must be a ZeroMQ URL (tcp://HOST:PORT, ipc://PATH), got {value!r}"
+        )
+
+
+def parse_peer(text: str) -> tuple[str, PeerAddress]:
+    """`NAME=CMD_URL[,PUB_URL]` -> (name, address); ValueError with a readable message."""
+    name, sep, urls = text.partition("=")
+    if not sep or not name or not urls:
+        raise ValueError(f"peer must be NAME=CMD_URL[,PUB_URL], got {text!r}")
+    cmd_url, _, pub_url = urls.partition(",")
+    return name, PeerAddress(cmd_url=cmd_url, pub_url=pub_url)
+
+
+def load_config(path: str | Path | None) -> NodeConfig:
+    """Defaults, overridden by the TOML file at `path` (if any), validated."""
+    if path is None:
+        config = NodeConfig()
+        config.validate()
+        return config
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+    known = {f.name for f in dataclasses.fields(NodeConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
+    values = dict(data)
+    if "peers" in values:
+        values["peers"] = _parse_peers_table(source, values["peers"])
+    for key in ("name", "cmd_url", "pub_url"):
+        if key in values and not isinstance(values[key], str):
+            raise ConfigError(f"{source}: {key} must be a string")
+    config = NodeConfig(**values)
+    config.validate(source)
+    return config
+
+
+def _parse_peers_table(source: str, table: Any) -> dict[str, PeerAddress]:
+    """`[peers]` maps a name to "CMD_URL[,PUB_URL]"."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: peers must be a table of NAME = \"CMD_URL[,PUB_URL]\"")
+    peers: dict[str, PeerAddress] = {}
+    for name, urls in table.items():
+        if not isinstance(urls, str):
+            raise ConfigError(f"{source}: peers.{name} must be a string \"CMD_URL[,PUB_URL]\"")
+        cmd_url, _, pub_url = urls.partition(",")
+        peers[name] = PeerAddress(cmd_url=cmd_url, pub_url=pub_url)
+    return peers

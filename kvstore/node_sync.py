@@ -1,0 +1,134 @@
+"""Requester side of one full sync with one peer, as a sans-I/O step machine.
+
+A sync runs in three phases over the peer's command socket:
+1. digest walk: DIGEST_GET requests walk down the two digest trees (`digest.DigestWalk`), so only
+   the leaf buckets whose digests differ are looked at (cost grows with the difference);
+2. bucket exchange: for each chunk of differing buckets, KEY_DUMP with this node's hashes of those
+   buckets; the peer answers with what it has better or that this node lacks (merged by the node)
+   and `tobe_updated_keys`, the keys this node has better or only it has;
+3. finalize: the node sends the current values of the `tobe_updated_keys` (plus the keys flooded
+   while the peer was not initialized) back with one-way KEY_SETs.
+
+The node moves the messages and merges the replies; this class only decides what to ask next.
+Up to `window` bucket requests are in flight at once, to hide round trips on large differences.
+"""
+
+from __future__ import annotations
+
+from kvstore.db import KvStoreDb
+from kvstore.digest import DigestWalk
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    DigestParams,
+    KeyDumpParams,
+    Publication,
+    Request,
+    Response,
+)
+
+
+class SyncProtocolError(Exception):
+    """The peer's reply does not fit the step it answers."""
+
+
+class SyncSession:
+    DIGEST = "digest"
+    DUMP = "dump"
+
+    def __init__(
+        self,
+        peer: str,
+        me: str,
+        db: KvStoreDb,
+        *,
+        started_ms: int,
+        buckets_per_request: int,
+        window: int = 4,
+        reason: str = "peer_add",
+    ) -> None:
+        self.peer = peer
+        self.me = me
+        self.db = db
+        self.started_ms = started_ms
+        self.reason = reason
+        self._walk = DigestWalk(db)
+        self._buckets_per_request = buckets_per_request
+        self._window = window
+        self._chunks: list[list[int]] | None = None
+        self._next_chunk = 0
+        self.in_flight: dict[bytes, str] = {}  # correlation id -> phase
+        self.tobe_updated: set[str] = set()
+        self.differing_buckets = 0
+        self.keys_received = 0
+        self.requests_sent = 0
+
+    @property
+    def walk_done(self) -> bool:
+        return self._walk.done
+
+    def next_requests(self, now_ms: int) -> list[tuple[str, Request]]:
+        """Requests to send now (phase, request); empty when waiting or when finished."""
+        if not self._walk.done:
+            if self.in_flight:
+                return []
+            node_ids = self._walk.next_request()
+            assert node_ids is not None
+            request = Request(cmd=Command.DIGEST_GET, digest=DigestParams(node_ids=node_ids))
+            return [(self.DIGEST, request)]
+        if self._chunks is None:
+            buckets = self._walk.differing_buckets()
+            self.differing_buckets = len(buckets)
+            size = self._buckets_per_request
+            self._chunks = [buckets[i : i + size] for i in range(0, len(buckets), size)]
+        out: list[tuple[str, Request]] = []
+        while len(self.in_flight) + len(out) < self._window and self._next_chunk < len(
+            self._chunks
+        ):
+            chunk = self._chunks[self._next_chunk]
+            self._next_chunk += 1
+            out.append((self.DUMP, self._dump_request(chunk, now_ms)))
+        return out
+
+    def _dump_request(self, buckets: list[int], now_ms: int) -> Request:
+        # The hashes are read when the request is built, so merges that happened since the walk
+        # (from flooding or earlier chunks) are taken into account.
+        hashes = self.db.hash_dump(now_ms, buckets=buckets)
+        return Request(
+            cmd=Command.KEY_DUMP,
+            key_dump=KeyDumpParams(key_val_hashes=hashes, sender_id=self.me, buckets=buckets),
+        )
+
+    def sent(self, corr: bytes, phase: str) -> None:
+        self.in_flight[corr] = phase
+        self.requests_sent += 1
+
+    def on_digest_reply(self, corr: bytes, response: Response) -> None:
+        self._expect(corr, self.DIGEST)
+        if response.digest is None or response.digest.digests is None:
+            raise SyncProtocolError(f"peer {self.peer}: DIGEST_GET reply without digests")
+        self._walk.on_reply(response.digest.digests)
+
+    def on_dump_reply(self, corr: bytes, response: Response) -> Publication:
+        """The peer's difference; the caller merges `key_vals` (tobe_updated is recorded here)."""
+        self._expect(corr, self.DUMP)
+        publication = response.publication
+        if publication is None:
+            raise SyncProtocolError(f"peer {self.peer}: KEY_DUMP reply without publication")
+        self.tobe_updated.update(publication.tobe_updated_keys or ())
+        self.keys_received += len(publication.key_vals or {})
+        return publication
+
+    def _expect(self, corr: bytes, phase: str) -> None:
+        got = self.in_flight.pop(corr, None)
+        if got != phase:
+            raise SyncProtocolError(f"peer {self.peer}: unexpected {phase} reply")
+
+    @property
+    def finished(self) -> bool:
+        """Every phase but the finalize is done."""
+        return (
+            self._walk.done
+            and self._chunks is not None
+            and not self.in_flight
+            and self._next_chunk >= len(self._chunks)
+        )
