@@ -55,20 +55,22 @@ class DesiredState:
     def prefix(self) -> str:
         return config_prefix(self.node)
 
-    def reset_from_dump(self, key_vals: Mapping[str, bytes | None]) -> dict[str, Model]:
-        """Replace everything with a full dump; returns the complete desired state to resync."""
-        self.desired.clear()
-        self.pending.clear()
-        self.decode_errors.clear()
-        self.first_pending_at = None
+    def load_dump(self, key_vals: Mapping[str, bytes | None], now: float = 0.0) -> int:
+        """Reconcile with a full dump of the KvStore: every difference (new, changed or gone
+        value) is staged as a pending change. Returns how many model keys changed."""
+        seen: set[str] = set()
+        changed = 0
         for key, raw in key_vals.items():
             model_key = model_key_of(key, self.prefix)
             if model_key is None or raw is None:
                 continue
             value = self._decode(model_key, raw)
             if value is not None:
-                self.desired[model_key] = value
-        return dict(self.desired)
+                seen.add(model_key)
+            changed += self._stage(model_key, value, now)
+        for model_key in [k for k in self.desired if k not in seen]:
+            changed += self._stage(model_key, None, now)
+        return changed
 
     def update(
         self, key_vals: Mapping[str, bytes | None], expired: Iterable[str] = (), now: float = 0.0

@@ -89,8 +89,11 @@ class StatusPublisher:
         if status.state in GONE_STATES:
             self.remove(key)
             return
-        payload = msgpack.packb(status_record(status, now), use_bin_type=True)
-        self._stage(key, payload, self.ttl_ms)
+        self.publish(key, status_record(status, now))
+
+    def publish(self, key: str, record: dict[str, Any]) -> None:
+        """Publish any self-originated record (e.g. a device state) under `key`."""
+        self._stage(key, msgpack.packb(record, use_bin_type=True), self.ttl_ms)
 
     def remove(self, key: str) -> None:
         pub = self._published.get(key)

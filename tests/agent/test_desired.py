@@ -19,14 +19,15 @@ def enc(value: dict) -> bytes:
 
 def test_dump_keeps_only_this_nodes_config() -> None:
     ds = DesiredState("n2")
-    desired = ds.reset_from_dump({
+    ds.load_dump({
         "config/n2/linux/interface/veth0": enc({"type": "veth"}),
         "config/n3/linux/interface/veth0": enc({"type": "bridge"}),
         "config/n2x/linux/interface/x": enc({"type": "tap"}),
         "status/n2/linux/interface/veth0": enc({"state": "CONFIGURED"}),
         "config/n2/linux/route/main/10.0.0.0/24/veth0": b"",  # tombstone: not desired
     })
-    assert desired == {"linux/interface/veth0": {"type": "veth"}}
+    assert ds.desired == {"linux/interface/veth0": {"type": "veth"}}
+    assert ds.take_pending() == {"linux/interface/veth0": {"type": "veth"}}
 
 
 def test_updates_coalesce_to_latest_value() -> None:
@@ -40,7 +41,8 @@ def test_updates_coalesce_to_latest_value() -> None:
 
 def test_tombstone_and_expiry_mean_delete() -> None:
     ds = DesiredState("n1")
-    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/y": enc({"v": 2})})
+    ds.load_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/y": enc({"v": 2})})
+    ds.take_pending()
     ds.update({"config/n1/a/x": b""}, expired=["config/n1/a/y", "config/n9/a/z"])
     assert ds.take_pending() == {"a/x": None, "a/y": None}
     assert ds.desired == {}
@@ -49,7 +51,8 @@ def test_tombstone_and_expiry_mean_delete() -> None:
 
 def test_ttl_only_update_and_unchanged_value_are_not_changes() -> None:
     ds = DesiredState("n1")
-    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1})})
+    ds.load_dump({"config/n1/a/x": enc({"v": 1})})
+    ds.take_pending()
     assert ds.update({"config/n1/a/x": None}) == 0
     assert ds.update({"config/n1/a/x": enc({"v": 1})}) == 0
     assert ds.update({"config/n1/a/gone": b""}) == 0
@@ -66,7 +69,8 @@ def test_batches_are_bounded() -> None:
 
 def test_undecodable_value_is_reported_and_not_desired() -> None:
     ds = DesiredState("n1")
-    ds.reset_from_dump({"config/n1/a/x": enc({"v": 1})})
+    ds.load_dump({"config/n1/a/x": enc({"v": 1})})
+    ds.take_pending()
     ds.update({"config/n1/a/x": b"\xc1"})  # 0xc1 is never valid msgpack
     assert ds.take_pending() == {"a/x": None}
     assert "not valid msgpack" in ds.decode_errors["a/x"]
@@ -89,3 +93,12 @@ def test_held_back_changes_stay_pending_in_order() -> None:
         "linux/interface/b"]
     assert list(ds.take_pending()) == ["vpp/interface/a", "vpp/interface/c"]
     assert ds.first_pending_at is None
+
+
+def test_redump_stages_only_differences() -> None:
+    ds = DesiredState("n1")
+    ds.load_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/y": enc({"v": 2})})
+    ds.take_pending()
+    changed = ds.load_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/z": enc({"v": 3})})
+    assert changed == 2
+    assert ds.take_pending() == {"a/z": {"v": 3}, "a/y": None}

@@ -1,0 +1,498 @@
+"""The node agent: desired state from the local KvStore -> KVScheduler -> southbounds.
+
+Threads (each owns its KvStore client: ZeroMQ sockets are not thread-safe):
+  agent-nb       follows `config/<node>/` (dump, then the stream), coalesces updates into
+                 transactions, re-dumps periodically and runs the periodic downstream resync;
+  agent-status   publishes value statuses and device states under `status/<node>/` and
+                 `node/<node>/`, refreshing their TTLs;
+  recon-*        the reconciliation framework's runs, one per (re)connected device;
+plus the scheduler's own worker and the southbound watchers.
+
+A device (the Linux namespace, the VPP connection) becomes KNOWN only after the reconciliation
+services ran for it in priority order; until then the agent holds back northbound changes for
+that device's values, so old state is never pushed over new.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvmesh.agent.desired import DesiredState, Model
+from kvmesh.agent.keys import config_prefix, device_key, device_of, status_prefix
+from kvmesh.agent.metrics import MetricFamily, flat_counters, render
+from kvmesh.agent.recon import (
+    CancelToken,
+    DeviceState,
+    ReconciliationManager,
+    ReconciliationService,
+    ResultIntent,
+    RunOutcome,
+)
+from kvmesh.agent.status import StatusPublisher
+from kvstore.client import KvStoreClient, KvStoreError
+from scheduler import KVScheduler, TransactionError, ValueStatus
+
+log = logging.getLogger("kvmesh.agent")
+
+#: Reconciliation stages: descriptors are grouped by what they configure, and each group is
+#: resynced in this order (interfaces before what sits on them, routes last).
+STAGES: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (10, "interfaces", ("interface",)),
+    (20, "l2-domains", ("bd", "bridge-domain")),
+    (30, "routes", ("route",)),
+)
+#: Priority of the built-in service that waits for the KvStore's initial sync.
+KVSTORE_SYNC_PRIORITY = 0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    kv_url: str
+    linux_netns: str | None = None
+    linux: bool = False
+    vpp_socket: str | None = None
+    http: tuple[str, int] | None = None
+    coalesce_s: float = 0.02
+    max_batch: int = 5000
+    redump_s: float = 60.0
+    downstream_resync_s: float = 300.0
+    status_ttl_ms: int = 300_000
+    initial_sync_timeout_s: float = 60.0
+    reconnect_backoff_s: tuple[float, float] = (0.5, 30.0)
+
+
+class Plugin(Protocol):
+    def descriptors(self) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Device:
+    name: str
+    plugin: Plugin
+    descriptor_names: tuple[str, ...]
+    reconnect: Callable[[], None] | None = None
+
+
+def stage_of(descriptor_name: str) -> str:
+    """The reconciliation stage of a descriptor, from the last word of its name."""
+    last = descriptor_name.rsplit("-", 1)[-1]
+    for _prio, stage, suffixes in STAGES:
+        if last in suffixes or any(descriptor_name.endswith(f"-{s}") for s in suffixes):
+            return stage
+    return "other"
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, scheduler: KVScheduler | None = None) -> None:
+        self.config = config
+        self.scheduler = scheduler or KVScheduler()
+        self.recon = ReconciliationManager()
+        self.desired = DesiredState(config.node)
+        self.publisher = StatusPublisher(config.node, ttl_ms=config.status_ttl_ms)
+        self.devices: dict[str, Device] = {}
+        self.counters: dict[str, int] = {
+            "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
+            "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
+            "statuses_published": 0,
+        }
+        self._lock = threading.RLock()  # guards desired + counters
+        self._status_queue: queue.SimpleQueue[tuple[str, dict[str, Any] | ValueStatus]] = (
+            queue.SimpleQueue())
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._initial_load_done = threading.Event()
+        self._http: Any = None
+        self._unwatch: Callable[[], None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._unwatch = self.scheduler.watch_value_status(
+            lambda status: self._status_queue.put(("status", status)))
+        self.recon.add_listener(self._on_device_state)
+        self._register_services()
+        self._spawn("agent-status", self._status_loop)
+        self._spawn("agent-nb", self._nb_loop)
+        self._start_southbounds()
+        if self.config.http is not None:
+            from kvmesh.agent.http_api import HttpApi
+
+            self._http = HttpApi(self, *self.config.http)
+            log.info("agent HTTP API on http://%s:%d", *self._http.address)
+
+    def add_device(self, name: str, plugin: Plugin,
+                   reconnect: Callable[[], None] | None = None) -> Device:
+        names = tuple(d.name for d in plugin.descriptors())
+        device = Device(name, plugin, names, reconnect)
+        with self._lock:
+            self.devices[name] = device
+        return device
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._http is not None:
+            self._http.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.recon.close()
+        for device in list(self.devices.values()):
+            try:
+                device.plugin.close()
+            except Exception:
+                log.exception("closing the %s southbound failed", device.name)
+        if self._unwatch is not None:
+            self._unwatch()
+        self.scheduler.close()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        return None if self._http is None else self._http.address
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=self._guard(name, target), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _guard(self, name: str, target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except Exception:
+                log.exception("agent thread %s died; stopping the agent", name)
+                self._stop.set()
+
+        return run
+
+    # -- southbounds and reconciliation -----------------------------------------------------------
+
+    def _start_southbounds(self) -> None:
+        cfg = self.config
+        if cfg.linux or cfg.linux_netns is not None:
+            import southbound.linux
+
+            plugin = southbound.linux.register(self.scheduler, netns=cfg.linux_netns)
+            self.add_device("linux", plugin)
+            # A namespace that exists is ready: reconcile it now.
+            self._connect_device("linux")
+        if cfg.vpp_socket is not None:
+            import southbound.vpp
+
+            vpp = southbound.vpp.register(self.scheduler, socket=cfg.vpp_socket)
+            self.add_device("vpp", vpp, reconnect=getattr(vpp, "reconnect", None))
+            vpp.on_connect(lambda: self._connect_device("vpp"))
+            vpp.on_disconnect(lambda: self.recon.device_disconnected("vpp"))
+            if getattr(vpp, "connected", False):
+                self._connect_device("vpp")
+
+    def _connect_device(self, device: str) -> None:
+        future = self.recon.device_connected(device)
+        future.add_done_callback(lambda f: self._after_reconciliation(f.result()))
+
+    def _after_reconciliation(self, outcome: RunOutcome) -> None:
+        if outcome.state is DeviceState.KNOWN:
+            log.info("device %s is KNOWN%s", outcome.device,
+                     f" (failed, tolerated: {outcome.failed})" if outcome.failed else "")
+            return
+        if not outcome.disconnect or self._stop.is_set():
+            return
+        device = self.devices.get(outcome.device)
+        log.warning("reconciliation of %s failed (%s): disconnecting", outcome.device,
+                    outcome.failed)
+        if device is not None and device.reconnect is not None:
+            device.reconnect()  # the plugin reconnects with backoff; on_connect re-runs us
+        else:
+            delay = self.config.reconnect_backoff_s[0]
+            timer = threading.Timer(delay, lambda: None if self._stop.is_set()
+                                    else self._connect_device(outcome.device))
+            timer.daemon = True
+            timer.start()
+
+    def _register_services(self) -> None:
+        self.recon.register(ReconciliationService(
+            "kvstore-initial-sync", KVSTORE_SYNC_PRIORITY, ResultIntent.DO_NOTHING,
+            self._svc_kvstore_sync, timeout_s=self.config.initial_sync_timeout_s + 30))
+        for priority, stage, _suffixes in (*STAGES, (40, "other", ())):
+            self.recon.register(ReconciliationService(
+                f"resync-{stage}", priority, ResultIntent.DISCONNECT,
+                self._stage_resync(stage), timeout_s=600))
+
+    def _svc_kvstore_sync(self, device: str, token: CancelToken) -> bool:
+        """Wait until the local KvStore finished its initial sync, then load desired state."""
+        deadline = time.monotonic() + self.config.initial_sync_timeout_s
+        with KvStoreClient(self.config.kv_url) as client:
+            while not client.node_info(refresh=True).initial_sync_done:
+                if time.monotonic() >= deadline:
+                    log.warning("KvStore initial sync not done after %.0fs: going on",
+                                self.config.initial_sync_timeout_s)
+                    break
+                if token.wait(0.1):
+                    token.check()
+            self._load_dump(client)
+        return True
+
+    def _stage_resync(self, stage: str) -> Callable[[str, CancelToken], bool]:
+        def run(device: str, token: CancelToken) -> bool:
+            dev = self.devices.get(device)
+            if dev is None:
+                return True
+            names = [n for n in dev.descriptor_names if stage_of(n) == stage]
+            if not names:
+                return True
+            token.check()
+            with self._lock:
+                values = self._snapshot_for(device, names)
+            try:
+                self.scheduler.resync(values, kind="full", descriptors=names,
+                                      description=f"reconcile {device}: {stage}")
+            except TransactionError as exc:
+                # Value-level failures are visible in statuses (and retried); they are not a
+                # reason to drop the device. Anything else propagates and fails the stage.
+                log.warning("reconcile %s/%s: %s", device, stage, exc)
+            return True
+
+        return run
+
+    def _snapshot_for(self, device: str, descriptor_names: list[str]) -> dict[str, Model]:
+        """Desired values of `device` owned by the given descriptors; drops their pending copies
+        (the resync applies them)."""
+        selectors = self._selectors(descriptor_names)
+        values = {k: v for k, v in self.desired.desired.items()
+                  if device_of(k) == device and any(sel(k) for sel in selectors)}
+        for key in [k for k in self.desired.pending if k in values or (
+                device_of(k) == device and any(sel(k) for sel in selectors))]:
+            del self.desired.pending[key]
+        return values
+
+    def _selectors(self, descriptor_names: list[str]) -> list[Callable[[str], bool]]:
+        wanted = set(descriptor_names)
+        return [d.key_selector for dev in self.devices.values()
+                for d in dev.plugin.descriptors() if d.name in wanted]
+
+    def _on_device_state(self, device: str, state: DeviceState) -> None:
+        self._status_queue.put(("device", {"device": device, "state": state.value,
+                                           "time": round(time.time(), 3)}))
+
+    # -- northbound -------------------------------------------------------------------------------
+
+    def _device_known(self, model_key: str) -> bool:
+        return self.recon.device_state(device_of(model_key)) is DeviceState.KNOWN
+
+    def _load_dump(self, client: KvStoreClient) -> None:
+        dump = client.dump(prefix=config_prefix(self.config.node))
+        raw = {k: (v.value if v.value is not None else b"") for k, v in dump.items()}
+        with self._lock:
+            self.desired.load_dump(raw)
+            self.counters["redumps"] += 1
+        self._initial_load_done.set()
+
+    def _nb_loop(self) -> None:
+        cfg = self.config
+        client = KvStoreClient(cfg.kv_url)
+        sub = None
+        next_redump = time.monotonic() + cfg.redump_s
+        next_downstream = time.monotonic() + cfg.downstream_resync_s
+        try:
+            while not self._stop.is_set():
+                try:
+                    if sub is None:
+                        sub = client.subscribe(prefix=config_prefix(cfg.node))
+                    self._drain(sub, timeout=min(cfg.coalesce_s, 0.05))
+                    now = time.monotonic()
+                    if self._initial_load_done.is_set() and now >= next_redump:
+                        next_redump = now + cfg.redump_s
+                        self._load_dump(client)  # guards against a missed publication
+                    self._apply_pending()
+                    if now >= next_downstream:
+                        next_downstream = now + cfg.downstream_resync_s
+                        self._periodic_downstream_resync()
+                except KvStoreError as exc:
+                    self.counters["kvstore_errors"] += 1
+                    log.warning("KvStore %s: %s (retrying)", cfg.kv_url, exc)
+                    if sub is not None:
+                        sub.close()
+                        sub = None
+                    self._stop.wait(1.0)
+        finally:
+            if sub is not None:
+                sub.close()
+            client.close()
+
+    def _drain(self, sub: Any, timeout: float) -> None:
+        publication = sub.recv(timeout_s=timeout)
+        while publication is not None:
+            raw = {k: v.value for k, v in (publication.key_vals or {}).items()}
+            with self._lock:
+                self.desired.update(raw, publication.expired_keys or ())
+            publication = sub.recv(timeout_s=0)
+
+    def _apply_pending(self) -> None:
+        cfg = self.config
+        with self._lock:
+            first = self.desired.first_pending_at
+            if first is None or not self._initial_load_done.is_set():
+                return
+            if (time.monotonic() - first < cfg.coalesce_s
+                    and len(self.desired.pending) < cfg.max_batch):
+                return
+            batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
+        if not batch:
+            return
+        txn = self.scheduler.start_txn()
+        for key, value in batch.items():
+            txn.set_value(key, value)
+        self.counters["nb_transactions"] += 1
+        self.counters["nb_values_applied"] += len(batch)
+        try:
+            txn.commit(description=f"northbound: {len(batch)} value(s) from the KvStore")
+        except TransactionError as exc:
+            self.counters["nb_transaction_errors"] += 1
+            log.warning("northbound transaction: %s", exc)
+
+    def _periodic_downstream_resync(self) -> None:
+        if any(self.recon.device_state(d) is not DeviceState.KNOWN for d in self.devices):
+            return  # a device being reconciled gets its own resync
+        try:
+            self.scheduler.resync(kind="downstream", description="periodic downstream resync")
+        except TransactionError as exc:
+            log.warning("periodic downstream resync: %s", exc)
+        self.counters["downstream_resyncs"] += 1
+
+    # -- status publication -----------------------------------------------------------------------
+
+    def _status_loop(self) -> None:
+        client = KvStoreClient(self.config.kv_url)
+        prefix = status_prefix(self.config.node)
+        seeded = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not seeded:
+                        self.publisher.seed(client.dump(prefix=prefix))
+                        seeded = True
+                    self._collect_statuses(timeout=0.05)
+                    out = self.publisher.take(time.monotonic())
+                    if out:
+                        client.set(out)
+                        self.counters["statuses_published"] += len(out)
+                except KvStoreError as exc:
+                    self.counters["kvstore_errors"] += 1
+                    log.warning("publishing statuses: %s (retrying)", exc)
+                    self._stop.wait(1.0)
+        finally:
+            client.close()
+
+    def _collect_statuses(self, timeout: float) -> None:
+        try:
+            item = self._status_queue.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            _kind, payload = item
+            if isinstance(payload, ValueStatus):
+                self.publisher.on_status(payload)
+            elif isinstance(payload, dict):
+                self.publisher.publish(device_key(self.config.node, str(payload["device"])),
+                                       payload)
+            try:
+                item = self._status_queue.get_nowait()
+            except queue.Empty:
+                return
+
+    # -- the REST API backend (kvmesh.agent.http_api.ApiBackend) ---------------------------------
+
+    def txn_history(self, seq: int | None, since: float | None, until: float | None) -> list[Any]:
+        return list(self.scheduler.transaction_history(since=since, until=until, seq=seq))
+
+    def key_timeline(self, key: str) -> list[Any]:
+        return list(self.scheduler.key_timeline(key))
+
+    def graph_snapshot(self, time: float | None) -> Any:
+        return self.scheduler.graph_snapshot(time)
+
+    def dump(self, descriptor: str | None, key_prefix: str | None, view: str) -> Any:
+        return self.scheduler.dump(descriptor=descriptor, key_prefix=key_prefix, view=view)
+
+    def value_status(self, key: str | None) -> Any:
+        if key is not None:
+            return self.scheduler.get_value_status(key)
+        return [self.scheduler.get_value_status(v.key)
+                for v in self.scheduler.dump(view="cached")]
+
+    def graph_dot(self) -> str:
+        return self.scheduler.graph_dot()
+
+    def stats(self) -> Any:
+        return {"scheduler": self.scheduler.stats(), "agent": dict(self.counters),
+                "devices": {d: s.value for d, s in self.recon.devices().items()}}
+
+    def downstream_resync(self, retry: bool) -> Any:
+        seq = self.scheduler.resync(kind="downstream", retry=retry or None,
+                                    description="downstream resync (REST)")
+        records = self.scheduler.transaction_history(seq=seq)
+        return records[0] if records else {"seq": seq}
+
+    def recon_services(self) -> Any:
+        return {
+            "services": [{"priority": p, "name": s.name, "intent": s.intent.value}
+                         for p, level in self.recon.registered_services().items()
+                         for s in level],
+            "devices": {d: s.value for d, s in self.recon.devices().items()},
+            "status": self.recon.status(),
+        }
+
+    def metrics_text(self) -> str:
+        families: list[MetricFamily] = []
+        try:
+            with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
+                kv = client.counters()
+            families += flat_counters("kvmesh", kv, gauges=[k for k in kv if ".num_" in k],
+                                      help_prefix="KvStore counter ")
+        except KvStoreError:
+            pass
+        sched = _numbers(self.scheduler.stats())
+        families += flat_counters("kvmesh_scheduler", sched, help_prefix="scheduler stat ")
+        families += flat_counters("kvmesh_agent", self.counters, help_prefix="agent counter ")
+        dev = MetricFamily("kvmesh_recon_device_known", "gauge", "1 when the device is KNOWN")
+        for name, state in self.recon.devices().items():
+            dev.add(1 if state is DeviceState.KNOWN else 0, device=name)
+        families.append(dev)
+        per_service = {
+            "successes": MetricFamily("kvmesh_recon_successes", "counter",
+                                      "Successful reconciliation runs"),
+            "failures": MetricFamily("kvmesh_recon_failures", "counter",
+                                     "Failed reconciliation runs"),
+            "cancellations": MetricFamily("kvmesh_recon_cancellations", "counter",
+                                          "Reconciliation runs cancelled by a disconnect"),
+        }
+        for device, services in self.recon.status().items():
+            for service, st in services.items():
+                for field, family in per_service.items():
+                    value = st[field]
+                    if isinstance(value, int):
+                        family.add(value, device=device, service=service)
+        families += per_service.values()
+        return render(families)
+
+
+def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten nested stats into `a.b` -> number (non-numbers dropped)."""
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_numbers(value, f"{name}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = value
+    return out
