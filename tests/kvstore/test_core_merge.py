@@ -1,0 +1,270 @@
+"""KvStoreDb.merge: every CRDT rule and every no-merge reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstore.db import KvStoreDb, compare_values
+from kvstore.hashing import value_hash
+from kvstore.value import I64_MAX, TTL_INFINITY, NoMergeReason, Value, invalid_reason
+
+R = NoMergeReason
+
+
+def v(
+    version: int = 1,
+    orig: str = "a",
+    value: bytes | None = b"x",
+    ttl: int = TTL_INFINITY,
+    ttl_version: int = 0,
+) -> Value:
+    return Value(version, orig, value, ttl, ttl_version)
+
+
+def stored(db: KvStoreDb, key: str, now: int = 0) -> Value:
+    return db.get([key], now)[key]
+
+
+@pytest.fixture
+def db() -> KvStoreDb:
+    return KvStoreDb("me")
+
+
+def test_new_key_is_stored_and_in_delta_with_hash(db: KvStoreDb) -> None:
+    incoming = v(3, "a", b"hello")
+    result = db.merge({"k": incoming}, 0)
+    assert result.no_merge == {}
+    assert result.delta == {"k": incoming}
+    assert result.delta["k"] is incoming  # the incoming object, as it is flooded on
+    assert incoming.hash == value_hash(3, "a", b"hello")
+    assert stored(db, "k") == Value(3, "a", b"hello", TTL_INFINITY, 0, incoming.hash)
+    assert "k" in db and len(db) == 1
+
+
+def test_present_hash_is_kept_not_recomputed(db: KvStoreDb) -> None:
+    db.merge({"k": Value(1, "a", b"x", TTL_INFINITY, 0, 42)}, 0)
+    assert stored(db, "k").hash == 42
+
+
+def test_verify_hashes_recomputes_a_present_hash() -> None:
+    db = KvStoreDb("me", verify_hashes=True)
+    db.merge({"k": Value(1, "a", b"x", TTL_INFINITY, 0, 42)}, 0)
+    assert stored(db, "k").hash == value_hash(1, "a", b"x")
+
+
+@pytest.mark.parametrize("ttl", [0, -1, -5000, TTL_INFINITY + 1, I64_MAX + 1])
+def test_invalid_ttl_is_rejected(db: KvStoreDb, ttl: int) -> None:
+    result = db.merge({"k": v(ttl=ttl)}, 0)
+    assert result.no_merge == {"k": R.INVALID_TTL}
+    assert result.delta == {} and "k" not in db
+
+
+@pytest.mark.parametrize("version", [0, -1, I64_MAX + 1])
+def test_invalid_version_is_rejected(db: KvStoreDb, version: int) -> None:
+    result = db.merge({"k": v(version=version)}, 0)
+    assert result.no_merge == {"k": R.INVALID_VERSION}
+    assert "k" not in db
+
+
+def test_invalid_ttl_is_checked_before_version(db: KvStoreDb) -> None:
+    assert db.merge({"k": v(version=0, ttl=0)}, 0).no_merge == {"k": R.INVALID_TTL}
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (Value(1, None, b"x"), R.INVALID_ORIGINATOR),
+        (Value(1, b"a", b"x"), R.INVALID_ORIGINATOR),
+        (Value(1, "\ud800", b"x"), R.INVALID_ORIGINATOR),  # not encodable as UTF-8
+        (Value(1, "a", "text"), R.INVALID_VALUE),
+        (Value(1, "a", bytearray(b"x")), R.INVALID_VALUE),
+        (Value(1.0, "a", b"x"), R.INVALID_VERSION),
+        (Value(True, "a", b"x"), R.INVALID_VERSION),
+        (Value(1, "a", b"x", "100"), R.INVALID_TTL),
+        (Value(1, "a", b"x", TTL_INFINITY, None), R.INVALID_TTL_VERSION),
+        (Value(1, "a", b"x", TTL_INFINITY, 0, "h"), R.INVALID_HASH),
+        (Value(1, "a", b"x", TTL_INFINITY, 0, 1 << 63), R.INVALID_HASH),
+        ({"version": 1}, R.MALFORMED),
+    ],
+)
+def test_malformed_records_get_a_reason_and_a_counter(
+    db: KvStoreDb, record: object, reason: str
+) -> None:
+    result = db.merge({"k": record, "ok": v()}, 0)  # type: ignore[dict-item]
+    assert result.no_merge == {"k": reason}
+    assert list(result.delta) == ["ok"]  # the rest of the batch is applied
+    assert db.counters[f"kvstore.no_merge.{reason}"] == 1
+    assert "k" not in db
+
+
+def test_non_string_or_unencodable_key_is_malformed(db: KvStoreDb) -> None:
+    result = db.merge({7: v(), "\udc80": v()}, 0)  # type: ignore[dict-item]
+    assert result.no_merge == {"7": R.MALFORMED, "\udc80": R.MALFORMED}
+    assert len(db) == 0
+
+
+def test_invalid_reason_matches_merge_for_valid_records() -> None:
+    assert invalid_reason(v()) is None
+    assert invalid_reason(v(ttl=0)) == R.INVALID_TTL
+    assert invalid_reason("nope") == R.MALFORMED
+
+
+def test_lower_version_loses(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "a", b"x")}, 0)
+    result = db.merge({"k": v(4, "z", b"zzz", ttl_version=9)}, 0)
+    assert result.no_merge == {"k": R.OLD_VERSION}
+    assert stored(db, "k").version == 5
+
+
+def test_higher_version_wins_even_with_lower_originator_and_value(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "z", b"zzz", ttl_version=9)}, 0)
+    incoming = v(6, "a", b"a")
+    result = db.merge({"k": incoming}, 0)
+    assert result.delta == {"k": incoming}
+    s = stored(db, "k")
+    assert (s.version, s.originator_id, s.value, s.ttl_version) == (6, "a", b"a", 0)
+
+
+def test_equal_version_higher_originator_wins(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "b", b"x")}, 0)
+    assert db.merge({"k": v(5, "a", b"zzz")}, 0).no_merge == {"k": R.LOWER_ORIGINATOR}
+    assert db.merge({"k": v(5, "c", b"a")}, 0).delta.keys() == {"k"}
+    assert stored(db, "k").originator_id == "c"
+
+
+def test_originator_compare_is_byte_order(db: KvStoreDb) -> None:
+    # "é" (U+00E9, UTF-8 c3 a9) sorts after "z" (7a) both as code points and as bytes.
+    db.merge({"k": v(1, "z")}, 0)
+    assert db.merge({"k": v(1, "é")}, 0).delta.keys() == {"k"}
+    assert db.merge({"k": v(1, "Z")}, 0).no_merge == {"k": R.LOWER_ORIGINATOR}
+
+
+def test_same_originator_greater_value_wins(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "a", b"m")}, 0)
+    assert db.merge({"k": v(5, "a", b"l", ttl_version=3)}, 0).no_merge == {"k": R.LOWER_VALUE}
+    result = db.merge({"k": v(5, "a", b"n")}, 0)
+    assert result.delta.keys() == {"k"}
+    assert stored(db, "k").value == b"n"
+    assert stored(db, "k").hash == value_hash(5, "a", b"n")
+
+
+def test_empty_value_is_a_value_not_a_ttl_update(db: KvStoreDb) -> None:
+    result = db.merge({"k": v(1, "a", b"")}, 0)
+    assert result.delta.keys() == {"k"}
+    assert stored(db, "k").value == b""
+    assert db.merge({"k": v(1, "a", b"\x00")}, 0).delta.keys() == {"k"}
+
+
+def test_equal_value_higher_ttl_version_updates_ttl_only(db: KvStoreDb) -> None:
+    db.merge({"k": Value(5, "a", b"x", 1000, 1, 77)}, 0)
+    incoming = Value(5, "a", b"x", 9000, 2)
+    result = db.merge({"k": incoming}, 100)
+    assert result.delta == {"k": incoming}
+    assert incoming.hash == 77  # filled from the store, consistent with the value
+    s = stored(db, "k", 100)
+    assert (s.ttl_ms, s.ttl_version, s.hash) == (9000, 2, 77)
+
+
+def test_equal_value_same_or_lower_ttl_version_changes_nothing(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "a", b"x", ttl=1000, ttl_version=3)}, 0)
+    assert db.merge({"k": v(5, "a", b"x", ttl=9000, ttl_version=3)}, 0).no_merge == {
+        "k": R.NO_CHANGE
+    }
+    assert db.merge({"k": v(5, "a", b"x", ttl=9000, ttl_version=2)}, 0).no_merge == {
+        "k": R.OLD_TTL_VERSION
+    }
+    assert stored(db, "k").ttl_ms == 1000
+
+
+def test_exact_echo_is_no_change_and_not_in_delta(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "a", b"x")}, 0)
+    result = db.merge({"k": v(5, "a", b"x")}, 0)
+    assert result.delta == {}
+    assert result.no_merge == {"k": R.NO_CHANGE}
+
+
+def test_ttl_only_update_applies_with_same_version_originator_and_higher_ttl_version(
+    db: KvStoreDb,
+) -> None:
+    db.merge({"k": v(5, "a", b"x", ttl=1000, ttl_version=1)}, 0)
+    update = v(5, "a", None, ttl=5000, ttl_version=2)
+    result = db.merge({"k": update}, 500)
+    assert result.delta == {"k": update}
+    assert result.delta["k"].value is None
+    s = stored(db, "k", 500)
+    assert (s.value, s.ttl_ms, s.ttl_version) == (b"x", 5000, 2)
+
+
+def test_ttl_only_update_to_infinite(db: KvStoreDb) -> None:
+    db.merge({"k": v(5, "a", b"x", ttl=1000)}, 0)
+    db.merge({"k": v(5, "a", None, ttl=TTL_INFINITY, ttl_version=1)}, 0)
+    assert stored(db, "k").ttl_ms == TTL_INFINITY
+    assert db.expire(10**9) == []
+    assert "k" in db
+
+
+def test_ttl_only_update_for_unknown_key(db: KvStoreDb) -> None:
+    result = db.merge({"k": v(5, "a", None, ttl_version=2)}, 0)
+    assert result.no_merge == {"k": R.UNKNOWN_KEY_TTL_UPDATE}
+    assert "k" not in db
+
+
+@pytest.mark.parametrize(
+    ("update", "reason"),
+    [
+        (v(6, "a", None, ttl_version=9), R.TTL_UPDATE_MISMATCH),
+        (v(5, "b", None, ttl_version=9), R.TTL_UPDATE_MISMATCH),
+        (v(4, "a", None, ttl_version=9), R.OLD_VERSION),
+        (v(5, "a", None, ttl_version=1), R.NO_CHANGE),
+        (v(5, "a", None, ttl_version=0), R.OLD_TTL_VERSION),
+    ],
+)
+def test_ttl_only_update_refusals(db: KvStoreDb, update: Value, reason: str) -> None:
+    db.merge({"k": v(5, "a", b"x", ttl=1000, ttl_version=1)}, 0)
+    assert db.merge({"k": update}, 0).no_merge == {"k": reason}
+    s = stored(db, "k")
+    assert (s.version, s.originator_id, s.ttl_ms, s.ttl_version) == (5, "a", 1000, 1)
+
+
+def test_merge_never_mutates_what_get_returned(db: KvStoreDb) -> None:
+    db.merge({"k": v(1, "a", b"x", ttl=1000)}, 0)
+    before = stored(db, "k")
+    db.merge({"k": v(1, "a", None, ttl=5000, ttl_version=1)}, 0)
+    assert before.ttl_ms == 1000 and before.ttl_version == 0
+
+
+def test_ttl_update_does_not_mutate_an_earlier_delta_value(db: KvStoreDb) -> None:
+    first = v(1, "a", b"x")  # infinite TTL: stored as is
+    db.merge({"k": first}, 0)
+    db.merge({"k": v(1, "a", None, ttl=5000, ttl_version=1)}, 0)
+    assert (first.ttl_ms, first.ttl_version) == (TTL_INFINITY, 0)
+
+
+def test_counters_count_received_updated_and_reasons(db: KvStoreDb) -> None:
+    db.merge({"a": v(), "b": v(), "c": v(ttl=0)}, 0)
+    db.merge({"a": v()}, 0)
+    assert db.counters["kvstore.merge.received"] == 4
+    assert db.counters["kvstore.merge.updated"] == 2
+    assert db.counters["kvstore.no_merge.INVALID_TTL"] == 1
+    assert db.counters["kvstore.no_merge.NO_CHANGE"] == 1
+
+
+def test_constructor_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="ttl_decrement_ms"):
+        KvStoreDb("x", ttl_decrement_ms=-1)
+    with pytest.raises(ValueError, match="ttl_threshold_ms"):
+        KvStoreDb("x", ttl_threshold_ms="500")  # type: ignore[arg-type]
+
+
+def test_compare_values_order() -> None:
+    base = Value(5, "b", b"m", TTL_INFINITY, 1, 10)
+    assert compare_values(base, Value(4, "z", b"z", TTL_INFINITY, 9, 11)) == 1
+    assert compare_values(base, Value(6, "a", b"a", TTL_INFINITY, 0, 11)) == -1
+    assert compare_values(base, Value(5, "a", None, TTL_INFINITY, 0, 11)) == 1
+    assert compare_values(base, Value(5, "c", None, TTL_INFINITY, 0, 11)) == -1
+    assert compare_values(base, Value(5, "b", None, 7, 1, 10)) == 0  # same hash and ttl_version
+    assert compare_values(base, Value(5, "b", None, 7, 2, 10)) == -1
+    assert compare_values(base, Value(5, "b", None, 7, 0, 10)) == 1
+    assert compare_values(base, Value(5, "b", None, 7, 1, 99)) == 2  # hashes differ: unknown
+    assert compare_values(base, Value(5, "b", b"n", 7, 1, 99)) == -1  # values decide
+    assert compare_values(base, Value(5, "b", b"l", 7, 1, 99)) == 1
