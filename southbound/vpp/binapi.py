@@ -1,0 +1,300 @@
+"""Typed wrappers of the VPP binary-API messages the descriptors use.
+
+Each method is one request (or one dump) through `VppConnection`, with arguments and results in
+plain Python types: descriptors never see vpp_papi's namedtuples.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from southbound.vpp.connection import VppConnection
+
+ANY_INDEX = 0xFFFFFFFF
+ADMIN_UP = 1  # if_status_flags
+LINK_UP = 2
+PORT_NORMAL = 0  # l2_port_type
+PORT_BVI = 1
+AF_PACKET_MODE_ETHERNET = 1
+PATH_NORMAL = 0  # fib_path_type
+NO_LABELS: list[dict[str, int]] = [{}] * 16  # vpp_papi packs fixed arrays only when complete
+
+# bd_flags bits by model field
+BD_FLAG_BITS = {
+    "learn": 1,
+    "forward": 2,
+    "flood": 4,
+    "unknown_unicast_flood": 8,
+    "arp_term": 16,
+}
+
+
+@dataclass(frozen=True)
+class InterfaceDetails:
+    sw_if_index: int
+    name: str  # VPP's name, e.g. loop0, tap1, host-veth0
+    dev_type: str
+    tag: str
+    admin_up: bool
+    link_up: bool
+    mtu: int
+    mac: str
+
+
+@dataclass(frozen=True)
+class TapDetails:
+    sw_if_index: int
+    rx_ring_size: int
+    tx_ring_size: int
+    host_if_name: str
+
+
+@dataclass(frozen=True)
+class BridgeDomainDetails:
+    bd_id: int
+    tag: str
+    flags: dict[str, bool]
+    members: tuple[int, ...]
+    bvi: int | None
+
+
+@dataclass(frozen=True)
+class RoutePath:
+    sw_if_index: int
+    next_hop: str  # the unspecified address when there is none
+    weight: int
+    preference: int
+    path_type: int
+
+
+@dataclass(frozen=True)
+class RouteDetails:
+    table_id: int
+    prefix: str
+    paths: tuple[RoutePath, ...]
+
+
+class VppApi:
+    def __init__(self, connection: VppConnection) -> None:
+        self.conn = connection
+
+    # ------------------------------------------------------------------ interfaces
+    def create_loopback(self, mac: str | None) -> int:
+        reply = self.conn.call("create_loopback", mac_address=mac or bytes(6))
+        return int(reply.sw_if_index)
+
+    def delete_loopback(self, sw_if_index: int) -> None:
+        self.conn.call("delete_loopback", sw_if_index=sw_if_index)
+
+    def create_tap(
+        self, mac: str | None, host_if_name: str | None, rx_ring_size: int, tx_ring_size: int
+    ) -> int:
+        reply = self.conn.call(
+            "tap_create_v3",
+            id=ANY_INDEX,
+            use_random_mac=mac is None,
+            mac_address=mac or bytes(6),
+            num_rx_queues=1,
+            num_tx_queues=1,
+            rx_ring_sz=rx_ring_size,
+            tx_ring_sz=tx_ring_size,
+            host_if_name_set=host_if_name is not None,
+            host_if_name=host_if_name or "",
+        )
+        return int(reply.sw_if_index)
+
+    def delete_tap(self, sw_if_index: int) -> None:
+        self.conn.call("tap_delete_v2", sw_if_index=sw_if_index)
+
+    def create_af_packet(self, host_if_name: str, mac: str | None) -> int:
+        reply = self.conn.call(
+            "af_packet_create_v3",
+            mode=AF_PACKET_MODE_ETHERNET,
+            hw_addr=mac or bytes(6),
+            use_random_hw_addr=mac is None,
+            host_if_name=host_if_name,
+            num_rx_queues=1,
+            num_tx_queues=1,
+        )
+        return int(reply.sw_if_index)
+
+    def delete_af_packet(self, host_if_name: str) -> None:
+        self.conn.call("af_packet_delete", host_if_name=host_if_name)
+
+    def set_tag(self, sw_if_index: int, tag: str) -> None:
+        self.conn.call("sw_interface_tag_add_del", is_add=True, sw_if_index=sw_if_index, tag=tag)
+
+    def set_admin_up(self, sw_if_index: int, up: bool) -> None:
+        self.conn.call(
+            "sw_interface_set_flags", sw_if_index=sw_if_index, flags=ADMIN_UP if up else 0
+        )
+
+    def set_mtu(self, sw_if_index: int, mtu: int) -> None:
+        self.conn.call("hw_interface_set_mtu", sw_if_index=sw_if_index, mtu=mtu)
+
+    def set_mac(self, sw_if_index: int, mac: str) -> None:
+        self.conn.call("sw_interface_set_mac_address", sw_if_index=sw_if_index, mac_address=mac)
+
+    def ensure_table(self, table_id: int, is_ip6: bool) -> None:
+        """Create FIB table `table_id` (adding an existing table is accepted by VPP)."""
+        if table_id != 0:
+            self.conn.call(
+                "ip_table_add_del", is_add=True, table={"table_id": table_id, "is_ip6": is_ip6}
+            )
+
+    def set_vrf(self, sw_if_index: int, vrf: int) -> None:
+        for is_ip6 in (False, True):
+            self.ensure_table(vrf, is_ip6)
+            self.conn.call(
+                "sw_interface_set_table", sw_if_index=sw_if_index, is_ipv6=is_ip6, vrf_id=vrf
+            )
+
+    def add_del_address(self, sw_if_index: int, cidr: str, is_add: bool) -> None:
+        self.conn.call(
+            "sw_interface_add_del_address", sw_if_index=sw_if_index, is_add=is_add, prefix=cidr
+        )
+
+    def set_unnumbered(self, ip_sw_if_index: int, sw_if_index: int, is_add: bool) -> None:
+        self.conn.call(
+            "sw_interface_set_unnumbered",
+            sw_if_index=ip_sw_if_index,
+            unnumbered_sw_if_index=sw_if_index,
+            is_add=is_add,
+        )
+
+    def interfaces(self) -> list[InterfaceDetails]:
+        return [
+            InterfaceDetails(
+                sw_if_index=d.sw_if_index,
+                name=d.interface_name,
+                dev_type=d.interface_dev_type,
+                tag=d.tag,
+                admin_up=bool(d.flags & ADMIN_UP),
+                link_up=bool(d.flags & LINK_UP),
+                mtu=d.link_mtu,
+                mac=str(d.l2_address),
+            )
+            for d in self.conn.dump("sw_interface_dump", sw_if_index=ANY_INDEX)
+        ]
+
+    def taps(self) -> dict[int, TapDetails]:
+        return {
+            d.sw_if_index: TapDetails(d.sw_if_index, d.rx_ring_sz, d.tx_ring_sz, d.host_if_name)
+            for d in self.conn.dump("sw_interface_tap_v2_dump", sw_if_index=ANY_INDEX)
+        }
+
+    def af_packets(self) -> dict[int, str]:
+        return {d.sw_if_index: d.host_if_name for d in self.conn.dump("af_packet_dump")}
+
+    def addresses(self, sw_if_index: int) -> list[str]:
+        result = []
+        for is_ip6 in (False, True):
+            for d in self.conn.dump("ip_address_dump", sw_if_index=sw_if_index, is_ipv6=is_ip6):
+                result.append(str(d.prefix))
+        return result
+
+    def vrf(self, sw_if_index: int) -> int:
+        return int(self.conn.call("sw_interface_get_table", sw_if_index=sw_if_index).vrf_id)
+
+    def unnumbered(self) -> dict[int, int]:
+        """sw_if_index of each unnumbered interface -> sw_if_index it borrows from."""
+        return {
+            d.sw_if_index: d.ip_sw_if_index
+            for d in self.conn.dump("ip_unnumbered_dump", sw_if_index=ANY_INDEX)
+        }
+
+    # ------------------------------------------------------------------ bridge domains
+    def bd_add(self, bd_id: int, flags: dict[str, bool], tag: str) -> None:
+        self.conn.call(
+            "bridge_domain_add_del_v2",
+            bd_id=bd_id,
+            flood=flags["flood"],
+            uu_flood=flags["unknown_unicast_flood"],
+            forward=flags["forward"],
+            learn=flags["learn"],
+            arp_term=flags["arp_term"],
+            bd_tag=tag,
+            is_add=True,
+        )
+
+    def bd_delete(self, bd_id: int) -> None:
+        self.conn.call("bridge_domain_add_del_v2", bd_id=bd_id, is_add=False)
+
+    def bd_set_flags(self, bd_id: int, flags: dict[str, bool], old: dict[str, bool]) -> None:
+        changed = [name for name in BD_FLAG_BITS if flags[name] != old.get(name)]
+        set_bits = sum(BD_FLAG_BITS[n] for n in changed if flags[n])
+        clear_bits = sum(BD_FLAG_BITS[n] for n in changed if not flags[n])
+        if set_bits:
+            self.conn.call("bridge_flags", bd_id=bd_id, is_set=True, flags=set_bits)
+        if clear_bits:
+            self.conn.call("bridge_flags", bd_id=bd_id, is_set=False, flags=clear_bits)
+
+    def bd_member(self, sw_if_index: int, bd_id: int, bvi: bool, enable: bool) -> None:
+        self.conn.call(
+            "sw_interface_set_l2_bridge",
+            rx_sw_if_index=sw_if_index,
+            bd_id=bd_id,
+            port_type=PORT_BVI if bvi else PORT_NORMAL,
+            shg=0,
+            enable=enable,
+        )
+
+    def bridge_domains(self) -> list[BridgeDomainDetails]:
+        result = []
+        for d in self.conn.dump("bridge_domain_dump", bd_id=ANY_INDEX, sw_if_index=ANY_INDEX):
+            flags = {
+                "flood": bool(d.flood),
+                "forward": bool(d.forward),
+                "learn": bool(d.learn),
+                "unknown_unicast_flood": bool(d.uu_flood),
+                "arp_term": bool(d.arp_term),
+            }
+            bvi = None if d.bvi_sw_if_index == ANY_INDEX else int(d.bvi_sw_if_index)
+            members = tuple(m.sw_if_index for m in d.sw_if_details)
+            result.append(BridgeDomainDetails(d.bd_id, d.bd_tag, flags, members, bvi))
+        return result
+
+    # ------------------------------------------------------------------ routes
+    def add_del_route(
+        self,
+        is_add: bool,
+        vrf: int,
+        dst: str,
+        next_hop: str,
+        sw_if_index: int,
+        weight: int,
+        preference: int,
+    ) -> None:
+        """One path of a route; paths are added and removed one by one (multipath)."""
+        hop = ipaddress.ip_address(next_hop)
+        path = {
+            "sw_if_index": sw_if_index,
+            "table_id": vrf,
+            "weight": weight,
+            "preference": preference,
+            "type": PATH_NORMAL,
+            "proto": 1 if hop.version == 6 else 0,
+            "nh": {"address": {"ip6" if hop.version == 6 else "ip4": hop.packed}},
+            "label_stack": NO_LABELS,
+        }
+        self.conn.call(
+            "ip_route_add_del",
+            is_add=is_add,
+            is_multipath=True,
+            route={"table_id": vrf, "prefix": dst, "n_paths": 1, "paths": [path]},
+        )
+
+    def tables(self) -> list[tuple[int, bool]]:
+        return [(d.table.table_id, bool(d.table.is_ip6)) for d in self.conn.dump("ip_table_dump")]
+
+    def routes(self, table_id: int, is_ip6: bool) -> list[RouteDetails]:
+        result = []
+        for d in self.conn.dump("ip_route_dump", table={"table_id": table_id, "is_ip6": is_ip6}):
+            prefix = d.route.prefix
+            paths = []
+            for p in d.route.paths:
+                hop = str(p.nh.address.ip6 if int(p.proto) == 1 else p.nh.address.ip4)
+                paths.append(RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type)))
+            result.append(RouteDetails(d.route.table_id, str(prefix), tuple(paths)))
+        return result

@@ -1,0 +1,162 @@
+"""`vpp/bd/<name>` bridge domains, and their derived members `vpp/bd/<name>/interface/<iface>`.
+
+The domain has no dependencies: it exists as soon as it is wanted. Each member is a derived value
+with its own descriptor that depends on its interface, so a missing interface only leaves its own
+binding PENDING. Bridge domains carry the tag `kvmesh:<name>`; Retrieve reports those only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from southbound.vpp import keys
+from southbound.vpp.binapi import BD_FLAG_BITS
+from southbound.vpp.context import (
+    BD_DESCRIPTOR,
+    BD_MEMBER_DESCRIPTOR,
+    INTERFACE_DESCRIPTOR,
+    Context,
+    owned_name,
+    owner_tag,
+)
+from southbound.vpp.errors import (
+    INVALID_SW_IF_INDEX,
+    NO_SUCH_ENTRY,
+    MissingInterfaceError,
+    VppApiError,
+    is_retriable,
+)
+from southbound.vpp.models import normalize_bd
+
+FLAG_FIELDS = tuple(BD_FLAG_BITS)
+
+
+def _name(key: str) -> str:
+    name = keys.bd_name(key)
+    assert name is not None, key
+    return name
+
+
+class BridgeDomainDescriptor:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.api = ctx.api
+
+    def descriptor(self) -> Descriptor:
+        return Descriptor(
+            name=BD_DESCRIPTOR,
+            key_selector=lambda key: keys.bd_name(key) is not None,
+            key_label=_name,
+            validate=self.validate,
+            create=self.create,
+            delete=self.delete,
+            update=self.update,
+            update_with_recreate=self.update_with_recreate,
+            retrieve=self.retrieve,
+            is_retriable_failure=is_retriable,
+            derived_values=self.derived_values,
+            value_comparator=self.equivalent,
+            retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
+        )
+
+    def validate(self, key: str, value: Any) -> None:
+        normalize_bd(key, value)
+
+    def create(self, key: str, value: Any) -> None:
+        v = normalize_bd(key, value)
+        self.api.bd_add(v["bd_id"], v, owner_tag(_name(key)))
+
+    def delete(self, key: str, value: Any, metadata: Any) -> None:
+        v = normalize_bd(key, value)
+        try:
+            self.api.bd_delete(v["bd_id"])
+        except VppApiError as exc:
+            if exc.retval != NO_SUCH_ENTRY:
+                raise
+
+    def update(self, key: str, old: Any, new: Any, metadata: Any) -> None:
+        o, n = normalize_bd(key, old), normalize_bd(key, new)
+        self.api.bd_set_flags(n["bd_id"], n, o)
+
+    def update_with_recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
+        return bool(normalize_bd(key, old)["bd_id"] != normalize_bd(key, new)["bd_id"])
+
+    def equivalent(self, key: str, a: Any, b: Any) -> bool:
+        """Members are derived values: only the domain's own fields are compared."""
+        try:
+            x, y = normalize_bd(key, a), normalize_bd(key, b)
+        except InvalidValueError:
+            return bool(a == b)
+        return all(x[f] == y[f] for f in ("bd_id", *FLAG_FIELDS))
+
+    def derived_values(self, key: str, value: Any) -> list[tuple[str, Any]]:
+        try:
+            v = normalize_bd(key, value)
+        except InvalidValueError:
+            return []
+        name = _name(key)
+        return [
+            (
+                keys.bd_member_key(name, m["name"]),
+                {"bd": name, "bd_id": v["bd_id"], "interface": m["name"], "bvi": m["bvi"]},
+            )
+            for m in v["interfaces"]
+        ]
+
+    def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
+        domains = [(owned_name(d.tag), d) for d in self.api.bridge_domains()]
+        owned = [(name, d) for name, d in domains if name]
+        if not owned:
+            return []
+        names = {
+            d.sw_if_index: name
+            for d in self.api.interfaces()
+            if (name := owned_name(d.tag)) is not None
+        }
+        result = []
+        for name, d in owned:
+            members = [
+                {"name": names[idx], "bvi": idx == d.bvi} for idx in d.members if idx in names
+            ]
+            value = {
+                "bd_id": d.bd_id,
+                **d.flags,
+                "interfaces": sorted(members, key=lambda m: str(m["name"])),
+            }
+            result.append((keys.bd_key(str(name)), value, None, ValueOrigin.FROM_NB))
+        return result
+
+
+def bd_member_descriptor(ctx: Context) -> Descriptor:
+    def create(key: str, value: Any) -> None:
+        idx = ctx.sw_if_index(value["interface"])
+        ctx.api.bd_member(idx, value["bd_id"], value["bvi"], True)
+
+    def delete(key: str, value: Any, metadata: Any) -> None:
+        try:
+            idx = ctx.sw_if_index(value["interface"])
+            ctx.api.bd_member(idx, value["bd_id"], value["bvi"], False)
+        except MissingInterfaceError:
+            return
+        except VppApiError as exc:
+            if exc.retval != INVALID_SW_IF_INDEX:
+                raise
+
+    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
+        return (
+            Dependency(
+                label=f"interface {value['interface']}",
+                key=keys.interface_key(value["interface"]),
+            ),
+        )
+
+    return Descriptor(
+        name=BD_MEMBER_DESCRIPTOR,
+        key_selector=lambda key: keys.parse_bd_member_key(key) is not None,
+        create=create,
+        delete=delete,
+        dependencies=dependencies,
+        is_retriable_failure=is_retriable,
+    )

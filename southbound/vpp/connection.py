@@ -1,0 +1,252 @@
+"""One connection to VPP's binary API through the unmodified `vpp_papi` client.
+
+- A supervisor thread connects, subscribes to interface events, then waits for the connection to
+  end (VPP went away, or a call failed at the transport level) and reconnects with exponential
+  backoff. Each successful connection runs the `on_connect` callbacks, each loss the
+  `on_disconnect` callbacks (in the supervisor thread), so the owner can resync after a restart.
+- Calls are serialised (vpp_papi's synchronous client is not thread-safe). `call` checks `retval`
+  (vpp_papi does not) and raises `VppApiError`; transport failures and timeouts raise the
+  retriable `VppConnectionError` and drop the connection, because a late reply would otherwise be
+  taken for the answer to a later request.
+- Events (`*_event` messages) are handed to the `on_event` callbacks by a dispatcher thread, never
+  in vpp_papi's reader thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from vpp_papi import VPPApiClient
+
+from southbound.vpp.errors import (
+    VppApiError,
+    VppConnectionError,
+    VppError,
+    VppUnsupportedError,
+)
+
+log = logging.getLogger("southbound.vpp.connection")
+
+Callback = Callable[[], None]
+EventCallback = Callable[[str, Any], None]
+
+
+class VppConnection:
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        client_name: str = "kvmesh",
+        read_timeout: float = 5.0,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 2.0,
+        apidir: str | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.client_name = client_name
+        self.read_timeout = read_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.apidir = apidir
+        self.counters: Counter[str] = Counter()
+        self.generation = 0  # number of successful connections so far
+        self._lock = threading.Lock()  # serialises API calls
+        self._client: Any = None
+        self._connected = threading.Event()
+        self._stop = threading.Event()
+        self._on_connect: list[Callback] = []
+        self._on_disconnect: list[Callback] = []
+        self._on_event: list[EventCallback] = []
+        self._events: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="vpp-connection", daemon=True
+        )
+        self._dispatcher = threading.Thread(target=self._dispatch, name="vpp-events", daemon=True)
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._dispatcher.start()
+            self._supervisor.start()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self._connected.wait(timeout)
+
+    def close(self) -> None:
+        """Disconnect and stop reconnecting (idempotent)."""
+        self._stop.set()
+        with self._lock:
+            client, self._client = self._client, None
+        self._connected.clear()
+        if client is not None:
+            self._disconnect(client)
+        if self._started:
+            self._supervisor.join(timeout=30)
+            self._events.put(None)
+            self._dispatcher.join(timeout=30)
+
+    def on_connect(self, callback: Callback) -> None:
+        """Called after every (re)connection, in the supervisor thread."""
+        self._on_connect.append(callback)
+
+    def on_disconnect(self, callback: Callback) -> None:
+        """Called when the connection is lost (not on `close`), in the supervisor thread."""
+        self._on_disconnect.append(callback)
+
+    def on_event(self, callback: EventCallback) -> None:
+        """Called with (message name, message) for every event VPP sends."""
+        self._on_event.append(callback)
+
+    # ------------------------------------------------------------------ calls
+    def call(self, name: str, **kwargs: Any) -> Any:
+        """Send a request, return its reply; a non-zero retval raises VppApiError."""
+        reply = self._invoke(name, kwargs)
+        retval = getattr(reply, "retval", 0)
+        if retval != 0:
+            self.counters["retval_errors"] += 1
+            raise VppApiError(name, retval)
+        return reply
+
+    def dump(self, name: str, **kwargs: Any) -> list[Any]:
+        """Run a dump, return its details."""
+        return list(self._invoke(name, kwargs))
+
+    def _invoke(self, name: str, kwargs: dict[str, Any]) -> Any:
+        with self._lock:
+            client = self._client
+            if client is None or not self._connected.is_set():
+                raise VppConnectionError(f"{name}: not connected to VPP at {self.socket_path}")
+            try:
+                function = getattr(client.api, name)
+            except AttributeError:
+                raise VppUnsupportedError(
+                    f"{name}: VPP at {self.socket_path} does not offer this message "
+                    "(missing plugin, or a different CRC)"
+                ) from None
+            self.counters["calls"] += 1
+            try:
+                return function(**kwargs)
+            except OSError as exc:  # VPPIOError, transport errors, timeouts
+                self.counters["transport_errors"] += 1
+                self._connected.clear()
+                self._client = None
+                self._abort(client)
+                raise VppConnectionError(f"{name}: connection to VPP lost: {exc}") from exc
+            except (ValueError, TypeError) as exc:  # the serializer refused the arguments
+                raise VppError(f"{name}: cannot encode the request: {exc}") from exc
+
+    # ------------------------------------------------------------------ supervisor
+    def _supervise(self) -> None:
+        delay = self.backoff_initial
+        while not self._stop.is_set():
+            try:
+                client = self._open()
+            except Exception as exc:
+                self.counters["connect_failures"] += 1
+                log.debug("connecting to VPP at %s failed: %s", self.socket_path, exc)
+                if self._stop.wait(delay):
+                    break
+                delay = min(delay * 2, self.backoff_max)
+                continue
+            delay = self.backoff_initial
+            with self._lock:
+                if self._stop.is_set():
+                    self._disconnect(client)
+                    break
+                self._client = client
+                self.generation += 1
+                self._connected.set()
+            self.counters["connects"] += 1
+            log.info("connected to VPP at %s", self.socket_path)
+            self._fire(self._on_connect)
+            # The reader thread ends when the socket closes: VPP went away or we dropped it.
+            client.transport.message_thread.join()
+            self._connected.clear()
+            with self._lock:
+                if self._client is client:
+                    self._client = None
+            self._disconnect(client)
+            if self._stop.is_set():
+                break
+            self.counters["disconnects"] += 1
+            log.warning("connection to VPP at %s lost; reconnecting", self.socket_path)
+            self._fire(self._on_disconnect)
+
+    def _open(self) -> Any:
+        if self.apidir is None:
+            client = VPPApiClient(
+                bootstrapapi=True, server_address=self.socket_path, read_timeout=self.read_timeout
+            )
+        else:
+            client = VPPApiClient(
+                apidir=self.apidir, server_address=self.socket_path, read_timeout=self.read_timeout
+            )
+        try:
+            client.connect(self.client_name)
+            client.register_event_callback(self._on_vpp_message)
+            reply = client.api.want_interface_events(enable_disable=1, pid=os.getpid())
+            if reply.retval != 0:
+                raise VppApiError("want_interface_events", reply.retval)
+        except BaseException:
+            self._abort(client)
+            with contextlib.suppress(Exception):
+                client.disconnect()
+            raise
+        return client
+
+    @staticmethod
+    def _abort(client: Any) -> None:
+        """Wake the reader thread up by shutting the socket down (it then ends)."""
+        sock = getattr(client.transport, "socket", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @staticmethod
+    def _disconnect(client: Any) -> None:
+        if getattr(client, "_kvmesh_closed", False):
+            return
+        client._kvmesh_closed = True
+        with contextlib.suppress(Exception):
+            client.disconnect()
+
+    def _fire(self, callbacks: list[Callback]) -> None:
+        for callback in list(callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("VPP connection callback %r failed", callback)
+
+    # ------------------------------------------------------------------ events
+    def _on_vpp_message(self, name: str, msg: Any) -> None:
+        # Runs in vpp_papi's reader thread: hand over, never block here.
+        if name.endswith("_event"):
+            self.counters["events"] += 1
+            self._events.put((name, msg))
+        else:
+            self.counters["stray_replies"] += 1  # a reply that arrived after its call timed out
+
+    def _dispatch(self) -> None:
+        while True:
+            item = self._events.get()
+            if item is None:
+                return
+            for callback in list(self._on_event):
+                try:
+                    callback(*item)
+                except Exception:
+                    log.exception("VPP event callback %r failed", callback)

@@ -1,0 +1,51 @@
+"""What every VPP descriptor shares: the API wrappers and the interface metadata map."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from southbound.vpp.binapi import VppApi
+from southbound.vpp.errors import MissingInterfaceError
+from southbound.vpp.fields import OWNER_TAG
+
+INTERFACE_DESCRIPTOR = "vpp-interface"
+ADDRESS_DESCRIPTOR = "vpp-interface-address"
+UNNUMBERED_DESCRIPTOR = "vpp-unnumbered"
+BD_DESCRIPTOR = "vpp-bd"
+BD_MEMBER_DESCRIPTOR = "vpp-bd-interface"
+ROUTE_DESCRIPTOR = "vpp-route"
+
+
+@dataclass(frozen=True)
+class InterfaceMeta:
+    """Metadata of a configured VPP interface (the `vpp-interface` metadata map, by name)."""
+
+    sw_if_index: int
+    type: str
+
+
+def owner_tag(name: str) -> str:
+    """The VPP tag marking an object as kvmesh's: interfaces and bridge domains carry it."""
+    return f"{OWNER_TAG}{name}"
+
+
+def owned_name(tag: str) -> str | None:
+    """The kvmesh name in a tag, or None for objects kvmesh does not own."""
+    if tag.startswith(OWNER_TAG) and len(tag) > len(OWNER_TAG):
+        return tag[len(OWNER_TAG) :]
+    return None
+
+
+class Context:
+    def __init__(self, api: VppApi) -> None:
+        self.api = api
+        self.interfaces: Mapping[str, InterfaceMeta] = {}
+
+    def sw_if_index(self, name: str) -> int:
+        meta = self.interfaces.get(name)
+        if meta is None:
+            raise MissingInterfaceError(
+                f"VPP interface {name!r} is not configured (no sw_if_index)"
+            )
+        return meta.sw_if_index

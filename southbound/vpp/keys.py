@@ -1,0 +1,117 @@
+"""The key space of the VPP southbound: building and parsing keys.
+
+    vpp/interface/<name>                          interface (NB)
+    vpp/interface/<name>/address/<cidr>           derived: one per interface address
+    vpp/interface/<name>/unnumbered               derived: borrowing the addresses of another one
+    vpp/bd/<name>                                 bridge domain (NB)
+    vpp/bd/<name>/interface/<iface>               derived: one binding per member interface
+    vpp/route/<vrf>/<dst cidr>/<next hop>         route (NB)
+
+Names never contain "/", so the component after the prefix is the name. CIDRs contain exactly one
+"/", which the parsers account for. A route without a next hop uses the unspecified address of
+its family (`0.0.0.0` or `::`) as the last component.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+INTERFACE_PREFIX = "vpp/interface/"
+BD_PREFIX = "vpp/bd/"
+ROUTE_PREFIX = "vpp/route/"
+ADDRESS = "address"
+UNNUMBERED = "unnumbered"
+BD_MEMBER = "interface"
+
+LINUX_HOST_PREFIX = "linux/interface/host/"
+LINUX_INTERFACE_PREFIX = "linux/interface/"
+
+
+def interface_key(name: str) -> str:
+    return f"{INTERFACE_PREFIX}{name}"
+
+
+def address_prefix(name: str) -> str:
+    return f"{INTERFACE_PREFIX}{name}/{ADDRESS}/"
+
+
+def address_key(name: str, cidr: str) -> str:
+    return f"{address_prefix(name)}{cidr}"
+
+
+def unnumbered_key(name: str) -> str:
+    return f"{INTERFACE_PREFIX}{name}/{UNNUMBERED}"
+
+
+def bd_key(name: str) -> str:
+    return f"{BD_PREFIX}{name}"
+
+
+def bd_member_key(bd: str, iface: str) -> str:
+    return f"{BD_PREFIX}{bd}/{BD_MEMBER}/{iface}"
+
+
+def route_key(vrf: int, dst: str, next_hop: str) -> str:
+    return f"{ROUTE_PREFIX}{vrf}/{dst}/{next_hop}"
+
+
+def linux_host_key(name: str) -> str:
+    return f"{LINUX_HOST_PREFIX}{name}"
+
+
+def linux_interface_key(name: str) -> str:
+    return f"{LINUX_INTERFACE_PREFIX}{name}"
+
+
+def _tail(key: str, prefix: str) -> list[str] | None:
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix) :].split("/")
+    return parts if parts[0] else None
+
+
+def interface_name(key: str) -> str | None:
+    """The name of an interface key (`vpp/interface/<name>`), else None."""
+    parts = _tail(key, INTERFACE_PREFIX)
+    return parts[0] if parts is not None and len(parts) == 1 else None
+
+
+def parse_address_key(key: str) -> tuple[str, str] | None:
+    """(interface, cidr) of `vpp/interface/<name>/address/<ip>/<len>`, else None."""
+    parts = _tail(key, INTERFACE_PREFIX)
+    if parts is None or len(parts) != 4 or parts[1] != ADDRESS or not parts[2] or not parts[3]:
+        return None
+    return parts[0], f"{parts[2]}/{parts[3]}"
+
+
+def unnumbered_interface(key: str) -> str | None:
+    parts = _tail(key, INTERFACE_PREFIX)
+    if parts is None or len(parts) != 2 or parts[1] != UNNUMBERED:
+        return None
+    return parts[0]
+
+
+def bd_name(key: str) -> str | None:
+    parts = _tail(key, BD_PREFIX)
+    return parts[0] if parts is not None and len(parts) == 1 else None
+
+
+def parse_bd_member_key(key: str) -> tuple[str, str] | None:
+    parts = _tail(key, BD_PREFIX)
+    if parts is None or len(parts) != 3 or parts[1] != BD_MEMBER or not parts[2]:
+        return None
+    return parts[0], parts[2]
+
+
+class RouteKey(NamedTuple):
+    vrf: str
+    dst: str
+    next_hop: str
+
+
+def parse_route_key(key: str) -> RouteKey | None:
+    """`vpp/route/<vrf>/<ip>/<len>/<next hop>` split into its parts (unvalidated), else None."""
+    parts = _tail(key, ROUTE_PREFIX)
+    if parts is None or len(parts) != 4 or not all(parts):
+        return None
+    return RouteKey(parts[0], f"{parts[1]}/{parts[2]}", parts[3])

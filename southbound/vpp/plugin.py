@@ -1,0 +1,105 @@
+"""The VPP southbound plugin: the connection, the descriptors, interface events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler import KVScheduler
+from southbound.vpp.address import address_descriptor, unnumbered_descriptor
+from southbound.vpp.binapi import ADMIN_UP, LINK_UP, VppApi
+from southbound.vpp.bridge_domain import BridgeDomainDescriptor, bd_member_descriptor
+from southbound.vpp.connection import VppConnection
+from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
+from southbound.vpp.interface import InterfaceDescriptor
+from southbound.vpp.route import RouteDescriptor
+
+log = logging.getLogger("southbound.vpp")
+
+
+@dataclass(frozen=True)
+class InterfaceEvent:
+    """An `sw_interface_event` from VPP, with the kvmesh name when kvmesh owns the interface."""
+
+    sw_if_index: int
+    name: str | None
+    admin_up: bool
+    link_up: bool
+    deleted: bool
+
+
+class VppPlugin:
+    """What `southbound.vpp.register` returns. `close()` disconnects and stops reconnecting."""
+
+    def __init__(self, scheduler: KVScheduler, connection: VppConnection) -> None:
+        self.scheduler = scheduler
+        self.connection = connection
+        self.api = VppApi(connection)
+        self.ctx = Context(self.api)
+        self._event_callbacks: list[Callable[[InterfaceEvent], None]] = []
+        self.link_state: dict[str, InterfaceEvent] = {}
+        connection.on_event(self._on_vpp_event)
+
+    def register_descriptors(self) -> None:
+        scheduler = self.scheduler
+        scheduler.register_descriptor(InterfaceDescriptor(self.ctx).descriptor())
+        self.ctx.interfaces = scheduler.get_metadata_map(INTERFACE_DESCRIPTOR)
+        scheduler.register_descriptor(address_descriptor(self.ctx))
+        scheduler.register_descriptor(unnumbered_descriptor(self.ctx))
+        scheduler.register_descriptor(BridgeDomainDescriptor(self.ctx).descriptor())
+        scheduler.register_descriptor(bd_member_descriptor(self.ctx))
+        scheduler.register_descriptor(RouteDescriptor(self.ctx).descriptor())
+
+    @property
+    def connected(self) -> bool:
+        return self.connection.connected
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        return self.connection.wait_connected(timeout)
+
+    def on_connect(self, callback: Callable[[], None]) -> None:
+        """Called after every reconnection (e.g. VPP restarted: trigger a full resync)."""
+        self.connection.on_connect(callback)
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Called when the connection to VPP is lost."""
+        self.connection.on_disconnect(callback)
+
+    def on_interface_event(self, callback: Callable[[InterfaceEvent], None]) -> None:
+        """Called (in a dedicated thread) for every `sw_interface_event`."""
+        self._event_callbacks.append(callback)
+
+    def stats(self) -> dict[str, Any]:
+        return {"connected": self.connected, **self.connection.counters}
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def _on_vpp_event(self, name: str, msg: Any) -> None:
+        if name != "sw_interface_event":
+            return
+        owner = None
+        for iface, meta in list(self.ctx.interfaces.items()):
+            if meta is not None and meta.sw_if_index == msg.sw_if_index:
+                owner = iface
+                break
+        event = InterfaceEvent(
+            sw_if_index=msg.sw_if_index,
+            name=owner,
+            admin_up=bool(msg.flags & ADMIN_UP),
+            link_up=bool(msg.flags & LINK_UP),
+            deleted=bool(msg.deleted),
+        )
+        if owner is not None:
+            if event.deleted:
+                self.link_state.pop(owner, None)
+                log.warning("VPP deleted interface %s (sw_if_index %d)", owner, msg.sw_if_index)
+            else:
+                self.link_state[owner] = event
+        for callback in list(self._event_callbacks):
+            try:
+                callback(event)
+            except Exception:
+                log.exception("interface event callback %r failed", callback)
