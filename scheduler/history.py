@@ -4,58 +4,73 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from dataclasses import dataclass
 
 from scheduler.api import Key, Metadata, TxnOperation, Value, ValueOrigin, ValueState
 from scheduler.graph import Node
 from scheduler.records import TxnRecord
 
 
-@dataclass(slots=True)
 class NodeRevision:
     """One revision of a value in the graph, valid from ``since`` until ``until`` (None = now)."""
 
-    key: Key
-    since: float
-    until: float | None
-    seq: int
-    label: str
-    value: Value
-    metadata: Metadata
-    state: ValueState
-    origin: ValueOrigin
-    available: bool
-    derived_from: Key | None
-    last_op: TxnOperation
-    error: str | None
-    details: tuple[str, ...]
-    dependencies: tuple[str, ...]
-    derived: tuple[Key, ...]
-    descriptor: str | None
+    __slots__ = (
+        "_deps",
+        "_derived",
+        "available",
+        "derived_from",
+        "descriptor",
+        "details",
+        "error",
+        "key",
+        "label",
+        "last_op",
+        "metadata",
+        "origin",
+        "seq",
+        "since",
+        "state",
+        "until",
+        "value",
+    )
+
+    def __init__(self, node: Node, since: float, seq: int) -> None:
+        # Plain attribute copies only: this runs for every value a transaction touches.
+        self.key: Key = node.key
+        self.since = since
+        self.until: float | None = None
+        self.seq = seq
+        self.label = node.label
+        self.value: Value = node.value
+        self.metadata: Metadata = node.metadata
+        self.state: ValueState = node.state
+        self.origin: ValueOrigin = node.origin
+        self.available = node.available
+        self.derived_from: Key | None = node.derived_from
+        self.last_op: TxnOperation = node.last_op
+        self.error: BaseException | None = node.error
+        self.details: tuple[str, ...] = node.details
+        self.descriptor = node.descriptor
+        self._deps = node.deps
+        self._derived = node.derived
 
     @classmethod
     def of(cls, node: Node, since: float, seq: int) -> NodeRevision:
-        return cls(
-            key=node.key,
-            since=since,
-            until=None,
-            seq=seq,
-            label=node.label,
-            value=node.value,
-            metadata=node.metadata,
-            state=node.state,
-            origin=node.origin,
-            available=node.available,
-            derived_from=node.derived_from,
-            last_op=node.last_op,
-            error=None if node.error is None else str(node.error),
-            details=node.details,
-            dependencies=tuple(
-                dep.key if dep.key is not None else f"{dep.label} (any of)" for dep in node.deps
-            ),
-            derived=tuple(dk for dk, _ in node.derived),
-            descriptor=None if node.descriptor is None else node.descriptor.name,
+        return cls(node, since, seq)
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """Dependency targets: the key, or ``label (any of)`` for AnyOf dependencies."""
+        return tuple(
+            dep.key if dep.key is not None else f"{dep.label} (any of)" for dep in self._deps
         )
+
+    @property
+    def derived(self) -> tuple[Key, ...]:
+        return tuple(dk for dk, _ in self._derived)
+
+    @property
+    def descriptor_name(self) -> str | None:
+        return None if self.descriptor is None else self.descriptor.name
 
     def same_as(self, node: Node) -> bool:
         return (
@@ -65,7 +80,8 @@ class NodeRevision:
             and self.last_op is node.last_op
             and self.details == node.details
             and self.metadata is node.metadata
-            and self.error == (None if node.error is None else str(node.error))
+            and self.error is node.error
+            and self._deps is node.deps
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -81,12 +97,15 @@ class NodeRevision:
             "available": self.available,
             "derived_from": self.derived_from,
             "last_op": self.last_op.value,
-            "error": self.error,
+            "error": None if self.error is None else str(self.error),
             "details": list(self.details),
             "dependencies": list(self.dependencies),
             "derived": list(self.derived),
-            "descriptor": self.descriptor,
+            "descriptor": self.descriptor_name,
         }
+
+    def __repr__(self) -> str:
+        return f"NodeRevision({self.key!r}, {self.state.name}, since={self.since}, seq={self.seq})"
 
 
 class History:
@@ -134,7 +153,7 @@ class History:
             last.until = now
             self._closed.append((now, key))
         if node is not None:
-            revision = NodeRevision.of(node, now, seq)
+            revision = NodeRevision(node, now, seq)
             if timeline is None:
                 self._timelines[key] = [revision]
             else:

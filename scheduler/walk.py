@@ -106,13 +106,6 @@ class Walker:
         if node is not None and node.derived_from is not None:
             self._reject(key, DerivedKeyError(f"{key!r} is a derived value; set its base value"))
             return
-        if value is not None and node is None:
-            try:
-                descriptor = self.registry.lookup(key)
-            except ValueError as exc:
-                self._reject(key, exc)
-                return
-            del descriptor  # looked up only to surface ambiguity early
         if value is None and node is not None and node.origin is SB:
             # NB never configured this value: it is owned by the SB and stays (documented).
             return
@@ -230,14 +223,10 @@ class Walker:
         node.value = value
         descriptor = node.descriptor
         is_derived = derived_from is not None
-        common = {
-            "prev_value": prev_value,
-            "new_value": value,
-            "prev_state": prev_state,
-            "prev_error": prev_error,
-            "derived": is_derived,
-            "recreate": recreate,
-        }
+        rec = RecordedOp(
+            CREATE, key, prev_value, value, prev_state, prev_error=prev_error, derived=is_derived
+        )
+        rec.recreate = recreate
 
         if descriptor is None and not is_derived:
             graph.set_deps(node, ())
@@ -245,7 +234,7 @@ class Walker:
             node.error = None
             node.last_op = CREATE
             node.details = ()
-            self._record(CREATE, key, new_state=node.state, noop=True, **common)
+            self._push(rec, node.state, noop=True)
             return True
 
         if descriptor is not None and origin is NB:
@@ -256,7 +245,8 @@ class Walker:
                 node.error = invalid
                 node.last_op = CREATE
                 node.details = _invalid_fields(invalid)
-                self._record(CREATE, key, new_state=node.state, error=invalid, noop=True, **common)
+                rec.error = invalid
+                self._push(rec, node.state, noop=True)
                 self._count_error(node, CREATE, invalid)
                 return False
 
@@ -270,7 +260,7 @@ class Walker:
             node.error = None
             node.last_op = CREATE
             node.details = missing_labels(graph, node)
-            self._record(CREATE, key, new_state=node.state, noop=True, **common)
+            self._push(rec, node.state, noop=True)
             return True
 
         new_metadata: Metadata = None
@@ -285,7 +275,7 @@ class Walker:
                 new_metadata = descriptor.create(key, value)
             except Exception as exc:  # descriptor failures are data, never crash the walk
                 node.available = False
-                self._fail(node, CREATE, exc, common)
+                self._fail(node, exc, rec)
                 return False
 
         node.available = True
@@ -294,7 +284,8 @@ class Walker:
         node.last_op = CREATE
         node.details = ()
         self._store_metadata(node, new_metadata)
-        self._record(CREATE, key, new_state=node.state, property=descriptor is None, **common)
+        rec.property = descriptor is None
+        self._push(rec, node.state)
         self._dep_updates(key)
         self._apply_derived(node, derived, origin)
         return True
@@ -311,13 +302,9 @@ class Walker:
         prev_value = node.value
         prev_error = node.error
         is_derived = node.derived_from is not None
-        common = {
-            "prev_value": prev_value,
-            "new_value": value,
-            "prev_state": prev_state,
-            "prev_error": prev_error,
-            "derived": is_derived,
-        }
+        rec = RecordedOp(
+            UPDATE, key, prev_value, value, prev_state, prev_error=prev_error, derived=is_derived
+        )
 
         if descriptor is not None and origin is NB:
             invalid = self._validate(descriptor, key, value)
@@ -328,7 +315,8 @@ class Walker:
                 node.error = invalid
                 node.last_op = UPDATE
                 node.details = _invalid_fields(invalid)
-                self._record(UPDATE, key, new_state=node.state, error=invalid, noop=True, **common)
+                rec.error = invalid
+                self._push(rec, node.state, noop=True)
                 self._count_error(node, UPDATE, invalid)
                 return False
 
@@ -338,7 +326,7 @@ class Walker:
             equivalent = prev_value is value or prev_value == value
 
         if origin is SB or (node.origin is SB and origin is not NB):
-            return self._update_obtained(node, value, equivalent, metadata, common)
+            return self._update_obtained(node, value, equivalent, metadata, rec)
 
         if (
             not equivalent
@@ -392,7 +380,7 @@ class Walker:
                     new_metadata = descriptor.update(key, prev_value, value, node.metadata)
                 except Exception as exc:
                     node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
-                    self._fail(node, UPDATE, exc, common)
+                    self._fail(node, exc, rec)
                     return False
             node.value = value
             node.state = ValueState.CONFIGURED
@@ -401,8 +389,9 @@ class Walker:
             node.details = ()
             self._store_metadata(node, new_metadata)
             if was_obtained:
-                common["prev_state"] = ValueState.OBTAINED
-            self._record(UPDATE, key, new_state=node.state, property=descriptor is None, **common)
+                rec.prev_state = ValueState.OBTAINED
+            rec.property = descriptor is None
+            self._push(rec, node.state)
         else:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
@@ -424,7 +413,7 @@ class Walker:
         value: Value,
         equivalent: bool,
         metadata: Metadata,
-        common: dict[str, object],
+        rec: RecordedOp,
     ) -> bool:
         """SB-origin value changed (SB notification or refresh): no CRUD, follow derived."""
         graph = self.graph
@@ -447,7 +436,7 @@ class Walker:
         node.state = ValueState.OBTAINED
         if not equivalent:
             node.last_op = UPDATE
-            self._record(UPDATE, node.key, new_state=node.state, **common)
+            self._push(rec, node.state)
         self._apply_derived(node, derived, SB)
         return True
 
@@ -462,6 +451,10 @@ class Walker:
         descriptor = node.descriptor
         graph.touch(node)
         self._touched(key)
+        rec = RecordedOp(
+            DELETE, key, node.value, None, prev_state, prev_error=prev_error, derived=is_derived
+        )
+        rec.recreate = recreate
 
         if not node.available:
             if pending:
@@ -477,30 +470,11 @@ class Walker:
                             )
                         descriptor.delete(key, node.value, node.metadata)
                     except Exception as exc:
-                        self._fail(
-                            node,
-                            DELETE,
-                            exc,
-                            {
-                                "prev_value": node.value,
-                                "prev_state": prev_state,
-                                "prev_error": prev_error,
-                                "derived": is_derived,
-                            },
-                        )
+                        self._fail(node, exc, rec)
                         return False
                 self._drop_metadata(node)
             # Otherwise nothing is in SB (pending, invalid, failed create, unimplemented, missing).
-            self._record(
-                DELETE,
-                key,
-                prev_value=node.value,
-                prev_state=prev_state,
-                prev_error=prev_error,
-                new_state=ValueState.REMOVED,
-                derived=is_derived,
-                noop=noop,
-            )
+            self._push(rec, ValueState.REMOVED, noop=noop)
             for dk, _ in sorted(node.derived, reverse=True):
                 if dk in graph.nodes:
                     self._apply(dk, None, node.origin, derived_from=key)
@@ -524,14 +498,6 @@ class Walker:
             if not self._apply(dependent, None, NB, dep_update=True):
                 return self._abort_delete(node, prev_state)
 
-        common = {
-            "prev_value": node.value,
-            "new_value": None,
-            "prev_state": prev_state,
-            "prev_error": prev_error,
-            "derived": is_derived,
-            "recreate": recreate,
-        }
         if node.origin is NB and descriptor is not None and self.ctx.execute:
             try:
                 if descriptor.delete is None:
@@ -540,21 +506,22 @@ class Walker:
                     )
                 descriptor.delete(key, node.value, node.metadata)
             except Exception as exc:
-                self._fail(node, DELETE, exc, common)
+                self._fail(node, exc, rec)
                 return False
         if descriptor is not None:
             self._drop_metadata(node)
         node.metadata = None
         node.error = None
         node.last_op = DELETE
+        rec.property = descriptor is None
         if pending:
             node.state = ValueState.PENDING
             node.details = missing_labels(graph, node)
-            self._record(DELETE, key, new_state=node.state, property=descriptor is None, **common)
+            self._push(rec, node.state)
         else:
             node.state = ValueState.REMOVED
             node.details = ()
-            self._record(DELETE, key, new_state=node.state, property=descriptor is None, **common)
+            self._push(rec, node.state)
             if not recreate:
                 graph.remove(key)
         return True
@@ -632,9 +599,7 @@ class Walker:
         self.ctx.validation_cache[key] = (value, result)
         return result
 
-    def _fail(
-        self, node: Node, op: TxnOperation, exc: BaseException, common: dict[str, object]
-    ) -> None:
+    def _fail(self, node: Node, exc: BaseException, rec: RecordedOp) -> None:
         ctx = self.ctx
         descriptor = node.descriptor
         retriable = descriptor.retriable(exc) if descriptor is not None else False
@@ -647,11 +612,12 @@ class Walker:
         else:
             node.state = ValueState.FAILED
         node.error = exc
-        node.last_op = op
+        node.last_op = rec.op
         node.details = ()
         ctx.failed.add(node.key)
-        self._record(op, node.key, new_state=node.state, error=exc, **common)
-        self._count_error(node, op, exc)
+        rec.error = exc
+        self._push(rec, node.state)
+        self._count_error(node, rec.op, exc)
 
     def _count_error(self, node: Node, op: TxnOperation, exc: BaseException) -> None:
         ctx = self.ctx
@@ -712,14 +678,17 @@ class Walker:
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
 
-    def _record(self, op: TxnOperation, key: Key, **fields: object) -> None:
+    def _push(self, record: RecordedOp, new_state: ValueState, *, noop: bool = False) -> None:
         ctx = self.ctx
-        record = RecordedOp(op, key, **fields)  # type: ignore[arg-type]
+        key = record.key
+        record.new_state = new_state
+        record.noop = noop
         record.revert = ctx.reverting
         record.retry = ctx.retry_attempt > 0
+        op = record.op
         if op is CREATE:
             earlier = ctx._pending_create_op.pop(key, None)
-            if earlier is not None and not record.noop:
+            if earlier is not None and not noop:
                 # A CREATE that only parked the value as PENDING is superseded by the real one.
                 first = ctx.ops[earlier]
                 assert first is not None
@@ -727,17 +696,17 @@ class Walker:
                 record.prev_error = first.prev_error
                 record.prev_value = first.prev_value
                 ctx.ops[earlier] = None
-            if record.new_state is ValueState.PENDING:
+            if new_state is ValueState.PENDING:
                 ctx._pending_create_op[key] = len(ctx.ops)
         elif op is DELETE:
             earlier = ctx._pending_delete_op.pop(key, None)
-            if earlier is not None and record.noop and record.prev_state is ValueState.PENDING:
+            if earlier is not None and noop and record.prev_state is ValueState.PENDING:
                 # Deleted as a dependent, then by NB in the same transaction: one DELETE.
                 first = ctx.ops[earlier]
                 assert first is not None
-                first.new_state = record.new_state
+                first.new_state = new_state
                 return
-            if record.new_state is ValueState.PENDING:
+            if new_state is ValueState.PENDING:
                 ctx._pending_delete_op[key] = len(ctx.ops)
         ctx.ops.append(record)
 
