@@ -24,11 +24,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from scheduler import Dependency, Descriptor, KVScheduler, ValueOrigin  # noqa: E402
+from scheduler import Dependency, Descriptor, KVScheduler, ValueOrigin
 
 IFACE = "config/vpp/interface/"
 ADDR = "config/vpp/interface/address/"
@@ -164,7 +165,7 @@ def measure(n_values: int, runs: int, single_runs: int) -> dict[str, float]:
                 txn = sched.start_txn().set_value(route_key, value)
                 singles.append(timed(txn.commit))
             values[route_key] = value
-            resyncs.append(timed(lambda: sched.resync(values, kind="full")))
+            resyncs.append(timed(partial(sched.resync, values, kind="full")))
         finally:
             sched.close()
     return {
@@ -181,7 +182,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=None, help="runs per size (median)")
     args = parser.parse_args()
     small, large = (1_000, 10_000) if args.quick else (10_000, 100_000)
-    runs = args.runs or (3 if args.quick else 3)
+    runs = args.runs or 3
     base = measure(small, runs + 2, 50)
     big = measure(large, runs, 50)
     s_label = f"{small // 1000}k"
