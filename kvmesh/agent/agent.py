@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvmesh.agent.desired import DesiredState, Model
-from kvmesh.agent.keys import config_prefix, device_key, device_of, status_prefix
+from kvmesh.agent.keys import agent_key, config_prefix, device_key, device_of, status_prefix
 from kvmesh.agent.metrics import MetricFamily, flat_counters, render
 from kvmesh.agent.recon import (
     CancelToken,
@@ -127,7 +127,9 @@ class Agent:
             from kvmesh.agent.http_api import HttpApi
 
             self._http = HttpApi(self, *self.config.http)
-            log.info("agent HTTP API on http://%s:%d", *self._http.address)
+            host, port = self._http.address
+            log.info("agent HTTP API on http://%s:%d", host, port)
+            self._status_queue.put(("agent", {"http": f"{host}:{port}"}))
 
     def add_device(self, name: str, plugin: Plugin,
                    reconnect: Callable[[], None] | None = None) -> Device:
@@ -399,12 +401,14 @@ class Agent:
         except queue.Empty:
             return
         while True:
-            _kind, payload = item
+            kind, payload = item
             if isinstance(payload, ValueStatus):
                 self.publisher.on_status(payload)
-            elif isinstance(payload, dict):
+            elif kind == "device":
                 self.publisher.publish(device_key(self.config.node, str(payload["device"])),
                                        payload)
+            elif kind == "agent":
+                self.publisher.publish(agent_key(self.config.node), payload)
             try:
                 item = self._status_queue.get_nowait()
             except queue.Empty:
@@ -496,3 +500,22 @@ def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = value
     return out
+
+
+def run_agent(config: AgentConfig, stop: threading.Event) -> int:
+    """Run an agent until `stop` is set (or the agent fails); returns the exit code."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent = Agent(config)
+    try:
+        agent.start()
+    except Exception as exc:
+        log.error("agent failed to start: %s", exc)
+        agent.stop()
+        return 1
+    while not stop.wait(0.2):
+        if agent.wait_stopped(0):
+            agent.stop()
+            return 1
+    agent.stop()
+    return 0

@@ -3,6 +3,7 @@
 config/<node>/<model key>   desired state for one node (msgpack map; empty value = tombstone)
 status/<node>/<model key>   state of that value on that node, published by its agent (with TTL)
 node/<node>/device/<dev>    reconciliation state of a southbound device (e.g. KNOWN)
+node/<node>/agent           the node's agent: its REST address (with TTL, while it runs)
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def status_key(node: str, model_key: str) -> str:
 
 def device_key(node: str, device: str) -> str:
     return f"{NODE}{node}/device/{device}"
+
+
+def agent_key(node: str) -> str:
+    """Where a node's agent announces itself (its REST address)."""
+    return f"{NODE}{node}/agent"
 
 
 def model_key_of(prefixed_key: str, prefix: str) -> str | None:

@@ -1,0 +1,366 @@
+"""Agent commands: run an agent, desired state (config), statuses, and the agent's REST views.
+
+`config` and `status` talk only to the KvStore (any node sees the whole cluster). The commands
+that show one agent's scheduler (`values`, `history`, `resync`, `graph`, `report`, `recon`) find
+that agent's HTTP address in the mesh under `node/<name>/agent`, so they also work from any node.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from kvmesh.agent.desired import decode_config_value, encode_config_value
+from kvmesh.agent.keys import (
+    STATUS,
+    agent_key,
+    config_key,
+    config_prefix,
+    model_key_of,
+    status_prefix,
+    validate_node_name,
+)
+from kvmesh.agent.status import decode_status
+from kvmesh.cli.kvstore_cmds import KvCommand, KvGroup, cli_context, emit, fail, run_client
+from kvstore.client import KvStoreClient
+from kvstore.gen.kvstore_thrift.ttypes import Value
+
+HTTP_TIMEOUT_S = 30.0
+
+
+def _parse_http(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected ADDR:PORT, got {text!r}", param_hint="--http")
+    return host or "127.0.0.1", int(port)
+
+
+# -- agent run ----------------------------------------------------------------------------------
+
+
+@click.group("agent", cls=KvGroup)
+def agent_group() -> None:
+    """The node agent (KvStore -> KVScheduler -> southbounds)."""
+
+
+def agent_options(fn: Any) -> Any:
+    for option in reversed((
+        click.option("--linux-netns", default=None, help="Enable the Linux southbound in NS."),
+        click.option("--linux", is_flag=True, help="Enable the Linux southbound in the agent's "
+                     "own namespace."),
+        click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
+        click.option("--http", default=None, help="Serve the REST API on ADDR:PORT."),
+        click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
+                     show_default=True, help="Period of the drift-repairing resync."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+@agent_group.command("run")
+@click.option("--name", required=True, help="The node this agent serves (config/<name>/...).")
+@click.option("--node-url", default=None, help="Command URL of the local KvStore [--url].")
+@agent_options
+def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
+              vpp_socket: str | None, http: str | None, downstream_resync_s: float) -> None:
+    """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
+    from kvmesh.agent.agent import AgentConfig, run_agent
+
+    try:
+        validate_node_name(name)
+        settings = AgentConfig(
+            node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
+            linux=linux, vpp_socket=vpp_socket, http=_parse_http(http),
+            downstream_resync_s=downstream_resync_s)
+    except (ValueError, click.BadParameter) as exc:
+        fail(str(exc), code=2)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sys.exit(run_agent(settings, stop))
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+@click.group("config", cls=KvGroup)
+def config_group() -> None:
+    """Desired state of any node, written to and read from the mesh."""
+
+
+@config_group.command("set")
+@click.argument("node")
+@click.argument("model_key")
+@click.argument("value_json")
+def config_set(node: str, model_key: str, value_json: str) -> None:
+    """Set the desired value of MODEL_KEY on NODE (JSON; validated before it enters the mesh)."""
+    from kvmesh.agent.models import ModelError, validate_model
+
+    try:
+        validate_node_name(node)
+        value = json.loads(value_json)
+    except json.JSONDecodeError as exc:
+        fail(f"VALUE_JSON is not valid JSON: {exc}", code=2)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    if not isinstance(value, dict):
+        fail("VALUE_JSON must be a JSON object", code=2)
+    try:
+        validate_model(model_key, value)
+    except ModelError as exc:
+        fail(str(exc), code=2)
+    key = config_key(node, model_key)
+    sent, reason = run_client(lambda c: c.set_key(key, encode_config_value(value)))
+    if reason is not None:
+        fail(f"{key}: not applied ({reason})")
+    emit({"key": key, "version": sent.version}, f"{key} set (version {sent.version})")
+
+
+@config_group.command("del")
+@click.argument("node")
+@click.argument("model_key")
+def config_del(node: str, model_key: str) -> None:
+    """Delete MODEL_KEY from NODE's desired state (a tombstone with a higher version)."""
+    key = config_key(node, model_key)
+
+    def action(client: KvStoreClient) -> int | None:
+        current = client.get([key]).get(key)
+        if current is None or not current.value:
+            return None
+        sent, reason = client.set_key(key, b"", version=current.version + 1)
+        if reason is not None:
+            fail(f"{key}: not applied ({reason})")
+        return int(sent.version)
+
+    version = run_client(action)
+    if version is None:
+        fail(f"{key}: no such desired value")
+    emit({"key": key, "version": version}, f"{key} deleted (version {version})")
+
+
+@config_group.command("get")
+@click.argument("node")
+@click.argument("prefix", required=False, default="")
+def config_get(node: str, prefix: str) -> None:
+    """Show NODE's desired state (optionally under a model-key PREFIX) as JSON."""
+    dump: dict[str, Value] = run_client(lambda c: c.dump(prefix=config_prefix(node) + prefix))
+    out: dict[str, Any] = {}
+    for key, value in sorted(dump.items()):
+        model_key = model_key_of(key, config_prefix(node))
+        if model_key is None or not value.value:
+            continue
+        try:
+            out[model_key] = decode_config_value(value.value)
+        except ValueError as exc:
+            out[model_key] = {"error": str(exc)}
+    click.echo(json.dumps(out, indent=2, sort_keys=True))
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+@click.command("status", cls=KvCommand)
+@click.argument("node", required=False)
+@click.option("--prefix", default="", help="Only model keys starting with P.")
+def status(node: str | None, prefix: str) -> None:
+    """Value states of NODE (all nodes when omitted), read from the mesh."""
+    scan = status_prefix(node) if node else STATUS
+    dump: dict[str, Value] = run_client(lambda c: c.dump(prefix=scan))
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, value in sorted(dump.items()):
+        node_name, _, model_key = key[len(STATUS):].partition("/")
+        record = decode_status(value.value)
+        if record is None or not model_key.startswith(prefix):
+            continue
+        rows.setdefault(node_name, {})[model_key] = record
+    if cli_context().as_json:
+        emit(rows, "")
+        return
+    lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<12} {'LAST OP':<8} DETAILS / ERROR"]
+    for node_name, values in rows.items():
+        for model_key, rec in values.items():
+            extra = rec.get("error") or ", ".join(rec.get("details") or ())
+            lines.append(f"{node_name:<8} {model_key:<50} {rec['state']:<12} "
+                         f"{rec.get('last_op', ''):<8} {extra}")
+    click.echo("\n".join(lines) if len(lines) > 1 else "no statuses found")
+
+
+# -- the agent's REST views ----------------------------------------------------------------------
+
+
+def agent_http(node: str | None) -> str:
+    """Base URL of `node`'s agent REST API (default: the agent of the node we talk to)."""
+
+    def action(client: KvStoreClient) -> str:
+        name = node or client.node_info().name
+        found = client.get([agent_key(name)]).get(agent_key(name))
+        record = decode_status(found.value if found else None)
+        if not record or not record.get("http"):
+            fail(f"no agent with a REST API is registered for node {name!r} "
+                 f"(start it with --http)")
+        return f"http://{record['http']}"
+
+    result: str = run_client(action)
+    return result
+
+
+def http_call(base: str, path: str, params: dict[str, Any] | None = None,
+              method: str = "GET") -> bytes:
+    query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+    url = f"{base}{path}" + (f"?{query}" if query else "")
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
+            body: bytes = resp.read()
+            return body
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except (ValueError, AttributeError):
+            pass
+        fail(f"{path}: HTTP {exc.code}: {detail}")
+    except (urllib.error.URLError, OSError) as exc:
+        fail(f"agent at {base} unreachable: {exc}")
+
+
+def http_json(base: str, path: str, params: dict[str, Any] | None = None,
+              method: str = "GET") -> Any:
+    return json.loads(http_call(base, path, params, method))
+
+
+node_option = click.option("--node", default=None, help="Node whose agent to ask [the local one].")
+
+
+@click.command("values", cls=KvCommand)
+@node_option
+@click.option("--prefix", default="", help="Only keys starting with P.")
+def values(node: str | None, prefix: str) -> None:
+    """The scheduler's values and their states (like agentctl values)."""
+    base = agent_http(node)
+    statuses = http_json(base, "/scheduler/status")
+    rows = [s for s in statuses if str(s.get("key", "")).startswith(prefix)]
+    if cli_context().as_json:
+        emit(rows, "")
+        return
+    lines = [f"{'KEY':<55} {'STATE':<12} {'ORIGIN':<8} {'LAST OP':<8} DETAILS / ERROR"]
+    for st in sorted(rows, key=lambda s: s["key"]):
+        extra = st.get("error") or ", ".join(st.get("details") or ())
+        lines.append(f"{st['key']:<55} {st['state']:<12} {st.get('origin', ''):<8} "
+                     f"{st.get('last_op', ''):<8} {extra or ''}")
+    click.echo("\n".join(lines))
+
+
+@click.command("history", cls=KvCommand)
+@click.argument("seq", required=False, type=click.IntRange(min=0))
+@node_option
+def history(seq: int | None, node: str | None) -> None:
+    """Transaction history (or one transaction) in the scheduler's log format."""
+    base = agent_http(node)
+    if cli_context().as_json:
+        emit(http_json(base, "/scheduler/txn-history", {"seq-num": seq}), "")
+        return
+    click.echo(http_call(base, "/scheduler/txn-history", {"seq-num": seq, "format": "text"})
+               .decode(), nl=False)
+
+
+@click.command("resync", cls=KvCommand)
+@click.option("--retry", is_flag=True, help="Retry failed operations afterwards.")
+@node_option
+def resync(retry: bool, node: str | None) -> None:
+    """Downstream resync: re-read the southbound and repair drift."""
+    base = agent_http(node)
+    result = http_json(base, "/scheduler/downstream-resync",
+                       {"retry": "true" if retry else "false", "verbose": "true"}, "POST")
+    emit(result, f"downstream resync done (transaction {result.get('seq', '?')})")
+
+
+@click.command("graph", cls=KvCommand)
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="FILE.svg (rendered by Graphviz) or FILE.dot.")
+@node_option
+def graph(out_path: str, node: str | None) -> None:
+    """Write the scheduler's dependency graph to a file."""
+    fmt = "dot" if out_path.endswith(".dot") else "svg"
+    body = http_call(agent_http(node), "/scheduler/graph", {"format": fmt})
+    with open(out_path, "wb") as fh:
+        fh.write(body)
+    click.echo(f"graph written to {out_path} ({len(body)} bytes)")
+
+
+@click.command("report", cls=KvCommand)
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False))
+@node_option
+def report(out_path: str, node: str | None) -> None:
+    """Zip everything useful for a bug report: history, dumps in all views, status, counters."""
+    base = agent_http(node)
+    parts: Sequence[tuple[str, str, dict[str, Any]]] = (
+        ("txn-history.txt", "/scheduler/txn-history", {"format": "text"}),
+        ("txn-history.json", "/scheduler/txn-history", {}),
+        ("dump-cached.json", "/scheduler/dump", {"view": "cached"}),
+        ("dump-NB.json", "/scheduler/dump", {"view": "NB"}),
+        ("dump-SB.json", "/scheduler/dump", {"view": "SB"}),
+        ("status.json", "/scheduler/status", {}),
+        ("stats.json", "/scheduler/stats", {}),
+        ("graph.dot", "/scheduler/graph", {"format": "dot"}),
+        ("recon.json", "/recon/services", {}),
+        ("metrics.txt", "/metrics", {}),
+    )
+    with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for i, (name, path, params) in enumerate(parts, 1):
+            click.echo(f"[{i}/{len(parts)}] {name}", err=True)
+            zf.writestr(name, http_call(base, path, params))
+        counters = run_client(lambda c: c.counters())
+        zf.writestr("kvstore-counters.json", json.dumps(counters, indent=2, sort_keys=True))
+    click.echo(f"report written to {out_path}")
+
+
+# -- reconciliation -----------------------------------------------------------------------------
+
+
+@click.group("recon", cls=KvGroup)
+def recon_group() -> None:
+    """The reconciliation framework."""
+
+
+@recon_group.command("services")
+@node_option
+def recon_services(node: str | None) -> None:
+    """Registered services in the order they run."""
+    data = http_json(agent_http(node), "/recon/services")
+    lines = [f"{'PRIORITY':>8}  {'NAME':<28} INTENT"]
+    lines += [f"{s['priority']:>8}  {s['name']:<28} {s['intent']}" for s in data["services"]]
+    emit(data["services"], "\n".join(lines))
+
+
+@recon_group.command("status")
+@click.argument("node", required=False)
+def recon_status(node: str | None) -> None:
+    """Per-device, per-service reconciliation state and counters."""
+    data = http_json(agent_http(node), "/recon/services")
+    lines = [f"{'DEVICE':<8} {'STATE':<13} {'SERVICE':<26} {'SVC STATE':<10} "
+             f"{'OK':>4} {'FAIL':>4} LAST ERROR"]
+    for device, services in sorted(data["status"].items()):
+        dev_state = data["devices"].get(device, "")
+        for name, st in services.items():
+            lines.append(f"{device:<8} {dev_state:<13} {name:<26} {st['state']:<10} "
+                         f"{st['successes']:>4} {st['failures']:>4} {st['last_error']}")
+    emit({"devices": data["devices"], "status": data["status"]}, "\n".join(lines))
+
+
+def register(group: click.Group) -> None:
+    for command in (agent_group, config_group, status, values, history, resync, graph, report,
+                    recon_group):
+        group.add_command(command)
