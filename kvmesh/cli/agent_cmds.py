@@ -7,6 +7,7 @@ that agent's HTTP address in the mesh under `node/<name>/agent`, so they also wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -227,10 +228,8 @@ def http_call(base: str, path: str, params: dict[str, Any] | None = None,
             return body
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             detail = json.loads(detail).get("error", detail)
-        except (ValueError, AttributeError):
-            pass
         fail(f"{path}: HTTP {exc.code}: {detail}")
     except (urllib.error.URLError, OSError) as exc:
         fail(f"agent at {base} unreachable: {exc}")
