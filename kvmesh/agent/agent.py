@@ -69,8 +69,6 @@ class AgentConfig:
 
 
 class Plugin(Protocol):
-    def descriptors(self) -> list[Any]: ...
-
     def close(self) -> None: ...
 
 
@@ -131,9 +129,13 @@ class Agent:
             log.info("agent HTTP API on http://%s:%d", host, port)
             self._status_queue.put(("agent", {"http": f"{host}:{port}"}))
 
-    def add_device(self, name: str, plugin: Plugin,
+    def add_device(self, name: str, register: Callable[[], Plugin],
                    reconnect: Callable[[], None] | None = None) -> Device:
-        names = tuple(d.name for d in plugin.descriptors())
+        """Register a southbound (`register()` adds its descriptors to the scheduler) as the
+        device `name`; the descriptors it added are the device's reconciliation scope."""
+        before = {d.name for d in self.scheduler.descriptors()}
+        plugin = register()
+        names = tuple(d.name for d in self.scheduler.descriptors() if d.name not in before)
         device = Device(name, plugin, names, reconnect)
         with self._lock:
             self.devices[name] = device
@@ -184,15 +186,18 @@ class Agent:
         if cfg.linux or cfg.linux_netns is not None:
             import southbound.linux
 
-            plugin = southbound.linux.register(self.scheduler, netns=cfg.linux_netns)
-            self.add_device("linux", plugin)
+            self.add_device("linux", lambda: southbound.linux.register(
+                self.scheduler, netns=cfg.linux_netns))
             # A namespace that exists is ready: reconcile it now.
             self._connect_device("linux")
         if cfg.vpp_socket is not None:
             import southbound.vpp
 
-            vpp = southbound.vpp.register(self.scheduler, socket=cfg.vpp_socket)
-            self.add_device("vpp", vpp, reconnect=getattr(vpp, "reconnect", None))
+            socket_path = cfg.vpp_socket
+            device = self.add_device("vpp", lambda: southbound.vpp.register(
+                self.scheduler, socket=socket_path))
+            vpp: Any = device.plugin
+            device.reconnect = getattr(vpp, "reconnect", None)
             vpp.on_connect(lambda: self._connect_device("vpp"))
             vpp.on_disconnect(lambda: self.recon.device_disconnected("vpp"))
             if getattr(vpp, "connected", False):
@@ -279,8 +284,7 @@ class Agent:
 
     def _selectors(self, descriptor_names: list[str]) -> list[Callable[[str], bool]]:
         wanted = set(descriptor_names)
-        return [d.key_selector for dev in self.devices.values()
-                for d in dev.plugin.descriptors() if d.name in wanted]
+        return [d.key_selector for d in self.scheduler.descriptors() if d.name in wanted]
 
     def _on_device_state(self, device: str, state: DeviceState) -> None:
         self._status_queue.put(("device", {"device": device, "state": state.value,
