@@ -1,0 +1,232 @@
+"""Fixtures for multi-process KvStore tests: real `kvmesh node run` processes on loopback.
+
+`mesh` hands out a `Mesh`: allocate nodes (free ports, so URLs are known before any node starts
+and peers can be declared on both sides), start them as subprocesses, wait until their command
+socket answers, and kill every process at teardown, whatever happened in the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvstore.client import KvStoreClient, KvStoreError
+from tests.util import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Fast, test-friendly defaults: quick retries, no periodic anti-entropy unless a test asks.
+TEST_CONFIG: dict[str, Any] = {
+    "sync_interval_s": 0,
+    "sync_timeout_ms": 3000,
+    "sync_initial_backoff_ms": 100,
+    "sync_max_backoff_ms": 1000,
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def write_toml(path: Path, values: Mapping[str, Any]) -> None:
+    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
+
+
+@dataclass
+class Node:
+    name: str
+    cmd_url: str
+    pub_url: str
+    workdir: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    peers: dict[str, str] = field(default_factory=dict)  # name -> cmd_url
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def client(self, timeout_s: float = 5.0) -> KvStoreClient:
+        return KvStoreClient(self.cmd_url, timeout_s=timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def answers(self) -> bool:
+        try:
+            with self.client(timeout_s=0.5) as c:
+                return c.node_info(refresh=True).name == self.name
+        except KvStoreError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send `sig` and wait for the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class Mesh:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.nodes: dict[str, Node] = {}
+
+    def allocate(self, name: str, **config: Any) -> Node:
+        node = Node(
+            name=name,
+            cmd_url=f"tcp://127.0.0.1:{free_port()}",
+            pub_url=f"tcp://127.0.0.1:{free_port()}",
+            workdir=self.workdir,
+            config={**TEST_CONFIG, **config},
+        )
+        self.nodes[name] = node
+        return node
+
+    def command(self, node: Node) -> list[str]:
+        config_path = self.workdir / f"{node.name}.toml"
+        write_toml(config_path, node.config)
+        cmd = [
+            sys.executable,
+            "-m",
+            "kvmesh",
+            "node",
+            "run",
+            "--name",
+            node.name,
+            "--cmd-url",
+            node.cmd_url,
+            "--pub-url",
+            node.pub_url,
+            "--config",
+            str(config_path),
+        ]
+        for peer, url in node.peers.items():
+            cmd += ["--peer", f"{peer}={url}"]
+        return cmd
+
+    def start(self, node: Node, peers: Sequence[Node] = (), wait: bool = True) -> Node:
+        node.peers.update({p.name: p.cmd_url for p in peers})
+        for attempt in range(3):
+            log_file = open(node.log_path, "ab")  # noqa: SIM115 (owned by the process)
+            try:
+                node.proc = subprocess.Popen(
+                    self.command(node),
+                    cwd=REPO,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            finally:
+                log_file.close()
+            if not wait:
+                return node
+            try:
+                wait_until(
+                    lambda: node.answers() or not node.alive(),
+                    timeout=30,
+                    message=f"node {node.name} answering on {node.cmd_url}",
+                )
+            except AssertionError:
+                node.kill()
+                raise AssertionError(f"node {node.name} did not start:\n{node.log()}") from None
+            if node.alive():
+                return node
+            # Lost a race for a port with another process: take new ports and retry.
+            if "cannot bind" not in node.log() or attempt == 2:
+                raise AssertionError(f"node {node.name} exited:\n{node.log()}")
+            node.cmd_url = f"tcp://127.0.0.1:{free_port()}"
+            node.pub_url = f"tcp://127.0.0.1:{free_port()}"
+        raise AssertionError("unreachable")
+
+    def chain(self, names: Sequence[str], **config: Any) -> list[Node]:
+        """Nodes peered in a line, each declaring both neighbours."""
+        nodes = [self.allocate(n, **config) for n in names]
+        for i, node in enumerate(nodes):
+            neighbours = [nodes[j] for j in (i - 1, i + 1) if 0 <= j < len(nodes)]
+            node.peers.update({p.name: p.cmd_url for p in neighbours})
+        for node in nodes:
+            self.start(node, wait=False)
+        for node in nodes:
+            self.wait_ready(node)
+        return nodes
+
+    def full_mesh(self, names: Sequence[str], **config: Any) -> list[Node]:
+        nodes = [self.allocate(n, **config) for n in names]
+        for node in nodes:
+            node.peers.update({p.name: p.cmd_url for p in nodes if p is not node})
+        for node in nodes:
+            self.start(node, wait=False)
+        for node in nodes:
+            self.wait_ready(node)
+        return nodes
+
+    def wait_ready(self, node: Node, initial_sync: bool = True) -> None:
+        def ready() -> bool:
+            if not node.alive():
+                raise AssertionError(f"node {node.name} exited:\n{node.log()}")
+            try:
+                with node.client(timeout_s=0.5) as c:
+                    info = c.node_info(refresh=True)
+                    return not initial_sync or bool(info.initial_sync_done)
+            except KvStoreError:
+                return False
+
+        wait_until(ready, timeout=30, message=f"node {node.name} ready")
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.kill()
+
+
+@pytest.fixture
+def mesh(tmp_path: Path) -> Iterator[Mesh]:
+    m = Mesh(tmp_path)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def wait_for_value(
+    nodes: Sequence[Node], key: str, predicate: Any, timeout: float = 20.0
+) -> None:
+    """Wait until `predicate(value_or_None)` holds for `key` on every node."""
+
+    def check() -> bool:
+        for node in nodes:
+            with node.client() as c:
+                if not predicate(c.get([key]).get(key)):
+                    return False
+        return True
+
+    wait_until(check, timeout=timeout, message=f"{key} on {[n.name for n in nodes]}")

@@ -1,0 +1,119 @@
+"""Multi-process flooding: chain and full-mesh convergence, tie-breaking, versions, loops."""
+
+from __future__ import annotations
+
+from kvstore.client import make_value
+from kvstore.gen.kvstore_thrift.ttypes import Value
+from tests.kvstore.conftest import Mesh, wait_for_value
+from tests.util import wait_until
+
+
+def has(version: int, originator: str, value: bytes):
+    def predicate(v: Value | None) -> bool:
+        return (
+            v is not None
+            and v.version == version
+            and v.originator_id == originator
+            and v.value == value
+        )
+
+    return predicate
+
+
+def test_three_node_chain_converges(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+    with a.client() as client:
+        _, reason = client.set_key("chain/k1", b"from-a")
+    assert reason is None
+    with c.client() as client:
+        client.set_key("chain/k2", b"from-c")
+    wait_for_value([a, b, c], "chain/k1", has(1, "a", b"from-a"))
+    wait_for_value([a, b, c], "chain/k2", has(1, "c", b"from-c"))
+    # The flood path is recorded: c received k1 via b; a looped copy is never re-flooded.
+    with b.client() as client:
+        counters = client.counters()
+    assert counters["kvstore.received_publications"] >= 2
+    assert counters["kvstore.sent_publications"] >= 2
+    # Same content everywhere, down to the hash.
+    dumps = []
+    for node in (a, b, c):
+        with node.client() as client:
+            dumps.append(
+                {k: (v.version, v.originator_id, v.hash) for k, v in client.hash_dump().items()}
+            )
+    assert dumps[0] == dumps[1] == dumps[2]
+    assert set(dumps[0]) == {"chain/k1", "chain/k2"}
+
+
+def test_full_mesh_converges_without_loops(mesh: Mesh) -> None:
+    nodes = mesh.full_mesh(["m1", "m2", "m3", "m4"])
+    for i, node in enumerate(nodes):
+        with node.client() as client:
+            client.set({f"mesh/{i}": make_value(f"v{i}".encode(), version=1, originator_id=node.name)})
+    for i, node in enumerate(nodes):
+        wait_for_value(nodes, f"mesh/{i}", has(1, node.name, f"v{i}".encode()))
+    # Each change crosses each link at most once per direction: with 4 nodes and 4 keys, no node
+    # can have received more than 3 publications per key, and duplicates are not re-flooded.
+    for node in nodes:
+        with node.client() as client:
+            counters = client.counters()
+        assert counters["kvstore.updated_key_vals"] == 4
+        assert counters["kvstore.received_key_vals"] <= 3 * 4
+
+
+def test_tie_breaking_on_16_node_chain(mesh: Mesh) -> None:
+    names = [f"n{i:02d}" for i in range(16)]
+    nodes = mesh.chain(names)
+    first, last = nodes[0], nodes[-1]
+    # Same version at both ends with originators "1" and "2": "2" must win everywhere.
+    with first.client() as client:
+        client.set({"tie": make_value(b"one", version=10, originator_id="1")})
+    with last.client() as client:
+        client.set({"tie": make_value(b"two", version=10, originator_id="2")})
+    wait_for_value(nodes, "tie", has(10, "2", b"two"), timeout=30)
+    # A lower version is ignored, whatever its originator.
+    with first.client() as client:
+        reasons = client.set({"tie": make_value(b"nine", version=9, originator_id="3")})
+    assert reasons == {"tie": "OLD_VERSION"}
+    for node in nodes:
+        with node.client() as client:
+            assert has(10, "2", b"two")(client.get(["tie"]).get("tie"))
+
+
+def test_lower_version_from_peer_is_not_reflooded(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+    with a.client() as client:
+        client.set({"v": make_value(b"new", version=5, originator_id="a")})
+    wait_for_value([a, b, c], "v", has(5, "a", b"new"))
+    with c.client() as client:
+        before = client.counters()["kvstore.received_publications"]
+    # b gets an older version as if flooded by a: it must drop it and not pass it on.
+    with b.client() as client:
+        reasons = client.set({"v": make_value(b"old", version=4, originator_id="z")})
+        assert reasons == {"v": "OLD_VERSION"}
+        client.send_oneway({"w": make_value(b"x", version=1, originator_id="a")})
+    wait_for_value([a, b, c], "w", has(1, "a", b"x"))
+    with c.client() as client:
+        after = client.counters()["kvstore.received_publications"]
+        assert client.get(["v"])["v"].value == b"new"
+    assert after - before == 1  # only "w" came through
+
+
+def test_looped_publication_is_dropped_and_counted(mesh: Mesh) -> None:
+    a, b = mesh.chain(["a", "b"])
+    from kvstore import wire
+    from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request
+
+    looped = Request(
+        cmd=Command.KEY_SET,
+        key_set=KeySetParams(
+            key_vals={"loop": make_value(b"x", version=1, originator_id="x")},
+            solicit_response=True,
+            node_ids=["x", "b", "y"],
+        ),
+    )
+    with b.client() as client:
+        response = client.request_raw(wire.encode(looped))
+        assert response.error is None
+        assert "loop" not in client.get(["loop"])
+        wait_until(lambda: client.counters()["kvstore.looped_publications"] == 1)
