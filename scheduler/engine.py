@@ -225,6 +225,8 @@ class Engine:
         else:
             self._refresh_failed(walker)
         record.executed = ctx.recorded_ops()
+        if record.executed == record.planned:
+            record.executed = record.planned  # the usual case: keep one copy
         record.errors = dict(ctx.errors)
         record.end = self.clock()
 
@@ -374,9 +376,10 @@ class Engine:
         changed: list[ValueStatus] = []
         statuses = self.statuses
         now = record.end if record.end is not None else self.clock()
+        changes: list[tuple[Key, Node | None]] = []
         for key in touched:
             node = self.graph.get(key)
-            self.history.record_node(key, node, now, record.seq)
+            changes.append((key, node))
             previous = statuses.get(key)
             if node is None:
                 if previous is None:
@@ -400,6 +403,7 @@ class Engine:
             statuses[key] = status
             self.stats.state_changed(None if previous is None else previous.state, status.state)
             changed.append(status)
+        self.history.record_nodes(changes, now, record.seq)
         return changed
 
     def _retries(self, ctx: WalkContext, for_seq: int) -> list[RetryRequest]:

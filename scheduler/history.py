@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import deque
 
 from scheduler.api import Key, Metadata, TxnOperation, Value, ValueOrigin, ValueState
@@ -109,13 +110,30 @@ class NodeRevision:
 
 
 class History:
-    """Bounded transaction history plus the per-key timelines."""
+    """Bounded transaction history plus the per-key timelines.
 
-    def __init__(self, *, max_transactions: int, age_limit: float, enabled: bool = True) -> None:
+    Bounds: ``max_transactions`` records and ``max_ops`` recorded operations in total (the
+    oldest records go first), ``max_revisions`` per key, and everything older than
+    ``age_limit`` seconds. Has its own lock so readers never wait for a running transaction.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_transactions: int,
+        age_limit: float,
+        enabled: bool = True,
+        max_ops: int = 1_000_000,
+        max_revisions: int = 1_000,
+    ) -> None:
         self.enabled = enabled
         self.max_transactions = max_transactions
+        self.max_ops = max_ops
+        self.max_revisions = max_revisions
         self.age_limit = age_limit
+        self._lock = threading.Lock()
         self._txns: deque[TxnRecord] = deque()
+        self._ops = 0
         self._timelines: dict[Key, list[NodeRevision]] = {}
         # (until, key) of closed revisions in closing order: trimming pops from the left.
         self._closed: deque[tuple[float, Key]] = deque()
@@ -125,26 +143,37 @@ class History:
     def add_transaction(self, record: TxnRecord) -> None:
         if not self.enabled:
             return
-        self._txns.append(record)
-        while len(self._txns) > self.max_transactions:
-            self._txns.popleft()
+        with self._lock:
+            self._txns.append(record)
+            self._ops += _op_count(record)
+            while len(self._txns) > 1 and (
+                len(self._txns) > self.max_transactions or self._ops > self.max_ops
+            ):
+                self._ops -= _op_count(self._txns.popleft())
 
     def transactions(
         self, since: float | None = None, until: float | None = None, seq: int | None = None
     ) -> list[TxnRecord]:
+        with self._lock:
+            records = list(self._txns)
         if seq is not None:
-            return [record for record in self._txns if record.seq == seq]
+            return [record for record in records if record.seq == seq]
         return [
             record
-            for record in self._txns
+            for record in records
             if (since is None or record.start >= since) and (until is None or record.start <= until)
         ]
 
     # -- timelines -------------------------------------------------------------------------
 
-    def record_node(self, key: Key, node: Node | None, now: float, seq: int) -> None:
+    def record_nodes(self, changes: list[tuple[Key, Node | None]], now: float, seq: int) -> None:
         if not self.enabled:
             return
+        with self._lock:
+            for key, node in changes:
+                self._record_node(key, node, now, seq)
+
+    def _record_node(self, key: Key, node: Node | None, now: float, seq: int) -> None:
         timeline = self._timelines.get(key)
         last = timeline[-1] if timeline else None
         if last is not None and last.until is None:
@@ -158,35 +187,47 @@ class History:
                 self._timelines[key] = [revision]
             else:
                 timeline.append(revision)
+                if len(timeline) > self.max_revisions:
+                    del timeline[0]
 
     def timeline(self, key: Key) -> list[NodeRevision]:
-        return list(self._timelines.get(key, ()))
+        with self._lock:
+            return list(self._timelines.get(key, ()))
 
     def snapshot(self, at: float) -> list[NodeRevision]:
         """Revisions valid at time ``at`` (one per key), sorted by key."""
         out: list[NodeRevision] = []
-        for key in sorted(self._timelines):
-            timeline = self._timelines[key]
-            index = bisect.bisect_right([rev.since for rev in timeline], at) - 1
-            if index < 0:
-                continue
-            revision = timeline[index]
-            if revision.until is None or revision.until > at:
-                out.append(revision)
+        with self._lock:
+            for key in sorted(self._timelines):
+                timeline = self._timelines[key]
+                index = bisect.bisect_right([rev.since for rev in timeline], at) - 1
+                if index < 0:
+                    continue
+                revision = timeline[index]
+                if revision.until is None or revision.until > at:
+                    out.append(revision)
         return out
 
     def trim(self, now: float) -> None:
         """Drop what is older than the age limit: cost proportional to what is dropped."""
         cutoff = now - self.age_limit
-        while self._txns and self._txns[0].end is not None and self._txns[0].end < cutoff:
-            self._txns.popleft()
-        closed = self._closed
-        while closed and closed[0][0] < cutoff:
-            _, key = closed.popleft()
-            timeline = self._timelines.get(key)
-            if not timeline:
-                continue
-            if timeline[0].until is not None and timeline[0].until < cutoff:
-                timeline.pop(0)
-            if not timeline:
-                del self._timelines[key]
+        with self._lock:
+            txns = self._txns
+            while txns and txns[0].end is not None and txns[0].end < cutoff:
+                self._ops -= _op_count(txns.popleft())
+            closed = self._closed
+            while closed and closed[0][0] < cutoff:
+                _, key = closed.popleft()
+                timeline = self._timelines.get(key)
+                if not timeline:
+                    continue
+                if timeline[0].until is not None and timeline[0].until < cutoff:
+                    del timeline[0]
+                if not timeline:
+                    del self._timelines[key]
+
+
+def _op_count(record: TxnRecord) -> int:
+    if record.planned is record.executed:
+        return len(record.executed) + 1
+    return len(record.planned) + len(record.executed) + 1

@@ -173,7 +173,11 @@ def _fmt_time(ts: float) -> str:
 
 
 def _fmt_value(value: Value) -> str:
-    return "{ " + repr(value) + " }" if value is not None else "<nil>"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, dict):
+        return "{ " + " ".join(f"{k}:{v!r}" for k, v in value.items()) + " }"
+    return repr(value)
 
 
 def _fmt_ops(ops: list[RecordedOp], indent: str) -> list[str]:

@@ -275,12 +275,10 @@ class KVScheduler:
     def transaction_history(
         self, since: float | None = None, until: float | None = None, seq: int | None = None
     ) -> list[TxnRecord]:
-        with self._lock:
-            return self._engine.history.transactions(since, until, seq)
+        return self._engine.history.transactions(since, until, seq)
 
     def key_timeline(self, key: Key) -> list[NodeRevision]:
-        with self._lock:
-            return self._engine.history.timeline(key)
+        return self._engine.history.timeline(key)
 
     def graph_snapshot(self, time: float | None = None) -> list[NodeRevision]:
         """Values of the graph at ``time`` (seconds since the epoch; None = now), by key."""

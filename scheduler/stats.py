@@ -42,10 +42,14 @@ class Stats:
             self.states[new] += 1
 
     def snapshot(self) -> dict[str, object]:
+        # Read from other threads while the worker updates: copy via list(items()), which the
+        # interpreter does in one step (iterating the live dicts could fail mid-update).
+        transactions = dict(list(self.transactions.items()))
+        states = dict(list(self.states.items()))
         return {
-            "transactions": sum(self.transactions.values()),
-            "transactions_by_type": dict(self.transactions),
-            "operations": dict(self.operations),
+            "transactions": sum(transactions.values()),
+            "transactions_by_type": transactions,
+            "operations": dict(list(self.operations.items())),
             "errors": self.errors,
             "failed_transactions": self.failed_transactions,
             "retries": self.retries,
@@ -53,6 +57,6 @@ class Stats:
             "notifications": self.notifications,
             "notifications_ignored": self.notifications_ignored,
             "rejected_requests": self.rejected_requests,
-            "pending": self.states.get(ValueState.PENDING, 0),
-            "values_by_state": {state.name: n for state, n in self.states.items()},
+            "pending": states.get(ValueState.PENDING, 0),
+            "values_by_state": {state.name: n for state, n in states.items()},
         }
