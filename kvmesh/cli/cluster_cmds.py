@@ -1,0 +1,72 @@
+"""`kvmesh cluster up|status|down`: a local cluster of real processes (see kvmesh/cluster.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kvmesh import cluster
+from kvmesh.cli.kvstore_cmds import KvGroup, cli_context, fail
+
+run_dir_option = click.option(
+    "--run-dir", type=click.Path(file_okay=False, path_type=Path),
+    default=cluster.DEFAULT_RUN_DIR, show_default=True, envvar="KVMESH_RUN_DIR",
+    help="Where the cluster keeps its state and logs.")
+
+
+@click.group("cluster", cls=KvGroup)
+def cluster_group() -> None:
+    """A local cluster of real kvmesh processes on loopback."""
+
+
+@cluster_group.command("up")
+@click.option("--nodes", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option("--topology", type=click.Choice(cluster.TOPOLOGIES), default="chain",
+              show_default=True)
+@click.option("--vpp-emulator", is_flag=True, help="Give each node a VPP emulator.")
+@click.option("--no-netns", is_flag=True, help="Do not make a namespace per node (the Linux "
+              "southbound is then off).")
+@run_dir_option
+def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
+               run_dir: Path) -> None:
+    """Start the cluster; returns once every node and agent is ready."""
+    try:
+        state = cluster.up(nodes, topology, vpp_emulator, run_dir,
+                           namespaces=False if no_netns else None,
+                           progress=lambda msg: click.echo(f"  {msg}", err=True))
+    except (cluster.ClusterError, OSError) as exc:
+        fail(str(exc))
+    click.echo(f"cluster of {len(state.nodes)} nodes ({topology}) is up; state in {run_dir}")
+
+
+@cluster_group.command("status")
+@run_dir_option
+def cluster_status(run_dir: Path) -> None:
+    """Where every node listens and whether its processes are alive."""
+    data = cluster.status(run_dir)
+    if cli_context().as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    if not data["nodes"]:
+        click.echo(f"no cluster in {run_dir}")
+        return
+    click.echo(f"{'NODE':<6} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
+    for name, info in data["nodes"].items():  # type: ignore[attr-defined]
+        procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
+                         for role, p in info["processes"].items())
+        click.echo(f"{name:<6} {info['cmd_url']:<24} {info['http'] or '-':<18} "
+                   f"{info['netns'] or '-':<12} {procs}")
+
+
+@cluster_group.command("down")
+@run_dir_option
+def cluster_down(run_dir: Path) -> None:
+    """Stop every process and remove every namespace the cluster made."""
+    stopped = cluster.down(run_dir, progress=lambda msg: click.echo(f"  {msg}", err=True))
+    click.echo(f"cluster down ({stopped} processes stopped)")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(cluster_group)
