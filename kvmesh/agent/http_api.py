@@ -130,8 +130,15 @@ def _txn_history(api: ApiBackend, q: Query) -> Response:
     if seq is not None and not records:
         return Response.json({"error": f"no transaction with seq-num {seq}"}, HTTPStatus.NOT_FOUND)
     if fmt == "text":
-        return Response.text("".join(f"{r}\n" for r in records))
+        return Response.text("".join(_record_text(r) for r in records))
     return Response.json(records)
+
+
+def _record_text(record: Any) -> str:
+    """A transaction in the scheduler's log format (its `text()`), else its str()."""
+    text = getattr(record, "text", None)
+    out = text() if callable(text) else str(record)
+    return out if out.endswith("\n") else out + "\n"
 
 
 def _key_timeline(api: ApiBackend, q: Query) -> Response:

@@ -22,6 +22,11 @@ def to_jsonable(obj: Any) -> Any:
             return {"b64": base64.b64encode(obj).decode("ascii")}
     if isinstance(obj, BaseException):
         return f"{type(obj).__name__}: {obj}"
+    # An object's own serialisation wins over generic field walking.
+    for method in ("as_dict", "to_dict"):
+        fn = getattr(obj, method, None)
+        if callable(fn):
+            return to_jsonable(fn())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):  # NamedTuple: keep field names
@@ -31,10 +36,6 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, list | tuple | set | frozenset):
         items = [to_jsonable(v) for v in obj]
         return sorted(items, key=repr) if isinstance(obj, set | frozenset) else items
-    for method in ("as_dict", "to_dict"):
-        fn = getattr(obj, method, None)
-        if callable(fn):
-            return to_jsonable(fn())
     if hasattr(obj, "__slots__"):
         return {name: to_jsonable(getattr(obj, name, None)) for name in _slot_names(obj)}
     if hasattr(obj, "__dict__"):

@@ -1,0 +1,286 @@
+"""The agent end to end: real KvStore processes, a real agent process, a real namespace.
+
+Desired state is written on n1 (`kvmesh config set` via the CLI); n2's agent applies it to n2's
+namespace and publishes statuses that n1 can read.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvmesh.agent.keys import STATUS, agent_key
+from kvmesh.agent.status import decode_status
+from kvstore.client import KvStoreClient
+from tests.kvstore.conftest import Mesh, Node, free_port
+from tests.netns import Netns, netns_available, temporary_netns
+from tests.util import wait_until
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)"),
+]
+
+
+def kvmesh(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "kvmesh", "--url", url, *args],
+                            capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kvmesh {' '.join(args)} failed ({result.returncode}): "
+                             f"{result.stderr}{result.stdout}")
+    return result
+
+
+@dataclass
+class AgentProc:
+    node: Node
+    netns: Netns
+    http_port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kvmesh", "--url", self.node.cmd_url, "agent", "run",
+             "--name", self.node.name, "--linux-netns", self.netns.name,
+             "--http", f"127.0.0.1:{self.http_port}", "--downstream-resync-s", "3600"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        wait_until(self.answers, timeout=30, message=f"agent of {self.node.name} ready\n"
+                   + self.log_path.read_text(errors="replace")[-3000:])
+
+    def answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError("agent exited:\n" + self.log_path.read_text(errors="replace"))
+        try:
+            return self.get("/scheduler/stats")[0] == 200
+        except OSError:
+            return False
+
+    def get(self, path: str, method: str = "GET") -> tuple[int, bytes]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", method=method,
+                                     data=b"" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def get_json(self, path: str, method: str = "GET") -> Any:
+        status, body = self.get(path, method)
+        assert status == 200, body
+        return json.loads(body)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@dataclass
+class Cluster:
+    n1: Node
+    n2: Node
+    ns2: Netns
+    agent: AgentProc
+
+    def status_from_n1(self, model_key: str) -> dict[str, Any] | None:
+        key = f"{STATUS}n2/{model_key}"
+        with KvStoreClient(self.n1.cmd_url) as client:
+            found = client.get([key]).get(key)
+        return decode_status(found.value if found else None)
+
+    def state_from_n1(self, model_key: str) -> str | None:
+        record = self.status_from_n1(model_key)
+        return None if record is None else str(record["state"])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    mesh = Mesh(tmp_path)
+    agent: AgentProc | None = None
+    try:
+        with temporary_netns("kva") as ns2:
+            n1, n2 = mesh.chain(["n1", "n2"])
+            agent = AgentProc(n2, ns2, free_port(), tmp_path / "agent-n2.log")
+            agent.start()
+            yield Cluster(n1, n2, ns2, agent)
+            assert agent.stop() == 0, "agent must exit 0 on SIGTERM"
+    finally:
+        if agent is not None:
+            agent.kill()
+        mesh.close()
+
+
+VETH = {"type": "veth", "veth": {"peer": "veth1"}, "addresses": ["10.9.1.1/24"]}
+VETH_PEER = {"type": "veth", "veth": {"peer": "veth0"}, "addresses": ["10.9.1.2/24"]}
+ROUTE_KEY = "linux/route/main/10.99.0.0/24/veth0"
+ROUTE = {"dst": "10.99.0.0/24", "dev": "veth0", "gateway": "10.9.1.2"}
+
+
+def routes_to(ns: Netns, dst: str) -> list[dict[str, Any]]:
+    return [r for r in ns.routes("main") if r.get("dst") == dst]
+
+
+def test_config_set_on_n1_is_applied_in_n2_kernel_and_status_is_visible(
+    cluster: Cluster,
+) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth0", json.dumps(VETH))
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
+    wait_until(lambda: {"veth0", "veth1"} <= cluster.ns2.link_names(), timeout=20,
+               message="veth pair created in n2's namespace")
+    wait_until(lambda: "10.9.1.1/24" in cluster.ns2.addresses("veth0"), timeout=20)
+    wait_until(lambda: cluster.state_from_n1("linux/interface/veth0") == "CONFIGURED",
+               timeout=20, message="n1 sees veth0 CONFIGURED on n2")
+    # `kvmesh status` from n1 shows the whole cluster.
+    out = json.loads(kvmesh(url, "--json", "status", "n2").stdout)
+    assert out["n2"]["linux/interface/veth1"]["state"] == "CONFIGURED"
+    # `config get` shows the desired state as JSON.
+    desired = json.loads(kvmesh(url, "config", "get", "n2", "linux/interface/").stdout)
+    assert desired["linux/interface/veth0"]["veth"] == {"peer": "veth1"}
+
+
+def test_route_before_interface_is_pending_then_applied(cluster: Cluster) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", ROUTE_KEY, json.dumps(ROUTE))
+    wait_until(lambda: cluster.state_from_n1(ROUTE_KEY) == "PENDING", timeout=20,
+               message="route PENDING as seen from n1")
+    record = cluster.status_from_n1(ROUTE_KEY)
+    assert record is not None and record["details"], "PENDING lists what is missing"
+    assert routes_to(cluster.ns2, "10.99.0.0/24") == []
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth0", json.dumps(VETH))
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
+    wait_until(lambda: routes_to(cluster.ns2, "10.99.0.0/24"), timeout=20,
+               message="route applied once its interface and gateway subnet exist")
+    wait_until(lambda: cluster.state_from_n1(ROUTE_KEY) == "CONFIGURED", timeout=20)
+
+
+def test_tombstone_deletes_and_status_goes(cluster: Cluster) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/br0", json.dumps({"type": "bridge"}))
+    wait_until(lambda: "br0" in cluster.ns2.link_names(), timeout=20)
+    wait_until(lambda: cluster.state_from_n1("linux/interface/br0") == "CONFIGURED", timeout=20)
+    kvmesh(url, "config", "del", "n2", "linux/interface/br0")
+    wait_until(lambda: "br0" not in cluster.ns2.link_names(), timeout=20,
+               message="bridge deleted after the tombstone")
+    wait_until(lambda: cluster.status_from_n1("linux/interface/br0") is None, timeout=20,
+               message="status removed")
+
+
+def test_invalid_value_is_refused_by_the_cli(cluster: Cluster) -> None:
+    result = kvmesh(cluster.n1.cmd_url, "config", "set", "n2", "linux/interface/veth0",
+                    json.dumps({"type": "veth", "mtu": 12}), check=False)
+    assert result.returncode == 2
+    assert "mtu" in result.stderr
+    with KvStoreClient(cluster.n1.cmd_url) as client:
+        assert client.dump(prefix="config/n2/") == {}
+
+
+def test_drift_is_repaired_by_downstream_resync(cluster: Cluster) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth0", json.dumps(VETH))
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
+    kvmesh(url, "config", "set", "n2", ROUTE_KEY, json.dumps(ROUTE))
+    wait_until(lambda: routes_to(cluster.ns2, "10.99.0.0/24"), timeout=20)
+    cluster.ns2.ip("route", "del", "10.99.0.0/24")
+    assert routes_to(cluster.ns2, "10.99.0.0/24") == []
+    # From n1, through n2's agent REST API found in the mesh.
+    kvmesh(url, "resync", "--node", "n2")
+    assert routes_to(cluster.ns2, "10.99.0.0/24"), "downstream resync restored the route"
+
+
+def test_restarted_agent_resyncs_without_duplicates(cluster: Cluster) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth0", json.dumps(VETH))
+    kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
+    wait_until(lambda: "10.9.1.1/24" in cluster.ns2.addresses("veth0"), timeout=20)
+    before = cluster.ns2.dump()
+    assert cluster.agent.stop() == 0
+    kvmesh(url, "config", "set", "n2", ROUTE_KEY, json.dumps(ROUTE))  # while the agent is down
+    cluster.agent.start()
+    wait_until(lambda: routes_to(cluster.ns2, "10.99.0.0/24"), timeout=30,
+               message="change made while the agent was down is applied after restart")
+    after = cluster.ns2.dump()
+    assert after["links"] == before["links"], "no link re-created or duplicated"
+    assert cluster.ns2.addresses("veth0") == ["10.9.1.1/24"]
+    history = cluster.agent.get_json("/scheduler/txn-history")
+    creates = [op for txn in history for op in txn.get("executed", [])
+               if op.get("operation") == "CREATE" and op.get("key") == "linux/interface/veth0"]
+    assert creates == [], "the restarted agent adopted veth0 instead of creating it again"
+
+
+def test_rest_endpoints_and_bad_parameters(cluster: Cluster) -> None:
+    agent = cluster.agent
+    kvmesh(cluster.n1.cmd_url, "config", "set", "n2", "linux/interface/br9",
+           json.dumps({"type": "bridge"}))
+    wait_until(lambda: "br9" in cluster.ns2.link_names(), timeout=20)
+    history = agent.get_json("/scheduler/txn-history")
+    assert history and all("seq" in txn for txn in history)
+    status, text = agent.get("/scheduler/txn-history?format=text")
+    assert status == 200 and b"linux/interface/br9" in text
+    seq = history[-1]["seq"]
+    assert agent.get_json(f"/scheduler/txn-history?seq-num={seq}")[0]["seq"] == seq
+    assert agent.get_json("/scheduler/key-timeline?key=linux/interface/br9")
+    assert isinstance(agent.get_json("/scheduler/graph-snapshot"), list)
+    for view in ("NB", "SB", "cached"):
+        dumped = agent.get_json(f"/scheduler/dump?view={view}&key-prefix=linux/interface/br9")
+        assert [d["key"] for d in dumped] == ["linux/interface/br9"], view
+    statuses = agent.get_json("/scheduler/status")
+    assert any(s["key"] == "linux/interface/br9" and s["state"] == "CONFIGURED"
+               for s in statuses)
+    status, dot = agent.get("/scheduler/graph?format=dot")
+    assert status == 200 and b"digraph" in dot
+    status, svg = agent.get("/scheduler/graph?format=svg")
+    assert status in (200, 503) and (b"<svg" in svg if status == 200 else b"Graphviz" in svg)
+    assert "scheduler" in agent.get_json("/scheduler/stats")
+    assert agent.get_json("/scheduler/downstream-resync?verbose=true", "POST")["seq"] > 0
+    recon = agent.get_json("/recon/services")
+    assert [s["name"] for s in recon["services"]][0] == "kvstore-initial-sync"
+    assert recon["devices"]["linux"] == "KNOWN"
+    _status, metrics = agent.get("/metrics")
+    names = {f.name for f in text_string_to_metric_families(metrics.decode())}
+    assert "kvmesh_recon_successes" in names
+    assert any(n.startswith("kvmesh_kvstore") for n in names)
+    for bad in ("/scheduler/txn-history?seq-num=x", "/scheduler/txn-history?since=yesterday",
+                "/scheduler/txn-history?format=xml", "/scheduler/key-timeline",
+                "/scheduler/dump?view=ALL", "/scheduler/graph?format=png",
+                "/scheduler/downstream-resync?retry=maybe"):
+        method = "POST" if "downstream" in bad else "GET"
+        status, body = agent.get(bad, method)
+        assert status == 400, (bad, status, body)
+        assert json.loads(body)["error"]
+    assert agent.get("/nope")[0] == 404
+    assert agent.get("/scheduler/downstream-resync")[0] == 405
+
+
+def test_agent_announces_itself_in_the_mesh(cluster: Cluster) -> None:
+    with KvStoreClient(cluster.n1.cmd_url) as client:
+        wait_until(lambda: client.get([agent_key("n2")]).get(agent_key("n2")), timeout=20)
+        record = decode_status(client.get([agent_key("n2")])[agent_key("n2")].value)
+    assert record is not None and record["http"] == f"127.0.0.1:{cluster.agent.http_port}"
+    # Device state is published too.
+    with KvStoreClient(cluster.n1.cmd_url) as client:
+        wait_until(lambda: client.get(["node/n2/device/linux"]).get("node/n2/device/linux"),
+                   timeout=20)
+        device = decode_status(client.get(["node/n2/device/linux"])["node/n2/device/linux"].value)
+    assert device is not None and device["state"] == "KNOWN"
