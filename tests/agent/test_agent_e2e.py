@@ -255,7 +255,7 @@ def test_rest_endpoints_and_bad_parameters(cluster: Cluster) -> None:
     assert "scheduler" in agent.get_json("/scheduler/stats")
     assert agent.get_json("/scheduler/downstream-resync?verbose=true", "POST")["seq"] > 0
     recon = agent.get_json("/recon/services")
-    assert [s["name"] for s in recon["services"]][0] == "kvstore-initial-sync"
+    assert recon["services"][0]["name"] == "kvstore-initial-sync"
     assert recon["devices"]["linux"] == "KNOWN"
     _status, metrics = agent.get("/metrics")
     names = {f.name for f in text_string_to_metric_families(metrics.decode())}
