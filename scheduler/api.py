@@ -167,7 +167,12 @@ class Descriptor:
     retrieve_dependencies: Sequence[str] = field(default_factory=tuple)
 
     def label_of(self, key: Key) -> str:
-        return self.key_label(key) if self.key_label is not None else key
+        if self.key_label is None:
+            return key
+        try:
+            return str(self.key_label(key))
+        except Exception:  # a broken key_label must not break the transaction: use the key
+            return key
 
     def equivalent(self, key: Key, a: Value, b: Value) -> bool:
         if a is b:

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scheduler.api import Descriptor, Key, Value, ValueOrigin, ValueState
-from scheduler.graph import Graph, Node
+from scheduler.api import Dependency, Descriptor, Key, Value, ValueOrigin, ValueState
+from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.registry import Registry
 from scheduler.walk import MAX_DERIVATION_DEPTH
 
@@ -109,7 +109,7 @@ class Refresher:
             if not isinstance(key, str) or not key or value is None or key in seen:
                 self._reject(descriptor, f"invalid or duplicate Retrieve item for key {key!r}")
                 continue
-            if not descriptor.key_selector(key):
+            if not _selects(descriptor, key):
                 self._reject(descriptor, f"retrieved key {key!r} not selected by the descriptor")
                 continue
             if only is not None and key not in only:
@@ -160,21 +160,7 @@ class Refresher:
         node.value = value
         node.available = True
         self._set_metadata(node, metadata)
-        deps: tuple = ()
-        derived: tuple = ()
-        if node.origin is NB and descriptor.dependencies is not None:
-            deps = tuple(descriptor.dependencies(key, value) or ())
-        if descriptor.derived_values is not None:
-            derived = tuple(
-                sorted(
-                    (
-                        (dk, dv)
-                        for dk, dv in (descriptor.derived_values(key, value) or ())
-                        if dv is not None
-                    ),
-                    key=lambda pair: pair[0],
-                )
-            )
+        deps, derived = self._relations(descriptor, node, value)
         graph.set_deps(node, deps)
         old_derived = {dk for dk, _ in node.derived}
         node.derived = derived
@@ -217,22 +203,7 @@ class Refresher:
                 )
                 else ValueState.CONFIGURED
             )
-        deps: tuple = ()
-        derived: tuple = ()
-        if descriptor is not None:
-            if node.origin is NB and descriptor.dependencies is not None:
-                deps = tuple(descriptor.dependencies(key, value) or ())
-            if descriptor.derived_values is not None:
-                derived = tuple(
-                    sorted(
-                        (
-                            (dk, dv)
-                            for dk, dv in (descriptor.derived_values(key, value) or ())
-                            if dv is not None
-                        ),
-                        key=lambda pair: pair[0],
-                    )
-                )
+        deps, derived = self._relations(descriptor, node, value)
         graph.set_deps(node, deps)
         old = {dk for dk, _ in node.derived}
         node.derived = derived
@@ -241,6 +212,32 @@ class Refresher:
             self._drop_derived_tree(dk, key)
         for dk, dv in derived:
             self._refresh_derived(node, dk, dv, depth + 1)
+
+    def _relations(
+        self, descriptor: Descriptor | None, node: Node, value: Value
+    ) -> tuple[tuple[Dependency, ...], DerivedPairs]:
+        if descriptor is None:
+            return (), ()
+        try:
+            deps: tuple[Dependency, ...] = ()
+            if node.origin is NB and descriptor.dependencies is not None:
+                deps = tuple(descriptor.dependencies(node.key, value) or ())
+            derived: DerivedPairs = ()
+            if descriptor.derived_values is not None:
+                pairs = descriptor.derived_values(node.key, value) or ()
+                derived = tuple(
+                    sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                )
+            if all(isinstance(dep, Dependency) for dep in deps) and all(
+                isinstance(dk, str) and dk for dk, _ in derived
+            ):
+                return deps, derived
+            reason = "malformed dependencies or derived values"
+        except Exception as exc:
+            reason = repr(exc)
+        # The value exists in SB whatever its relations: keep it, without them.
+        self._reject(descriptor, f"relations of retrieved {node.key!r} unusable: {reason}")
+        return (), ()
 
     def _not_found(self, node: Node) -> None:
         graph = self.graph
@@ -300,3 +297,14 @@ class Refresher:
     def _reject(self, descriptor: Descriptor, reason: str) -> None:
         log.warning("descriptor %s: %s", descriptor.name, reason)
         self.result.rejected += 1
+
+
+def _first(pair: tuple[Key, Value]) -> Key:
+    return pair[0]
+
+
+def _selects(descriptor: Descriptor, key: Key) -> bool:
+    try:
+        return bool(descriptor.key_selector(key))
+    except Exception:
+        return False

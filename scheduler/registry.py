@@ -58,7 +58,16 @@ class Registry:
             return self._cache[key]
         except KeyError:
             pass
-        owners = [d for d in self._descriptors.values() if d.key_selector(key)]
+        owners = []
+        for descriptor in self._descriptors.values():
+            try:
+                selected = descriptor.key_selector(key)
+            except Exception as exc:
+                raise DescriptorError(
+                    f"key_selector of descriptor {descriptor.name!r} failed on {key!r}: {exc!r}"
+                ) from exc
+            if selected:
+                owners.append(descriptor)
         if len(owners) > 1:
             names = ", ".join(d.name for d in owners)
             raise AmbiguousKeyError(f"key {key!r} is selected by several descriptors: {names}")

@@ -42,8 +42,8 @@ class DerivedKeyError(ValueError):
     """NB tried to set a key that is a derived value (derived values follow their base)."""
 
 
-class NotManagedError(ValueError):
-    """The key has no descriptor, or is not managed the way the request assumes."""
+class DescriptorOutputError(ValueError):
+    """A descriptor's dependencies/derived_values callback raised or returned malformed data."""
 
 
 @dataclass
@@ -241,16 +241,13 @@ class Walker:
             invalid = self._validate(descriptor, key, value)
             if invalid is not None:
                 graph.set_deps(node, ())
-                node.state = ValueState.INVALID
-                node.error = invalid
-                node.last_op = CREATE
-                node.details = _invalid_fields(invalid)
-                rec.error = invalid
-                self._push(rec, node.state, noop=True)
-                self._count_error(node, CREATE, invalid)
-                return False
+                return self._invalid(node, rec, invalid)
 
-        deps, derived = self._relations(node, descriptor, value)
+        try:
+            deps, derived = self._relations(node, descriptor, value)
+        except DescriptorOutputError as exc:
+            graph.set_deps(node, ())
+            return self._invalid(node, rec, exc)
         graph.set_deps(node, deps)
         node.derived = derived
         node.relations_of = value
@@ -311,28 +308,29 @@ class Walker:
             if invalid is not None:
                 graph.touch(node)
                 self._touched(key)
-                node.state = ValueState.INVALID
-                node.error = invalid
-                node.last_op = UPDATE
-                node.details = _invalid_fields(invalid)
-                rec.error = invalid
-                self._push(rec, node.state, noop=True)
-                self._count_error(node, UPDATE, invalid)
-                return False
+                return self._invalid(node, rec, invalid)
 
         if descriptor is not None:
-            equivalent = descriptor.equivalent(key, prev_value, value)
+            try:
+                equivalent = descriptor.equivalent(key, prev_value, value)
+            except Exception:  # a broken comparator: treat the value as changed
+                equivalent = False
         else:
-            equivalent = prev_value is value or prev_value == value
+            equivalent = _same(prev_value, value)
 
         if origin is SB or (node.origin is SB and origin is not NB):
             return self._update_obtained(node, value, equivalent, metadata, rec)
 
-        if (
-            not equivalent
-            and descriptor is not None
-            and descriptor.needs_recreate(key, prev_value, value, node.metadata)
-        ):
+        recreate = False
+        if not equivalent and descriptor is not None:
+            try:
+                recreate = descriptor.needs_recreate(key, prev_value, value, node.metadata)
+            except Exception as exc:
+                graph.touch(node)
+                self._touched(key)
+                self._fail(node, exc, rec)
+                return False
+        if recreate:
             if not self._delete(node, recreate=True):
                 return False
             return self._create(key, node, value, origin, node.derived_from, recreate=True)
@@ -353,7 +351,10 @@ class Walker:
         if node.origin is not origin:
             node.relations_of = None  # relations depend on the origin (SB values have no deps)
         node.origin = origin
-        deps, derived = self._relations(node, descriptor, value)
+        try:
+            deps, derived = self._relations(node, descriptor, value)
+        except DescriptorOutputError as exc:
+            return self._invalid(node, rec, exc)
         old_derived = node.derived
         graph.set_deps(node, deps)
         new_keys = {dk for dk, _ in derived}
@@ -423,7 +424,10 @@ class Walker:
             self._store_metadata(node, metadata)
         if equivalent and _same(value, node.relations_of):
             return True
-        deps, derived = self._relations(node, node.descriptor, value)
+        try:
+            deps, derived = self._relations(node, node.descriptor, value)
+        except DescriptorOutputError:
+            deps, derived = (), ()  # an SB value is taken as reported, without relations
         old_derived = node.derived
         graph.set_deps(node, deps)
         new_keys = {dk for dk, _ in derived}
@@ -575,12 +579,24 @@ class Walker:
         deps: tuple[Dependency, ...] = ()
         derived: DerivedPairs = ()
         if descriptor is not None:
-            if descriptor.dependencies is not None and node.origin is NB:
-                deps = tuple(descriptor.dependencies(node.key, value) or ())
-            if descriptor.derived_values is not None:
-                pairs = descriptor.derived_values(node.key, value) or ()
-                derived = tuple(
-                    sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+            try:
+                if descriptor.dependencies is not None and node.origin is NB:
+                    deps = tuple(descriptor.dependencies(node.key, value) or ())
+                if descriptor.derived_values is not None:
+                    pairs = descriptor.derived_values(node.key, value) or ()
+                    derived = tuple(
+                        sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                    )
+            except Exception as exc:
+                raise DescriptorOutputError(
+                    f"descriptor {descriptor.name!r} failed on {node.key!r}: {exc!r}"
+                ) from exc
+            bad = [dep for dep in deps if not isinstance(dep, Dependency)]
+            bad_keys = [dk for dk, _ in derived if not isinstance(dk, str) or not dk]
+            if bad or bad_keys:
+                raise DescriptorOutputError(
+                    f"descriptor {descriptor.name!r} returned malformed relations for "
+                    f"{node.key!r}: {(bad + bad_keys)[:3]!r}"
                 )
         cache[node.key] = (value, deps, derived)
         return deps, derived
@@ -618,6 +634,16 @@ class Walker:
         rec.error = exc
         self._push(rec, node.state)
         self._count_error(node, rec.op, exc)
+
+    def _invalid(self, node: Node, rec: RecordedOp, exc: BaseException) -> bool:
+        node.state = ValueState.INVALID
+        node.error = exc
+        node.last_op = rec.op
+        node.details = _invalid_fields(exc)
+        rec.error = exc
+        self._push(rec, node.state, noop=True)
+        self._count_error(node, rec.op, exc)
+        return False
 
     def _count_error(self, node: Node, op: TxnOperation, exc: BaseException) -> None:
         ctx = self.ctx

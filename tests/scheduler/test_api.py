@@ -308,3 +308,47 @@ def test_watch_value_status_selector_and_cancel(sched: KVScheduler, sb: MockSB) 
     sched.start_txn().set_value(RT + "r", "a").commit()
     assert len(seen) == 2
     assert sched.get_value_status(IF + "a").origin is ValueOrigin.FROM_NB
+
+
+def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, sb: MockSB) -> None:
+    def bad_deps(key: str, value: Any) -> list[Any]:
+        if value.get("boom"):
+            raise RuntimeError("deps exploded")
+        return ["not a dependency"] if value.get("junk") else []
+
+    def bad_comparator(key: str, a: Any, b: Any) -> bool:
+        raise RuntimeError("cannot compare")
+
+    sched.register_descriptor(
+        Descriptor(
+            name="bad",
+            key_selector=lambda k: k.startswith("bad/"),
+            key_label=lambda k: 1 / 0,  # type: ignore[arg-type,return-value]
+            create=sb.create,
+            delete=sb.delete,
+            update=sb.update,
+            dependencies=bad_deps,
+            value_comparator=bad_comparator,
+            with_metadata=True,
+        )
+    )
+    sched.register_descriptor(
+        Descriptor(name="selector", key_selector=lambda k: k.startswith("sel/") and 1 / 0)
+    )
+    with pytest.raises(TransactionError) as info:
+        sched.start_txn().set_value("bad/a", {"boom": True}).set_value(
+            "bad/b", {"junk": True}
+        ).set_value("bad/c", {}).set_value("sel/x", {}).commit()
+    assert set(info.value.errors) == {"bad/a", "bad/b", "sel/x"}
+    assert state(sched, "bad/a") is ValueState.INVALID
+    assert "deps exploded" in sched.get_value_status("bad/a").error_message
+    assert state(sched, "bad/b") is ValueState.INVALID
+    assert state(sched, "bad/c") is ValueState.CONFIGURED
+    assert dict(sched.get_metadata_map("bad")) == {"bad/c": sb.metadata["bad/c"]}  # label = key
+    # The broken comparator makes every value look changed: an update, not a crash.
+    sched.start_txn().set_value("bad/c", {}).commit()
+    assert sb.pop_calls()[-1] == ("update", "bad/c")
+    # The scheduler keeps working.
+    sched.register_descriptor(prefix_descriptor(sb, "if", IF))
+    sched.start_txn().set_value(IF + "ok", {}).commit()
+    assert state(sched, IF + "ok") is ValueState.CONFIGURED
