@@ -316,6 +316,14 @@ def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, 
             raise RuntimeError("deps exploded")
         return ["not a dependency"] if value.get("junk") else []
 
+    def exploding_label(key: str) -> str:
+        raise ZeroDivisionError("label")
+
+    def exploding_selector(key: str) -> bool:
+        if key.startswith("sel/"):
+            raise ZeroDivisionError("selector")
+        return False
+
     def bad_comparator(key: str, a: Any, b: Any) -> bool:
         raise RuntimeError("cannot compare")
 
@@ -323,7 +331,7 @@ def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, 
         Descriptor(
             name="bad",
             key_selector=lambda k: k.startswith("bad/"),
-            key_label=lambda k: 1 / 0,  # type: ignore[arg-type,return-value]
+            key_label=exploding_label,
             create=sb.create,
             delete=sb.delete,
             update=sb.update,
@@ -333,7 +341,7 @@ def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, 
         )
     )
     sched.register_descriptor(
-        Descriptor(name="selector", key_selector=lambda k: k.startswith("sel/") and 1 / 0)
+        Descriptor(name="selector", key_selector=exploding_selector)
     )
     with pytest.raises(TransactionError) as info:
         sched.start_txn().set_value("bad/a", {"boom": True}).set_value(
