@@ -103,6 +103,7 @@ class Engine:
         retry: RetryPolicy | None = None,
         description: str = "",
         refresh: bool = True,
+        scope: set[str] | None = None,
     ) -> TxnOutcome:
         record = self._new_record(TxnType.NB_TRANSACTION, description)
         record.resync = kind.value
@@ -110,10 +111,10 @@ class Engine:
         refreshed = RefreshResult()
         if kind is not ResyncKind.UPSTREAM and refresh:
             refreshed = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_all(
-                values if kind is ResyncKind.FULL else None
+                values if kind is ResyncKind.FULL else None, scope
             )
             self.stats.retrieve_errors += len(refreshed.retrieve_errors)
-        desired = self._resync_values(values, kind)
+        desired = self._resync_values(values, kind, scope)
         if kind is not ResyncKind.DOWNSTREAM:
             record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
         ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, retry=retry)
@@ -166,7 +167,10 @@ class Engine:
         return outcome
 
     def plan(
-        self, values: Mapping[Key, Value], resync: ResyncKind | None = None
+        self,
+        values: Mapping[Key, Value],
+        resync: ResyncKind | None = None,
+        scope: set[str] | None = None,
     ) -> list[RecordedOp]:
         """Simulate a transaction (or resync) and return its plan: the graph is left unchanged."""
         graph = self.graph
@@ -176,9 +180,9 @@ class Engine:
                 if resync is not ResyncKind.UPSTREAM:
                     # Retrieve only reads the SB; its effect on the graph is rolled back below.
                     Refresher(graph, self.registry, update_metadata_maps=False).refresh_all(
-                        values if resync is ResyncKind.FULL else None
+                        values if resync is ResyncKind.FULL else None, scope
                     )
-                desired = self._resync_values(values, resync)
+                desired = self._resync_values(values, resync, scope)
             else:
                 desired = dict(values)
             ctx = WalkContext(seq=self.next_seq, txn_type=TxnType.NB_TRANSACTION)
@@ -348,18 +352,22 @@ class Engine:
         return deletes + creates + updates
 
     def _resync_values(
-        self, values: Mapping[Key, Value] | None, kind: ResyncKind
+        self, values: Mapping[Key, Value] | None, kind: ResyncKind, scope: set[str] | None = None
     ) -> dict[Key, Value]:
+        """The values a resync applies. ``scope``: only NB values of these descriptors are
+        re-applied (downstream) or deleted when missing from ``values`` (full, upstream)."""
+
+        def in_scope(node: Node) -> bool:
+            if node.derived_from is not None or node.origin is not NB:
+                return False
+            return scope is None or (node.descriptor is not None and node.descriptor.name in scope)
+
         graph = self.graph
         if kind is ResyncKind.DOWNSTREAM:
-            return {
-                node.key: node.nb_value
-                for node in graph.iter_nodes()
-                if node.derived_from is None and node.origin is NB
-            }
+            return {node.key: node.nb_value for node in graph.iter_nodes() if in_scope(node)}
         desired: dict[Key, Value] = dict(values or {})
         for node in graph.iter_nodes():
-            if node.derived_from is None and node.origin is NB and node.key not in desired:
+            if node.key not in desired and in_scope(node):
                 desired[node.key] = None  # NB no longer wants it (OBTAINED values stay)
         return desired
 

@@ -34,8 +34,11 @@ class Refresher:
         self.update_metadata_maps = update_metadata_maps
         self.result = RefreshResult()
 
-    def refresh_all(self, nb_values: Mapping[Key, Value] | None = None) -> RefreshResult:
-        """Refresh every descriptor with Retrieve; ``nb_values`` are correlated (resync)."""
+    def refresh_all(
+        self, nb_values: Mapping[Key, Value] | None = None, scope: set[str] | None = None
+    ) -> RefreshResult:
+        """Refresh every descriptor with Retrieve (or those named in ``scope``);
+        ``nb_values`` are correlated (resync)."""
         by_descriptor: dict[str, dict[Key, Value]] = {}
         if nb_values:
             for key, value in nb_values.items():
@@ -46,6 +49,8 @@ class Refresher:
                 if descriptor is not None and value is not None:
                     by_descriptor.setdefault(descriptor.name, {})[key] = value
         for descriptor in self.registry.retrieve_order():
+            if scope is not None and descriptor.name not in scope:
+                continue
             if descriptor.retrieve is not None:
                 self._refresh_descriptor(descriptor, by_descriptor.get(descriptor.name, {}), None)
         return self.result

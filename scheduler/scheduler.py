@@ -9,7 +9,7 @@ import threading
 import time
 import types
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from scheduler.api import (
@@ -181,9 +181,15 @@ class KVScheduler:
         kind: ResyncKind | str = "full",
         retry: RetryPolicy | bool | None = None,
         description: str = "",
+        descriptors: Collection[str] | None = None,
     ) -> int:
         """Reconcile: ``full`` (Retrieve SB, diff with ``values``), ``upstream`` (no Retrieve),
-        ``downstream`` (Retrieve, re-apply the last NB state; ``values`` ignored)."""
+        ``downstream`` (Retrieve, re-apply the last NB state; ``values`` ignored).
+
+        ``descriptors`` limits the resync to the values of these descriptors: only they are
+        retrieved, and only their NB values are deleted when missing from ``values`` (full,
+        upstream) or re-applied (downstream).
+        """
         try:
             resync_kind = ResyncKind(kind)
         except ValueError:
@@ -195,10 +201,11 @@ class KVScheduler:
         if resync_kind is not ResyncKind.DOWNSTREAM:
             desired = dict(values or {})
             self._check_keys(desired)
+        scope = self._scope(descriptors)
         policy = _policy(retry)
         job = _Job(
             lambda engine: engine.run_resync(
-                desired, resync_kind, retry=policy, description=description
+                desired, resync_kind, retry=policy, description=description, scope=scope
             ),
             wait=True,
         )
@@ -228,14 +235,22 @@ class KVScheduler:
             self._cond.notify()
 
     def plan(
-        self, values: Mapping[Key, Value], resync: ResyncKind | str | None = None
+        self,
+        values: Mapping[Key, Value],
+        resync: ResyncKind | str | None = None,
+        descriptors: Collection[str] | None = None,
     ) -> list[RecordedOp]:
         """The operations a transaction (or resync) with ``values`` would execute; read-only."""
         desired = dict(values)
         self._check_keys(desired)
-        kind = None if resync is None else ResyncKind(resync)
+        try:
+            kind = None if resync is None else ResyncKind(resync)
+        except ValueError:
+            self._engine.stats.rejected_requests += 1
+            raise TransactionError(f"unknown resync kind {resync!r}") from None
+        scope = self._scope(descriptors)
         with self._lock:
-            return self._engine.plan(desired, kind)
+            return self._engine.plan(desired, kind, scope)
 
     def transaction_barrier(self) -> None:
         """Wait until everything queued before this call (incl. notifications) has run."""
@@ -243,8 +258,19 @@ class KVScheduler:
 
     # -- reading state ---------------------------------------------------------------------
 
+    def descriptors(self) -> list[Descriptor]:
+        """The registered descriptors, in registration order."""
+        return self._engine.registry.descriptors
+
     def get_value_status(self, key: Key) -> ValueStatus:
         return self._engine.status(key)
+
+    def get_value_statuses(self, key_selector: KeySelector | None = None) -> list[ValueStatus]:
+        """Statuses of every known value (optionally filtered), sorted by key; never waits."""
+        statuses = list(self._engine.statuses.values())  # one-step copy of the live dict
+        if key_selector is not None:
+            statuses = [s for s in statuses if key_selector(s.key)]
+        return sorted(statuses, key=lambda status: status.key)
 
     def watch_value_status(
         self, callback: StatusCallback, key_selector: KeySelector | None = None
@@ -392,6 +418,18 @@ class KVScheduler:
         self.close()
 
     # -- internals -------------------------------------------------------------------------
+
+    def _scope(self, descriptors: Collection[str] | None) -> set[str] | None:
+        if descriptors is None:
+            return None
+        if isinstance(descriptors, str):
+            descriptors = [descriptors]
+        scope = set(descriptors)
+        unknown = sorted(n for n in scope if self._engine.registry.get(n) is None)
+        if unknown:
+            self._engine.stats.rejected_requests += 1
+            raise TransactionError(f"unknown descriptors {unknown!r}")
+        return scope
 
     def _check_keys(self, values: Mapping[Any, Value]) -> None:
         bad = [key for key in values if not isinstance(key, str) or not key]

@@ -540,3 +540,30 @@ def test_notifications_with_retry(sched: KVScheduler, sb: MockSB) -> None:
     retries = [r for r in sched.transaction_history() if r.txn_type is TxnType.RETRY_FAILED_OPS]
     assert [r.retry_attempt for r in retries] == [1, 2]
     assert retries[0].retry_for == record.seq
+
+
+def test_resync_scoped_to_descriptors(sched: KVScheduler, sb: MockSB) -> None:
+    sched.register_descriptor(prefix_descriptor(sb, "A", A))
+    sched.register_descriptor(prefix_descriptor(sb, "B", B))
+    sched.start_txn().set_value(A + "x", {}).set_value(B + "y", {}).commit()
+    sb.pop_calls()
+    # A full resync of A alone: B's values are neither retrieved nor deleted.
+    seq = sched.resync({A + "z": {}}, kind="full", descriptors=["A"])
+    assert [(op, key) for op, key, _ in executed(sched, seq)] == [
+        ("DELETE", A + "x"),
+        ("CREATE", A + "z"),
+    ]
+    assert [c[0] for c in sb.pop_calls()] == ["retrieve", "delete", "create"]
+    assert state(sched, B + "y") is ValueState.CONFIGURED
+    # A downstream resync of B re-creates only B's missing values.
+    del sb.values[A + "z"]
+    del sb.values[B + "y"]
+    seq = sched.resync(kind="downstream", descriptors=["B"])
+    assert [(op, key) for op, key, _ in executed(sched, seq)] == [("CREATE", B + "y")]
+    assert state(sched, A + "z") is ValueState.CONFIGURED  # not refreshed: not noticed
+    assert sched.plan({}, resync="upstream", descriptors=["B"])[0].key == B + "y"
+    with pytest.raises(TransactionError, match="unknown descriptors"):
+        sched.resync({}, descriptors=["nope"])
+    assert [d.name for d in sched.descriptors()] == ["A", "B"]
+    assert [s.key for s in sched.get_value_statuses()] == [A + "z", B + "y"]
+    assert [s.key for s in sched.get_value_statuses(lambda k: k.startswith(B))] == [B + "y"]

@@ -340,9 +340,7 @@ def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, 
             with_metadata=True,
         )
     )
-    sched.register_descriptor(
-        Descriptor(name="selector", key_selector=exploding_selector)
-    )
+    sched.register_descriptor(Descriptor(name="selector", key_selector=exploding_selector))
     with pytest.raises(TransactionError) as info:
         sched.start_txn().set_value("bad/a", {"boom": True}).set_value(
             "bad/b", {"junk": True}
