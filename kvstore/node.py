@@ -451,7 +451,10 @@ class KvStoreNode:
                 self._subscriptions = max(0, self._subscriptions - 1)
 
     def _publish(self, publication: Publication) -> None:
-        if self._pub is None or self._subscriptions <= 0:
+        if self._pub is None:
+            return
+        self._on_pub_readable()  # a subscription may have arrived without waking us yet
+        if self._subscriptions <= 0:
             return
         try:
             self._pub.send(wire.encode(publication), zmq.NOBLOCK)
@@ -686,6 +689,7 @@ class KvStoreNode:
                 self._flush_rate_buffer(now)
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
             self._on_cmd_readable()
+            self._on_pub_readable()
             for name in list(self._peers):
                 self._on_peer_readable(name)
         finally:

@@ -1,0 +1,157 @@
+"""Multi-process full sync: 3-way sync on peer add, anti-entropy, restart repair, initial sync."""
+
+from __future__ import annotations
+
+import signal
+
+from kvstore import wire
+from kvstore.client import make_value
+from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request, Value
+from tests.kvstore.conftest import Mesh, wait_for_value
+from tests.util import wait_until
+
+
+def identity(client) -> dict[str, tuple[int, str, bytes | None]]:
+    return {k: (v.version, v.originator_id, v.value) for k, v in client.dump().items()}
+
+
+def test_three_way_full_sync_on_peer_add(mesh: Mesh) -> None:
+    """The reference FullSync case: both sides end with the best of each key."""
+    a = mesh.start(mesh.allocate("a"))
+    b = mesh.start(mesh.allocate("b"))
+    with a.client() as client:
+        client.set(
+            {
+                "k0": make_value(b"a0", version=5, originator_id="a"),
+                "k1": make_value(b"a1", version=1, originator_id="a"),
+                "k2": make_value(b"a2", version=9, originator_id="a"),
+                "k3": make_value(b"a3", version=1, originator_id="a"),
+            }
+        )
+    with b.client() as client:
+        client.set(
+            {
+                "k1": make_value(b"a1", version=1, originator_id="a"),
+                "k2": make_value(b"b2", version=1, originator_id="b"),
+                "k3": make_value(b"b3", version=9, originator_id="b"),
+                "k4": make_value(b"b4", version=6, originator_id="b"),
+            }
+        )
+    # Only a declares the peering: a's sync alone must fix both stores (3-way).
+    with a.client() as client:
+        client.add_peer("b", b.cmd_url, b.pub_url)
+    expected = {
+        "k0": (5, "a", b"a0"),
+        "k1": (1, "a", b"a1"),
+        "k2": (9, "a", b"a2"),
+        "k3": (9, "b", b"b3"),
+        "k4": (6, "b", b"b4"),
+    }
+    for node in (a, b):
+        with node.client() as client:
+            wait_until(lambda c=client: identity(c) == expected, timeout=20, message=node.name)
+    with a.client() as client:
+        peers = client.peers()
+        counters = client.counters()
+    assert peers["b"].state == PeerState.INITIALIZED
+    assert counters["kvstore.full_sync.success"] >= 1
+    assert counters["kvstore.full_sync.differing_buckets"] >= 1
+
+
+def test_peer_not_initialized_gets_missed_keys_at_end_of_sync(mesh: Mesh) -> None:
+    """Keys merged while a peer is still syncing reach it in the finalize step."""
+    a = mesh.start(mesh.allocate("a"))
+    b_spec = mesh.allocate("b")
+    # a declares b before b exists: the sync cannot finish, so b is not INITIALIZED...
+    with a.client() as client:
+        client.add_peer("b", b_spec.cmd_url)
+        client.set({"early": make_value(b"1", version=1, originator_id="a")})
+        assert client.peers()["b"].state != PeerState.INITIALIZED
+    # ...and once b comes up, a's (retried) sync delivers the key.
+    b = mesh.start(b_spec)
+    wait_for_value([b], "early", lambda v: v is not None and v.value == b"1")
+
+
+def test_anti_entropy_repairs_missed_publication(mesh: Mesh) -> None:
+    a, b = mesh.chain(["a", "b"], sync_interval_s=0.5)
+    # b receives a publication whose flood path already names a: b applies it but does not
+    # flood it to a (a is on the path), so a misses it. Only anti-entropy can repair that.
+    request = Request(
+        cmd=Command.KEY_SET,
+        key_set=KeySetParams(
+            key_vals={"missed": make_value(b"m", version=3, originator_id="z")},
+            solicit_response=True,
+            node_ids=["a"],
+        ),
+    )
+    with b.client() as client:
+        assert client.request_raw(wire.encode(request)).error is None
+        assert client.get(["missed"])["missed"].value == b"m"
+    wait_for_value([a], "missed", lambda v: v is not None and v.value == b"m", timeout=20)
+    with a.client() as client:
+        counters = client.counters()
+    with b.client() as client:
+        counters_b = client.counters()
+    syncs = counters.get("kvstore.anti_entropy_syncs", 0)
+    syncs += counters_b.get("kvstore.anti_entropy_syncs", 0)
+    assert syncs >= 1
+    repairs = counters.get("kvstore.anti_entropy_repairs", 0)
+    repairs += counters_b.get("kvstore.anti_entropy_repairs", 0)
+    assert repairs >= 1
+
+
+def test_node_restarted_empty_is_repaired_by_peers(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+    with a.client() as client:
+        for i in range(50):
+            client.set({f"r/{i}": make_value(b"x" * i, version=1, originator_id="a")})
+    wait_for_value([c], "r/49", lambda v: v is not None)
+    b.kill()  # SIGKILL: no goodbye, the store is lost
+    with a.client() as client:
+        client.set({"while-down": make_value(b"d", version=1, originator_id="a")})
+    mesh.start(b)
+    mesh.wait_ready(b)
+    for node in (a, b, c):
+        with node.client() as client:
+            wait_until(
+                lambda cl=client: len(cl.hash_dump(prefix="r/")) == 50
+                and "while-down" in cl.get(["while-down"]),
+                timeout=20,
+                message=f"{node.name} repaired",
+            )
+
+
+def test_initial_sync_done_and_peer_states(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+    with b.client() as client:
+        info = client.node_info(refresh=True)
+        peers = client.peers()
+    assert info.initial_sync_done
+    assert {n: p.state for n, p in peers.items()} == {
+        "a": PeerState.INITIALIZED,
+        "c": PeerState.INITIALIZED,
+    }
+    assert all(p.flaps == 1 for p in peers.values())
+    # A dead peer: b's next sync with it fails and b marks it IDLE, and keeps serving.
+    c.stop(signal.SIGKILL)
+    with b.client() as client:
+        client.del_peers(["c"])
+        client.add_peer("c", c.cmd_url)
+        wait_until(
+            lambda: client.peers()["c"].state == PeerState.IDLE, timeout=20, message="c idle"
+        )
+        assert client.counters()["kvstore.full_sync.timeouts"] >= 1
+        client.del_peers(["c"])
+        assert set(client.peers()) == {"a"}
+
+
+def test_sync_keeps_remaining_ttl(mesh: Mesh) -> None:
+    a = mesh.start(mesh.allocate("a"))
+    b = mesh.start(mesh.allocate("b"))
+    with a.client() as client:
+        client.set({"t": Value(1, "a", b"v", 60_000, 0)})
+        client.add_peer("b", b.cmd_url)
+    wait_for_value([b], "t", lambda v: v is not None)
+    with b.client() as client:
+        ttl = client.get(["t"])["t"].ttl_ms
+    assert 0 < ttl < 60_000

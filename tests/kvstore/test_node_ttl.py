@@ -1,0 +1,174 @@
+"""Multi-process TTL behaviour: expiry everywhere, expiry publications, refresh, persisted keys."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from kvstore.aioclient import AsyncKvStoreClient, KeyManager
+from kvstore.client import make_value
+from kvstore.gen.kvstore_thrift.ttypes import Value
+from tests.kvstore.conftest import Mesh, wait_for_value
+from tests.util import wait_until
+
+
+async def async_wait_until(
+    condition: Callable[[], Awaitable[bool]], timeout: float = 20.0, message: str = ""
+) -> None:
+    """The asyncio twin of tests.util.wait_until (polls without blocking the loop)."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {message}")
+        await asyncio.sleep(0.02)
+
+
+def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+    with c.client() as client, client.subscribe() as subscription:
+        # Make sure the subscription is live before the key is set (ZeroMQ's slow joiner).
+        with a.client() as writer:
+            wait_until(
+                lambda: writer.set({"probe": make_value(b"", version=1, originator_id="t")})
+                is not None
+                and subscription.recv(timeout_s=0.2) is not None,
+                message="subscription live",
+            )
+            writer.set({"short": make_value(b"bye", version=1, originator_id="a", ttl_ms=1500)})
+        wait_for_value([a, b, c], "short", lambda v: v is not None and 0 < v.ttl_ms <= 1500)
+        expired_seen: list[str] = []
+
+        def expired_on_c() -> bool:
+            publication = subscription.recv(timeout_s=0.2)
+            if publication is not None:
+                expired_seen.extend(publication.expired_keys or ())
+            return "short" in expired_seen
+
+        wait_until(expired_on_c, timeout=20, message="expired-key publication on c")
+    wait_for_value([a, b, c], "short", lambda v: v is None, timeout=20)
+    for node in (a, b, c):
+        with node.client() as client:
+            counters = client.counters()
+            assert counters["kvstore.expired_key_vals"] == 1, node.name
+            # Expired keys are never flooded: nothing was sent after the expiry itself.
+            assert "short" not in client.dump()
+
+
+def test_short_ttl_is_applied_locally_but_not_flooded(mesh: Mesh) -> None:
+    a, b = mesh.chain(["a", "b"])
+    with a.client() as client:
+        client.set({"brief": make_value(b"x", version=1, originator_id="a", ttl_ms=300)})
+        client.set({"marker": make_value(b"m", version=1, originator_id="a")})
+    wait_for_value([b], "marker", lambda v: v is not None)
+    with b.client() as client:
+        assert "brief" not in client.get(["brief"])
+    with a.client() as client:
+        assert client.counters()["kvstore.flood.dropped_keys"] >= 1
+
+
+def test_ttl_refresh_keeps_key_alive(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+
+    async def scenario() -> None:
+        async with AsyncKvStoreClient(a.cmd_url) as client, KeyManager(client) as keys:
+            await keys.set_key("alive", b"yes", ttl_ms=1000)
+            # Four TTLs' worth of time: without refreshes the key would be long gone.
+            started = time.monotonic()
+            async with AsyncKvStoreClient(c.cmd_url) as far:
+
+                async def arrived() -> bool:
+                    return "alive" in await far.get(["alive"])
+
+                await async_wait_until(arrived, message="key at the far end")
+
+                async def refreshed_many_times() -> bool:
+                    value = (await far.get(["alive"])).get("alive")
+                    assert value is not None, "key expired despite refreshes"
+                    return time.monotonic() - started > 4.0 and value.ttl_version >= 8
+
+                await async_wait_until(refreshed_many_times, timeout=30)
+                assert keys.counters["refreshes"] >= 8
+                # Stop refreshing: now it expires everywhere.
+                keys.unset_key("alive")
+
+                async def gone() -> bool:
+                    return "alive" not in await far.get(["alive"])
+
+                await async_wait_until(gone, timeout=10)
+
+    asyncio.run(scenario())
+    with a.client() as client:
+        assert "alive" not in client.get(["alive"])
+
+
+def test_persist_key_wins_back_an_overridden_key(mesh: Mesh) -> None:
+    a, b, c = mesh.chain(["a", "b", "c"])
+
+    async def scenario() -> None:
+        async with AsyncKvStoreClient(a.cmd_url) as client, KeyManager(client) as keys:
+            first = await keys.persist_key("owned", b"mine")
+            assert (first.version, first.originator_id) == (1, "a")
+            async with AsyncKvStoreClient(c.cmd_url) as far:
+
+                async def arrived() -> bool:
+                    value = (await far.get(["owned"])).get("owned")
+                    return value is not None and value.value == b"mine"
+
+                await async_wait_until(arrived)
+                # Someone else takes the key over with a much higher version.
+                await far.set({"owned": Value(7, "zzz", b"theirs", -2147483648, 0)})
+
+                async def won_back() -> bool:
+                    value = (await far.get(["owned"])).get("owned")
+                    return (
+                        value is not None
+                        and value.value == b"mine"
+                        and value.originator_id == "a"
+                        and value.version > 7
+                    )
+
+                await async_wait_until(won_back, timeout=20, message="persisted value back")
+            assert keys.counters["overrides_defended"] >= 1
+
+    asyncio.run(scenario())
+    for node in (a, b, c):
+        with node.client() as client:
+            value = client.get(["owned"])["owned"]
+            assert (value.value, value.originator_id) == (b"mine", "a")
+
+
+def test_subscribe_key_callbacks_and_clear_key(mesh: Mesh) -> None:
+    (a,) = mesh.chain(["a"])
+
+    async def scenario() -> None:
+        seen: list[tuple[str, bytes | None]] = []
+
+        def on_change(key: str, value: Value | None) -> None:
+            seen.append((key, None if value is None else value.value))
+
+        async with AsyncKvStoreClient(a.cmd_url) as client, KeyManager(client) as keys:
+            await keys.subscribe_key("watched", on_change)
+            # The stream needs a moment to attach (slow joiner): write new versions until seen.
+            versions = iter(range(1, 1000))
+
+            async def first_seen() -> bool:
+                await client.set({"watched": Value(next(versions), "w", b"v1", 60_000, 0)})
+                return ("watched", b"v1") in seen
+
+            await async_wait_until(first_seen, message="first update seen")
+            await client.set({"watched": Value(next(versions), "w", b"v2", 1000, 0)})
+
+            async def expired() -> bool:
+                return ("watched", None) in seen
+
+            await async_wait_until(expired, timeout=10, message="expiry callback")
+            assert ("watched", b"v2") in seen
+            # clear_key: a tombstone (empty value) at a higher version.
+            await keys.set_key("gone", b"x")
+            tombstone = await keys.clear_key("gone")
+            assert tombstone is not None and tombstone.version == 2
+            stored = (await client.get(["gone"]))["gone"]
+            assert (stored.version, stored.value) == (2, b"")
+
+    asyncio.run(scenario())
