@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from kvstore import wire
 from kvstore.client import make_value
-from kvstore.gen.kvstore_thrift.ttypes import Value
+from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
 from tests.kvstore.conftest import Mesh, wait_for_value
 from tests.util import wait_until
 
@@ -49,7 +50,8 @@ def test_full_mesh_converges_without_loops(mesh: Mesh) -> None:
     nodes = mesh.full_mesh(["m1", "m2", "m3", "m4"])
     for i, node in enumerate(nodes):
         with node.client() as client:
-            client.set({f"mesh/{i}": make_value(f"v{i}".encode(), version=1, originator_id=node.name)})
+            value = make_value(f"v{i}".encode(), version=1, originator_id=node.name)
+            client.set({f"mesh/{i}": value})
     for i, node in enumerate(nodes):
         wait_for_value(nodes, f"mesh/{i}", has(1, node.name, f"v{i}".encode()))
     # Each change crosses each link at most once per direction: with 4 nodes and 4 keys, no node
@@ -100,9 +102,7 @@ def test_lower_version_from_peer_is_not_reflooded(mesh: Mesh) -> None:
 
 
 def test_looped_publication_is_dropped_and_counted(mesh: Mesh) -> None:
-    a, b = mesh.chain(["a", "b"])
-    from kvstore import wire
-    from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request
+    _a, b = mesh.chain(["a", "b"])
 
     looped = Request(
         cmd=Command.KEY_SET,

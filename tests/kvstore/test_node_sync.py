@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import signal
+from functools import partial
 
 from kvstore import wire
-from kvstore.client import make_value
+from kvstore.client import KvStoreClient, make_value
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request, Value
 from tests.kvstore.conftest import Mesh, wait_for_value
 from tests.util import wait_until
 
 
-def identity(client) -> dict[str, tuple[int, str, bytes | None]]:
+def identity(client: KvStoreClient) -> dict[str, tuple[int, str, bytes | None]]:
     return {k: (v.version, v.originator_id, v.value) for k, v in client.dump().items()}
+
+
+def converged(client: KvStoreClient, expected: dict[str, tuple[int, str, bytes]]) -> bool:
+    return identity(client) == expected
+
+
+def repaired(client: KvStoreClient) -> bool:
+    return len(client.hash_dump(prefix="r/")) == 50 and "while-down" in client.get(["while-down"])
 
 
 def test_three_way_full_sync_on_peer_add(mesh: Mesh) -> None:
@@ -49,7 +58,7 @@ def test_three_way_full_sync_on_peer_add(mesh: Mesh) -> None:
     }
     for node in (a, b):
         with node.client() as client:
-            wait_until(lambda c=client: identity(c) == expected, timeout=20, message=node.name)
+            wait_until(partial(converged, client, expected), timeout=20, message=node.name)
     with a.client() as client:
         peers = client.peers()
         counters = client.counters()
@@ -113,16 +122,11 @@ def test_node_restarted_empty_is_repaired_by_peers(mesh: Mesh) -> None:
     mesh.wait_ready(b)
     for node in (a, b, c):
         with node.client() as client:
-            wait_until(
-                lambda cl=client: len(cl.hash_dump(prefix="r/")) == 50
-                and "while-down" in cl.get(["while-down"]),
-                timeout=20,
-                message=f"{node.name} repaired",
-            )
+            wait_until(partial(repaired, client), timeout=20, message=f"{node.name} repaired")
 
 
 def test_initial_sync_done_and_peer_states(mesh: Mesh) -> None:
-    a, b, c = mesh.chain(["a", "b", "c"])
+    _a, b, c = mesh.chain(["a", "b", "c"])
     with b.client() as client:
         info = client.node_info(refresh=True)
         peers = client.peers()

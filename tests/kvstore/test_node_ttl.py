@@ -68,7 +68,7 @@ def test_short_ttl_is_applied_locally_but_not_flooded(mesh: Mesh) -> None:
 
 
 def test_ttl_refresh_keeps_key_alive(mesh: Mesh) -> None:
-    a, b, c = mesh.chain(["a", "b", "c"])
+    a, _b, c = mesh.chain(["a", "b", "c"])
 
     async def scenario() -> None:
         async with AsyncKvStoreClient(a.cmd_url) as client, KeyManager(client) as keys:
