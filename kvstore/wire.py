@@ -65,7 +65,7 @@ def decode(cls: type[T], data: bytes, limit: int = DEFAULT_DECODE_LIMIT) -> T:
     try:
         fastbinary.decode_binary(obj, _ReadProtocol(data, limit), [cls, cls.thrift_spec])  # type: ignore[attr-defined]
     except Exception as exc:  # the C decoder raises TypeError, EOFError, UnicodeDecodeError...
-        raise DecodeError(f"cannot decode {cls.__name__}: {exc}") from exc
+        raise DecodeError(f"cannot decode {cls.__name__}: {type(exc).__name__}: {exc}") from exc
     return obj
 
 
