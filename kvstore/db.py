@@ -32,7 +32,7 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
-from kvstore.hashing import MASK64, TTL_VERSION_MIX, contribution, value_hash
+from kvstore.hashing import MASK64, contribution, value_hash
 from kvstore.ttl import ExpiryQueue
 from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value
 
@@ -43,7 +43,6 @@ _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (ha
 _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
 _BUCKET_SHIFT: Final[int] = 64 - (NUM_BUCKETS.bit_length() - 1)
 _R = NoMergeReason
-_MIX: Final[int] = TTL_VERSION_MIX
 
 
 @dataclass(slots=True)
@@ -146,11 +145,13 @@ class KvStoreDb:
         buckets = self._buckets
         leaves = self._digests.leaves
         dirty_add = self._digests.dirty.add
-        expiry_push = self._expiry.push
         originators = self._originators
         verify = self.verify_hashes
         num_finite = self._num_finite
+        # Finite-TTL keys of this batch by TTL: one shared expiry int per distinct TTL, and the
+        # keys are queued in bulk after the loop.
         expiry_of_ttl: dict[int, int] = {}
+        expiring: dict[int, list[str]] = {}
 
         for key, new in key_vals.items():
             # ---- validation (inlined `value.invalid_reason`: this loop is the hot path)
@@ -271,12 +272,14 @@ class KvStoreDb:
                 expires = expiry_of_ttl.get(ttl)
                 if expires is None:
                     expires = expiry_of_ttl[ttl] = now_ms + ttl
+                    expiring[expires] = [key]
+                else:
+                    expiring[expires].append(key)
                 stored = Value(version, canon, stored_val, expires, ttl_version, h)
-                expiry_push(key, expires)
                 num_finite += 1
             bucket = xxh3_64_intdigest(key_utf8) >> _BUCKET_SHIFT
             # Inlined `hashing.contribution` (two calls per update on the hot path).
-            contrib = xxh3_64_intdigest(key_utf8, (h ^ ttl_version * _MIX) & MASK64)
+            contrib = xxh3_64_intdigest(key_utf8, (h + ttl_version) & MASK64)
             if cur is None:
                 self._keys.add(key)
                 members = buckets[bucket]
@@ -287,13 +290,15 @@ class KvStoreDb:
             else:
                 if cur.ttl_ms != _INF:
                     num_finite -= 1
-                contrib ^= xxh3_64_intdigest(key_utf8, (cur.hash ^ cur.ttl_version * _MIX) & MASK64)
+                contrib ^= xxh3_64_intdigest(key_utf8, (cur.hash + cur.ttl_version) & MASK64)
             kv[key] = stored
             leaves[bucket] ^= contrib
             dirty_add(bucket)
             delta[key] = new
 
         self._num_finite = num_finite
+        for expires, keys in expiring.items():
+            self._expiry.push_many(keys, expires)
         counters = self.counters
         counters["kvstore.merge.received"] += len(key_vals)
         counters["kvstore.merge.updated"] += len(delta)
@@ -417,6 +422,7 @@ class KvStoreDb:
         out: dict[str, Value] = {}
         kv = self._kv
         origs = frozenset(originator_ids) if originator_ids else None
+        new_value = Value
         for key in self._scope_keys(prefix, buckets):
             cur = kv[key]
             if origs is not None and cur.originator_id not in origs:
@@ -426,7 +432,7 @@ class KvStoreDb:
                 ttl -= now_ms
                 if ttl <= 0:
                     continue
-            out[key] = Value(
+            out[key] = new_value(
                 cur.version,
                 cur.originator_id,
                 cur.value if with_values else None,
@@ -487,8 +493,21 @@ class KvStoreDb:
         kv_get = self._kv.get
         decrement = self.ttl_decrement_ms
         for key, theirs in their_hashes.items():
-            _check_hash_entry(key, theirs)
             mine = kv_get(key)
+            # Fast path, the common case of a periodic sync: an identical live entry. My fields are
+            # well-typed, so equality proves theirs are too and no validation is needed.
+            if (
+                mine is not None
+                and type(theirs) is Value
+                and mine.hash == theirs.hash
+                and mine.ttl_version == theirs.ttl_version
+                and mine.version == theirs.version
+                and mine.originator_id == theirs.originator_id
+                and mine.hash is not None
+                and (mine.ttl_ms == _INF or mine.ttl_ms > now_ms)
+            ):
+                continue
+            _check_hash_entry(key, theirs)
             if mine is None or (mine.ttl_ms != _INF and mine.ttl_ms <= now_ms):
                 want.append(key)
                 continue

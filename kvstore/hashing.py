@@ -17,7 +17,7 @@ from typing import Final
 
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["MASK64", "TTL_VERSION_MIX", "contribution", "key_hash", "to_signed64", "value_hash"]
+__all__ = ["MASK64", "contribution", "key_hash", "to_signed64", "value_hash"]
 
 _U64: Final[int] = 1 << 64
 _I64_TOP: Final[int] = 1 << 63
@@ -31,8 +31,6 @@ _ORIG_HEAD: Final = struct.Struct("<IB")
 # originators are few, so caching their encodings saves an encode + pack per merged value.
 _orig_parts: dict[str, tuple[bytes, bytes]] = {}
 _MAX_CACHED_ORIGINATORS: Final = 4096
-# Odd 64-bit constant (golden ratio) spreading ttl_version over the seed bits.
-TTL_VERSION_MIX: Final = 0x9E3779B97F4A7C15
 MASK64: Final = _U64 - 1
 
 
@@ -75,8 +73,10 @@ def key_hash(key: str) -> int:
 def contribution(key_utf8: bytes, value_hash_i64: int, ttl_version: int) -> int:
     """Unsigned 64-bit XOR-contribution of one stored key to the digest tree.
 
-    The key is hashed with a seed made of the value hash and ttl_version, so the result is a
-    non-linear function of all three: swapping two keys' values between stores changes the XOR
-    of the contributions (plain XOR-ing of the three hashes would not notice).
+    XXH3-64 of the key, seeded with (value hash + ttl_version) mod 2**64. The result is a
+    non-linear function of all three parts: swapping two keys' values (or ttl_versions) between
+    stores changes the XOR of the contributions, which plain XOR-ing of three hashes would not.
+    Two originations of one key collide only if their hashes differ by exactly their
+    ttl_version difference (probability ~2**-64).
     """
-    return xxh3_64_intdigest(key_utf8, (value_hash_i64 ^ ttl_version * TTL_VERSION_MIX) & MASK64)
+    return xxh3_64_intdigest(key_utf8, (value_hash_i64 + ttl_version) & MASK64)

@@ -47,6 +47,21 @@ class ExpiryQueue:
             slot.append(key)  # type: ignore[union-attr]
         self._size += 1
 
+    def push_many(self, keys: list[str], expiry_ms: int) -> None:
+        """Queue several keys for the same expiry time."""
+        if not keys:
+            return
+        due = self._due
+        slot = due.get(expiry_ms)
+        if slot is None:
+            due[expiry_ms] = keys[0] if len(keys) == 1 else list(keys)
+            heapq.heappush(self._heap, expiry_ms)
+        elif type(slot) is str:
+            due[expiry_ms] = [slot, *keys]
+        else:
+            slot.extend(keys)  # type: ignore[union-attr]
+        self._size += len(keys)
+
     def peek(self) -> int | None:
         """Earliest expiry time in the queue (possibly only stale entries), or None if empty."""
         return self._heap[0] if self._heap else None
