@@ -145,7 +145,12 @@ class Walker:
         if key in self._branch:
             return True  # cycle guard: the value is already being processed up the stack
         if key in self.ctx.failed and not self.ctx.reverting:
-            return False  # failed earlier in this transaction: not touched again
+            # Failed earlier in this transaction: not created or updated again (a delete may
+            # still remove it).
+            if dep_update:
+                return True
+            if value is not None:
+                return False
         self._branch.add(key)
         try:
             node = self.graph.get(key)
@@ -153,10 +158,16 @@ class Walker:
                 if node is None or node.origin is not NB:
                     return True
                 if not node.available:
-                    if node.state is ValueState.PENDING and is_ready(self.graph, node):
+                    if not _waits_for_dependencies(node):
+                        return True
+                    if is_ready(self.graph, node):
+                        # Pending values get created; a failed create gets another chance,
+                        # since a dependency changed.
                         return self._create(key, node, node.value, node.origin, node.derived_from)
                     if node.state is ValueState.PENDING:
                         self._set_details(node)
+                    else:
+                        self._pend(node)
                     return True
                 if not is_ready(self.graph, node):
                     return self._delete(node, pending=True)
@@ -495,7 +506,11 @@ class Walker:
                 return self._abort_delete(node, prev_state)
         for dependent in sorted(graph.dependents_of(key)):
             dnode = graph.get(dependent)
-            if dnode is None or not dnode.available or dnode.origin is not NB:
+            if dnode is None or dnode.origin is not NB:
+                continue
+            if not dnode.available and dnode.state is ValueState.PENDING:
+                continue  # already waiting
+            if not dnode.available and not _waits_for_dependencies(dnode):
                 continue
             if not any(dep.matches(key) for dep in dnode.deps):
                 continue
@@ -680,6 +695,14 @@ class Walker:
             node.retry_policy = ctx.retry
         node.retry_attempt = ctx.retry_attempt
 
+    def _pend(self, node: Node) -> None:
+        """A failed create whose dependency went away: it now waits for it like any value."""
+        self.graph.touch(node)
+        self._touched(node.key)
+        node.state = ValueState.PENDING
+        node.error = None
+        node.details = missing_labels(self.graph, node)
+
     def _set_details(self, node: Node) -> None:
         details = missing_labels(self.graph, node)
         if details != node.details:
@@ -759,6 +782,14 @@ def _derivation_depth(graph: Graph, node: Node) -> int:
             break
         current = graph.get(current.derived_from)
     return depth
+
+
+def _waits_for_dependencies(node: Node) -> bool:
+    """Unavailable values that dependency changes may (re)create: pending ones and failed
+    creates (not invalid, unimplemented or failed-delete values)."""
+    if node.state is ValueState.PENDING:
+        return True
+    return node.state in (ValueState.FAILED, ValueState.RETRYING) and node.last_op is CREATE
 
 
 def _still_in_sb(node: Node) -> bool:

@@ -567,3 +567,42 @@ def test_resync_scoped_to_descriptors(sched: KVScheduler, sb: MockSB) -> None:
     assert [d.name for d in sched.descriptors()] == ["A", "B"]
     assert [s.key for s in sched.get_value_statuses()] == [A + "z", B + "y"]
     assert [s.key for s in sched.get_value_statuses(lambda k: k.startswith(B))] == [B + "y"]
+
+
+def test_failed_create_retried_when_dependency_returns(sched: KVScheduler, sb: MockSB) -> None:
+    sched.register_descriptor(prefix_descriptor(sb, "A", A, derived=derive_items))
+    sched.register_descriptor(
+        prefix_descriptor(sb, "B", B, deps=lambda k, v: [Dependency(label="i", key=A + "a/i")])
+    )
+    sched.start_txn().set_value(A + "a", items("i")).commit()
+    sb.fail_next(B + "b")
+    with pytest.raises(TransactionError):
+        sched.start_txn().set_value(B + "b", {}).commit()
+    assert state(sched, B + "b") is ValueState.FAILED
+    # The dependency goes away: the failed value now waits for it ...
+    seq = sched.start_txn().set_value(A + "a", items()).commit()
+    assert state(sched, B + "b") is ValueState.PENDING
+    assert sched.get_value_status(B + "b").details == ("i",)
+    assert executed(sched, seq)[-1] == ("UPDATE", A + "a", ValueState.CONFIGURED)
+    # ... and gets another chance when it is back.
+    sched.start_txn().set_value(A + "a", items("i")).commit()
+    assert state(sched, B + "b") is ValueState.CONFIGURED
+    assert B + "b" in sb.values
+
+
+def test_value_failed_earlier_in_txn_does_not_block_a_later_delete(
+    sched: KVScheduler, sb: MockSB
+) -> None:
+    sched.register_descriptor(prefix_descriptor(sb, "A", A, derived=derive_items))
+    sched.register_descriptor(
+        prefix_descriptor(sb, "B", B, deps=lambda k, v: [Dependency(label="i", key=A + "a/i")])
+    )
+    sched.start_txn().set_value(A + "a", items("i")).commit()
+    sb.fail_next(B + "b")
+    # Creates run before updates: B fails first, then A drops the item B depends on.
+    with pytest.raises(TransactionError) as info:
+        sched.start_txn().set_value(B + "b", {}).set_value(A + "a", items()).commit()
+    assert list(info.value.errors) == [B + "b"]
+    assert A + "a/i" not in sb.values
+    assert state(sched, A + "a/i") is ValueState.NONEXISTENT
+    assert state(sched, A + "a") is ValueState.CONFIGURED
