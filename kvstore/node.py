@@ -18,7 +18,6 @@ the pass, so a burst of small publications becomes a few large ones.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import random
 import signal
@@ -33,29 +32,17 @@ import zmq
 from kvstore import wire
 from kvstore.config import NodeConfig
 from kvstore.db import KvStoreDb
-from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestReply,
-    KeySetParams,
     NodeInfo,
     PeerSpec,
-    PeerState,
     Publication,
     Request,
     Response,
     Value,
 )
-from kvstore.node_peers import (
-    IDLE,
-    INITIALIZED,
-    SYNCING,
-    Backoff,
-    PeerLink,
-    SyncCap,
-    jittered,
-)
-from kvstore.node_sync import SyncProtocolError, SyncSession
+from kvstore.node_peers import Peering
 
 log = logging.getLogger("kvstore.node")
 
@@ -63,8 +50,6 @@ log = logging.getLogger("kvstore.node")
 DRAIN_LIMIT = 512
 MAX_ENVELOPE_FRAMES = 16
 TICK_S = 0.05
-# Keys per finalize / rate-limit KEY_SET message.
-KEYS_PER_MESSAGE = 20_000
 
 Path = tuple[str, ...]
 
@@ -109,20 +94,12 @@ class KvStoreNode:
         self._cmd: zmq.Socket[bytes] | None = None
         self._pub: zmq.Socket[bytes] | None = None
         self._subscriptions = 0
-        self._peers: dict[str, PeerLink] = {}
-        self._requests: dict[bytes, str] = {}  # correlation id -> peer name
-        self._corr_ids = itertools.count(1)
-        self._sync_cap = SyncCap()
+        self.peering: Peering | None = None  # created in start(): it needs the loop
         self._floods: dict[Path, dict[str, Value]] = {}
-        self._rate_tokens = float(config.flood_msg_burst)
-        self._rate_last_ms = monotonic_ms()
-        self._rate_buffer: set[str] = set()
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
-        self._next_anti_entropy_ms: int | None = None
         self._started_ms = monotonic_ms()
-        self._initial_sync_done = False
         self._stopped = asyncio.Event()
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -170,13 +147,12 @@ class KvStoreNode:
         self._cmd, self._pub = cmd, pub
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
-        if cfg.sync_interval_s > 0:
-            self._next_anti_entropy_ms = monotonic_ms() + int(
-                jittered(cfg.sync_interval_s, self._rng) * 1000
-            )
+        self.peering = Peering(
+            self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng
+        )
         for name, address in cfg.peers.items():
-            self._add_peer(name, address.cmd_url, address.pub_url)
-        self._update_initial_sync()
+            self.peering.add(name, address.cmd_url, address.pub_url)
+        self.peering.update_initial_sync()
         self._tick_handle = self._loop.call_later(TICK_S, self._tick)
         # Messages may have queued between bind and add_reader: drain once now.
         self._loop.call_soon(self._on_cmd_readable)
@@ -195,8 +171,8 @@ class KvStoreNode:
             if handle is not None:
                 handle.cancel()
         self._tick_handle = self._expiry_handle = None
-        for name in list(self._peers):
-            self._remove_peer(name)
+        if self.peering is not None:
+            self.peering.close()
         for sock in (self._cmd, self._pub):
             if sock is not None and not sock.closed:
                 if loop is not None:
@@ -220,7 +196,7 @@ class KvStoreNode:
                 handled += 1
                 self._handle_command(frames)
         finally:
-            self._flush_floods()
+            self.flush_floods()
         if handled >= DRAIN_LIMIT and self._loop is not None:
             self._loop.call_soon(self._on_cmd_readable)
 
@@ -302,12 +278,7 @@ class KvStoreNode:
         result = self.db.merge(key_vals, monotonic_ms())
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
-            path = tuple(node_ids)
-            pending = self._floods.get(path)
-            if pending is None:
-                self._floods[path] = result.delta
-            else:
-                pending.update(result.delta)
+            self.queue_flood(tuple(node_ids), result.delta)
         elif node_ids:
             self.counters["kvstore.received_redundant_publications"] += 1
         if not solicited:
@@ -374,30 +345,27 @@ class KvStoreNode:
                 raise BadArgument(f"peer {name!r} needs a cmd_url")
             if not spec.cmd_url.startswith(("tcp://", "ipc://", "inproc://")):
                 raise BadArgument(f"peer {name!r}: bad cmd_url {spec.cmd_url!r}")
+        assert self.peering is not None
         for name, spec in peers.items():
-            existing = self._peers.get(name)
-            if existing is not None and existing.cmd_url == spec.cmd_url:
-                existing.pub_url = spec.pub_url or existing.pub_url
-                continue
             try:
-                self._add_peer(name, spec.cmd_url, spec.pub_url or "")
+                self.peering.add(name, spec.cmd_url, spec.pub_url or "")
             except zmq.ZMQError as exc:
                 raise BadArgument(
                     f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}"
                 ) from exc
-        self._update_initial_sync()
         return wire.OK_RESPONSE
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
             raise BadArgument("PEER_DEL needs peer_del.peer_names")
+        assert self.peering is not None
         for name in request.peer_del.peer_names:
-            self._remove_peer(name)
-        self._update_initial_sync()
+            self.peering.remove(name)
         return wire.OK_RESPONSE
 
     def _cmd_peer_dump(self, request: Request, envelope: list[bytes]) -> bytes:
-        return wire.encode(Response(peers={n: p.spec() for n, p in self._peers.items()}))
+        assert self.peering is not None
+        return wire.encode(Response(peers=self.peering.specs()))
 
     def _cmd_counters_get(self, request: Request, envelope: list[bytes]) -> bytes:
         return wire.encode(Response(counters=self.counter_snapshot()))
@@ -410,7 +378,7 @@ class KvStoreNode:
             name=self.name,
             cmd_url=self.cmd_url,
             pub_url=self.pub_url,
-            initial_sync_done=self._initial_sync_done,
+            initial_sync_done=self.peering is not None and self.peering.initial_sync_done,
             num_keys=len(self.db),
             uptime_ms=monotonic_ms() - self._started_ms,
         )
@@ -419,17 +387,9 @@ class KvStoreNode:
         out: dict[str, int] = dict(self.counters)
         out.update(self.db.counters)
         out.update(self.db.gauges())
-        out["kvstore.num_peers"] = len(self._peers)
-        for state, state_name in PeerState._VALUES_TO_NAMES.items():
-            out[f"kvstore.num_peers.{state_name}"] = sum(
-                1 for p in self._peers.values() if p.state == state
-            )
-        out["kvstore.pending_full_sync"] = sum(
-            1 for p in self._peers.values() if p.state != INITIALIZED
-        )
-        out["kvstore.initial_sync_done"] = int(self._initial_sync_done)
+        if self.peering is not None:
+            out.update(self.peering.gauges())
         out["kvstore.subscriptions"] = self._subscriptions
-        out["kvstore.rate_limit_buffered_keys"] = len(self._rate_buffer)
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         return out
 
@@ -465,127 +425,27 @@ class KvStoreNode:
 
     # ------------------------------------------------------------------ flooding
 
-    def _flush_floods(self) -> None:
+    def queue_flood(self, path: Path, delta: dict[str, Value]) -> None:
+        """Collect a merged delta; everything collected in one socket pass goes out together."""
+        pending = self._floods.get(path)
+        if pending is None:
+            self._floods[path] = delta
+        else:
+            pending.update(delta)
+
+    def flush_floods(self) -> None:
         if not self._floods:
             return
         floods = self._floods
         self._floods = {}
         now = monotonic_ms()
         for path, delta in floods.items():
-            node_ids = [*path, self.name]
-            self._publish(Publication(key_vals=delta, node_ids=node_ids, timestamp_ms=wall_ms()))
-            self._flood(path, delta, node_ids, now)
-        self._arm_expiry()
-
-    def _flood(
-        self, path: Path, delta: Mapping[str, Value], node_ids: list[str], now: int
-    ) -> None:
-        targets: list[PeerLink] = []
-        for name, peer in self._peers.items():
-            if name in path:
-                continue  # never back to where it came from (nor to anyone already on the path)
-            if peer.state == INITIALIZED:
-                targets.append(peer)
-            else:
-                peer.pending_keys.update(delta)
-        if not targets:
-            return
-        if self.config.flood_msg_per_sec > 0 and not self._take_token(now):
-            self._rate_buffer.update(delta)
-            self.counters["kvstore.rate_limit_suppress"] += 1
-            return
-        key_vals = self.db.prepare_flood(delta, now)
-        if key_vals:
-            self._send_key_set(targets, key_vals, node_ids)
-
-    def _send_key_set(
-        self,
-        targets: list[PeerLink],
-        key_vals: dict[str, Value],
-        node_ids: list[str],
-        sender_id: str | None = None,
-    ) -> None:
-        payload = wire.encode(
-            Request(
-                cmd=Command.KEY_SET,
-                key_set=KeySetParams(
-                    key_vals=key_vals,
-                    solicit_response=False,
-                    node_ids=node_ids,
-                    sender_id=sender_id,
-                    timestamp_ms=wall_ms(),
-                ),
+            self._publish(
+                Publication(key_vals=delta, node_ids=[*path, self.name], timestamp_ms=wall_ms())
             )
-        )
-        for peer in targets:
-            if self._send_to_peer(peer, [b"", payload]):
-                self.counters["kvstore.sent_publications"] += 1
-                self.counters["kvstore.sent_key_vals"] += len(key_vals)
-
-    def _send_to_peer(self, peer: PeerLink, frames: list[bytes]) -> bool:
-        sock = peer.sock
-        if sock is None:
-            return False
-        try:
-            last = len(frames) - 1
-            for i, frame in enumerate(frames):
-                sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0))
-        except zmq.ZMQError as exc:
-            self.counters["kvstore.send_failures"] += 1
-            self.counters[f"kvstore.send_failure.{peer.name}"] += 1
-            # Keys were lost on the way to this peer: resync it (after backoff).
-            self._sync_failed(peer, f"send failed: {exc}")
-            return False
-        if peer.session is not None and self._loop is not None:
-            # A send can consume the socket's read edge (ZeroMQ descriptors are edge-triggered):
-            # look for sync replies now rather than at the next tick.
-            self._loop.call_soon(self._on_peer_readable, peer.name)
-        return True
-
-    def _take_token(self, now: int) -> bool:
-        cfg = self.config
-        elapsed = max(0, now - self._rate_last_ms)
-        self._rate_last_ms = now
-        self._rate_tokens = min(
-            float(cfg.flood_msg_burst), self._rate_tokens + elapsed * cfg.flood_msg_per_sec / 1000
-        )
-        if self._rate_tokens >= 1.0:
-            self._rate_tokens -= 1.0
-            return True
-        return False
-
-    def _flush_rate_buffer(self, now: int) -> None:
-        """Flood the keys held back by the rate limit, re-read from the store (so a key changed
-        meanwhile goes out in its latest state and a key gone meanwhile is skipped)."""
-        if not self._rate_buffer or not self._take_token(now):
-            return
-        keys = self._rate_buffer
-        self._rate_buffer = set()
-        self.counters["kvstore.rate_limit_keys"] += len(keys)
-        targets = [p for p in self._peers.values() if p.state == INITIALIZED]
-        # The buffered keys came by many paths; merged, they carry only this node as path (one
-        # redundant hop back to an original sender is the price, as in Open/R).
-        for chunk in self._wire_values(keys, now):
-            self._send_key_set(targets, chunk, [self.name])
-
-    def _wire_values(self, keys: set[str], now: int) -> list[dict[str, Value]]:
-        """Current values of `keys` as they should go on the wire to a peer, in chunks."""
-        decrement = self.config.ttl_decrement_ms
-        threshold = self.config.ttl_threshold_ms
-        chunks: list[dict[str, Value]] = []
-        current: dict[str, Value] = {}
-        for key, value in self.db.get(keys, now).items():
-            if value.ttl_ms != TTL_INFINITY:
-                if value.ttl_ms <= decrement or value.ttl_ms < threshold:
-                    continue
-                value.ttl_ms -= decrement
-            current[key] = value
-            if len(current) >= KEYS_PER_MESSAGE:
-                chunks.append(current)
-                current = {}
-        if current:
-            chunks.append(current)
-        return chunks
+            if self.peering is not None:
+                self.peering.flood(path, delta, now)
+        self._arm_expiry()
 
     # ------------------------------------------------------------------ TTL expiry
 
@@ -616,272 +476,22 @@ class KvStoreNode:
             )
         self._arm_expiry()
 
-    # ------------------------------------------------------------------ peers
-
-    def _add_peer(self, name: str, cmd_url: str, pub_url: str) -> None:
-        if name in self._peers:
-            self._remove_peer(name)
-        cfg = self.config
-        peer = PeerLink(
-            name=name,
-            cmd_url=cmd_url,
-            pub_url=pub_url,
-            backoff=Backoff(cfg.sync_initial_backoff_ms, cfg.sync_max_backoff_ms),
-            state_since_ms=wall_ms(),
-        )
-        self._open_peer_socket(peer)
-        self._peers[name] = peer
-        self.counters["kvstore.peer_adds"] += 1
-        log.info("peer %s added (%s)", name, cmd_url)
-        self._start_due_syncs()
-
-    def _open_peer_socket(self, peer: PeerLink) -> None:
-        sock = self._context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, self.config.zmq_hwm)
-        sock.setsockopt(zmq.RCVHWM, self.config.zmq_hwm)
-        try:
-            sock.connect(peer.cmd_url)
-        except zmq.ZMQError:
-            sock.close(linger=0)
-            raise
-        peer.sock = sock
-        assert self._loop is not None
-        name = peer.name
-        self._loop.add_reader(sock.fileno(), lambda: self._on_peer_readable(name))
-
-    def _close_peer_socket(self, peer: PeerLink) -> None:
-        sock = peer.sock
-        peer.sock = None
-        if sock is not None and not sock.closed:
-            if self._loop is not None:
-                self._loop.remove_reader(sock.fileno())
-            sock.close(linger=0)
-
-    def _remove_peer(self, name: str) -> None:
-        peer = self._peers.pop(name, None)
-        if peer is None:
-            return
-        self._drop_session(peer)
-        self._close_peer_socket(peer)
-        self.counters["kvstore.peer_dels"] += 1
-        log.info("peer %s removed", name)
-
-    def _drop_session(self, peer: PeerLink) -> None:
-        if peer.session is not None:
-            for corr in peer.session.in_flight:
-                self._requests.pop(corr, None)
-            peer.session = None
-
-    def _update_initial_sync(self) -> None:
-        if not self._initial_sync_done and all(p.settled for p in self._peers.values()):
-            self._initial_sync_done = True
-            log.info("initial sync done (%d peer(s))", len(self._peers))
+    # ------------------------------------------------------------------ timers
 
     def _tick(self) -> None:
         assert self._loop is not None
-        now = monotonic_ms()
         try:
-            self._check_timeouts(now)
-            self._start_due_syncs(now)
-            self._maybe_anti_entropy(now)
-            if self._rate_buffer:
-                self._flush_rate_buffer(now)
+            if self.peering is not None:
+                self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
             self._on_cmd_readable()
             self._on_pub_readable()
-            for name in list(self._peers):
-                self._on_peer_readable(name)
         finally:
             self._tick_handle = self._loop.call_later(TICK_S, self._tick)
 
-    def _check_timeouts(self, now: int) -> None:
-        timeout = self.config.sync_timeout_ms
-        for peer in list(self._peers.values()):
-            if peer.session is not None and now - peer.last_activity_ms > timeout:
-                self.counters["kvstore.full_sync.timeouts"] += 1
-                self._sync_failed(peer, f"no reply within {timeout} ms")
-
-    def _syncs_running(self) -> int:
-        return sum(1 for p in self._peers.values() if p.session is not None)
-
-    def _start_due_syncs(self, now: int | None = None) -> None:
-        now = monotonic_ms() if now is None else now
-        running = self._syncs_running()
-        for peer in list(self._peers.values()):
-            if peer.state != IDLE or peer.session is not None or now < peer.next_attempt_ms:
-                continue
-            if running >= self._sync_cap.limit:
-                self.counters["kvstore.full_sync.deferred_by_cap"] += 1
-                return
-            self._start_sync(peer, "initial" if not peer.initialized_once else "resync", now)
-            running += 1
-
-    def _maybe_anti_entropy(self, now: int) -> None:
-        due = self._next_anti_entropy_ms
-        if due is None or now < due:
-            return
-        self._next_anti_entropy_ms = now + int(
-            jittered(self.config.sync_interval_s, self._rng) * 1000
-        )
-        candidates = [
-            p for p in self._peers.values() if p.state == INITIALIZED and p.session is None
-        ]
-        if candidates and self._syncs_running() < self._sync_cap.limit:
-            peer = self._rng.choice(sorted(candidates, key=lambda p: p.name))
-            self.counters["kvstore.anti_entropy_syncs"] += 1
-            self._start_sync(peer, "anti_entropy", now)
-
     def request_sync(self, peer_name: str) -> bool:
-        """Start an anti-entropy sync with one peer now (used by tests and benchmarks)."""
-        peer = self._peers.get(peer_name)
-        if peer is None or peer.session is not None:
-            return False
-        self._start_sync(peer, "anti_entropy", monotonic_ms())
-        return True
-
-    def _start_sync(self, peer: PeerLink, reason: str, now: int) -> None:
-        if peer.state != INITIALIZED:
-            peer.set_state(SYNCING, wall_ms())
-        peer.session = SyncSession(
-            peer.name,
-            self.name,
-            self.db,
-            started_ms=now,
-            buckets_per_request=self.config.sync_buckets_per_request,
-            reason=reason,
-        )
-        peer.last_activity_ms = now
-        self.counters["kvstore.full_sync.started"] += 1
-        log.debug("sync with %s started (%s)", peer.name, reason)
-        self._advance_sync(peer, now)
-
-    def _advance_sync(self, peer: PeerLink, now: int) -> None:
-        session = peer.session
-        assert session is not None
-        for phase, request in session.next_requests(now):
-            corr = next(self._corr_ids).to_bytes(8, "big")
-            if not self._send_to_peer(peer, [corr, b"", wire.encode(request)]):
-                return  # _sync_failed already ran
-            session.sent(corr, phase)
-            self._requests[corr] = peer.name
-            peer.last_activity_ms = now
-        if session.finished:
-            self._finalize_sync(peer, now)
-
-    def _on_peer_readable(self, name: str) -> None:
-        peer = self._peers.get(name)
-        if peer is None or peer.sock is None:
-            return
-        sock = peer.sock
-        handled = 0
-        try:
-            while handled < DRAIN_LIMIT and peer.sock is sock:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                handled += 1
-                self._handle_peer_reply(peer, frames)
-        finally:
-            self._flush_floods()
-        if handled >= DRAIN_LIMIT and self._loop is not None:
-            self._loop.call_soon(self._on_peer_readable, name)
-
-    def _handle_peer_reply(self, peer: PeerLink, frames: list[bytes]) -> None:
-        if len(frames) != 3 or frames[1] != b"":
-            self.counters["kvstore.full_sync.bad_replies"] += 1
-            return
-        corr = frames[0]
-        owner = self._requests.pop(corr, None)
-        session = peer.session
-        if owner != peer.name or session is None or corr not in session.in_flight:
-            self.counters["kvstore.full_sync.stale_replies"] += 1
-            return
-        now = monotonic_ms()
-        peer.last_activity_ms = now
-        try:
-            response = wire.decode_response(frames[2])
-            if response.error is not None:
-                raise SyncProtocolError(
-                    f"peer {peer.name} refused: {response.error.code} {response.error.message}"
-                )
-            if session.in_flight[corr] == SyncSession.DIGEST:
-                session.on_digest_reply(corr, response)
-            else:
-                publication = session.on_dump_reply(corr, response)
-                if publication.key_vals:
-                    self._merge_from_sync(peer, publication.key_vals, now)
-        except (wire.DecodeError, SyncProtocolError) as exc:
-            self._sync_failed(peer, str(exc))
-            return
-        self._advance_sync(peer, now)
-
-    def _merge_from_sync(self, peer: PeerLink, key_vals: dict[str, Value], now: int) -> None:
-        result = self.db.merge(key_vals, now)
-        self.counters["kvstore.full_sync.received_key_vals"] += len(key_vals)
-        if result.delta:
-            self.counters["kvstore.updated_key_vals"] += len(result.delta)
-            path = (peer.name,)
-            pending = self._floods.setdefault(path, {})
-            pending.update(result.delta)
-
-    def _finalize_sync(self, peer: PeerLink, now: int) -> None:
-        session = peer.session
-        assert session is not None
-        keys = session.tobe_updated | peer.pending_keys
-        peer.pending_keys = set()
-        targets = [peer]
-        for chunk in self._wire_values(keys, now):
-            self._send_key_set(targets, chunk, [self.name], sender_id=self.name)
-            self.counters["kvstore.full_sync.sent_key_vals"] += len(chunk)
-        if peer.session is not session:
-            return  # a send failed: the peer went back to IDLE
-        peer.session = None
-        duration = now - session.started_ms
-        was_initialized = peer.state == INITIALIZED
-        peer.set_state(INITIALIZED, wall_ms())
-        peer.backoff.reset()
-        self._sync_cap.succeeded()
-        counters = self.counters
-        counters["kvstore.full_sync.success"] += 1
-        counters["kvstore.full_sync.duration_ms_sum"] += duration
-        counters["kvstore.full_sync.duration_ms_last"] = duration
-        counters["kvstore.full_sync.differing_buckets"] += session.differing_buckets
-        if session.reason == "anti_entropy" and session.keys_received + len(keys) > 0:
-            counters["kvstore.anti_entropy_repairs"] += 1
-        log.info(
-            "sync with %s done (%s) in %d ms: %d bucket(s) differed, %d key(s) in, %d out",
-            peer.name,
-            session.reason,
-            duration,
-            session.differing_buckets,
-            session.keys_received,
-            len(keys),
-        )
-        if not was_initialized:
-            self._update_initial_sync()
-        self._start_due_syncs(now)
-
-    def _sync_failed(self, peer: PeerLink, why: str) -> None:
-        now = monotonic_ms()
-        had_session = peer.session is not None
-        self._drop_session(peer)
-        wait = peer.backoff.failed()
-        peer.next_attempt_ms = now + wait
-        peer.failed_once = True
-        peer.set_state(IDLE, wall_ms())
-        self.counters["kvstore.full_sync.failures" if had_session else "kvstore.peer_failures"] += 1
-        log.warning("peer %s: %s; retry in %d ms", peer.name, why, wait)
-        # A fresh socket drops whatever was queued for an unreachable peer; the next sync
-        # repairs it anyway.
-        if peer.sock is not None:
-            self._close_peer_socket(peer)
-            try:
-                self._open_peer_socket(peer)
-            except zmq.ZMQError as exc:
-                log.error("peer %s: cannot reconnect: %s", peer.name, exc)
-        self._update_initial_sync()
+        """Start an anti-entropy sync with one initialized peer now."""
+        return self.peering is not None and self.peering.request_sync(peer_name)
 
 
 # ---------------------------------------------------------------------- process entry point

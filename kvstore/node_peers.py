@@ -1,96 +1,527 @@
-"""Per-peer link state kept by the node: the DEALER socket to the peer and its sync bookkeeping.
+"""The node's peers: one DEALER per peer, full-sync sessions, flooding, anti-entropy.
 
-State machine (as Open/R's thrift-era KvStore): IDLE -> SYNCING -> INITIALIZED, back to IDLE on
-any failure (timeout, send failure, protocol error) with exponential backoff before the next
-attempt. Flooding goes only to INITIALIZED peers; keys flooded while a peer is not initialized are
-remembered (`pending_keys`) and sent in that peer's finalize step, so it misses nothing.
+Decisions come from the sans-I/O core (`kvstore.peers.PeerTable`: states, backoff, parallel-sync
+cap, keys pending during a sync; `AntiEntropyTimer`; `kvstore.ratelimit.FloodLimiter`); this module
+moves the messages. Per peer:
+
+- flooding: one-way KEY_SETs carrying the flood path, only to INITIALIZED peers, never to a peer
+  already on the path (which includes the sender);
+- full sync (on PEER_ADD, after a failure, and periodically with one random peer): a
+  `SyncSession` (digest walk, then 3-way exchange on the differing buckets); replies are matched by
+  a correlation-id frame, so a reply to an abandoned sync is recognised and dropped;
+- failure (no reply within sync_timeout_ms since the last reply, a send failure, a refused or
+  malformed reply): the peer goes back to IDLE with exponential backoff, and its socket is rebuilt
+  so nothing queued for an unreachable peer is delivered late.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
 import random
-from dataclasses import dataclass, field
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 import zmq
 
-from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState
-from kvstore.node_sync import SyncSession
+from kvstore import wire
+from kvstore.config import NodeConfig
+from kvstore.db import KvStoreDb
+from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    KeySetParams,
+    PeerSpec,
+    PeerState,
+    Request,
+    Value,
+)
+from kvstore.node_sync import SyncProtocolError, SyncSession
+from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
+from kvstore.ratelimit import FloodLimiter, FloodRelease
 
-IDLE = PeerState.IDLE
-SYNCING = PeerState.SYNCING
-INITIALIZED = PeerState.INITIALIZED
+log = logging.getLogger("kvstore.node")
+
+Path = tuple[str, ...]
+DRAIN_LIMIT = 512
+# Keys per finalize KEY_SET message (bounds message size on big differences).
+KEYS_PER_MESSAGE = 20_000
+# The table's own sync timeout is not used: a sync fails when a single step goes unanswered
+# (`sync_timeout_ms` since the last reply), so a long but progressing sync is not cut off.
+_NO_TABLE_TIMEOUT_MS = 1 << 40
 
 
-@dataclass
-class Backoff:
-    """Exponential backoff: each failure doubles the wait (initial .. maximum); success resets."""
-
-    initial_ms: int
-    max_ms: int
-    current_ms: int = 0
-
-    def failed(self) -> int:
-        self.current_ms = (
-            self.initial_ms if self.current_ms == 0 else min(self.max_ms, self.current_ms * 2)
-        )
-        return self.current_ms
-
-    def reset(self) -> None:
-        self.current_ms = 0
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
-@dataclass
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FloodSink(Protocol):
+    """What the peering needs from its node: a place to put deltas merged from sync replies."""
+
+    def queue_flood(self, path: Path, delta: dict[str, Value]) -> None: ...
+
+    def flush_floods(self) -> None: ...
+
+
+@dataclass(eq=False)
 class PeerLink:
     name: str
     cmd_url: str
     pub_url: str
-    backoff: Backoff
     sock: zmq.Socket[bytes] | None = None
-    state: int = IDLE
-    state_since_ms: int = 0  # wall clock, for operators
-    flaps: int = 0
-    next_attempt_ms: int = 0  # monotonic: earliest time of the next sync attempt
-    initialized_once: bool = False
-    failed_once: bool = False
-    pending_keys: set[str] = field(default_factory=set)
     session: SyncSession | None = None
-    last_activity_ms: int = 0  # monotonic: last request sent or reply received in the session
+    sync_id: int | None = None  # PeerTable's id of the initial sync; None for anti-entropy
+    last_activity_ms: int = 0
 
-    def set_state(self, state: int, wall_ms: int) -> None:
-        if state != self.state:
-            self.state = state
-            self.state_since_ms = wall_ms
-            if state == INITIALIZED:
-                self.flaps += 1
-                self.initialized_once = True
 
-    def spec(self) -> PeerSpec:
-        return PeerSpec(
-            cmd_url=self.cmd_url,
-            pub_url=self.pub_url,
-            state=self.state,
-            state_since_ms=self.state_since_ms,
-            flaps=self.flaps,
+class Peering:
+    def __init__(
+        self,
+        name: str,
+        config: NodeConfig,
+        db: KvStoreDb,
+        counters: Counter[str],
+        sink: FloodSink,
+        context: zmq.Context[zmq.Socket[bytes]],
+        loop: asyncio.AbstractEventLoop,
+        rng: random.Random,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.db = db
+        self.counters = counters
+        self._sink = sink
+        self._context = context
+        self._loop = loop
+        self._rng = rng
+        now = monotonic_ms()
+        self.table = PeerTable(
+            initial_backoff_ms=config.sync_initial_backoff_ms,
+            max_backoff_ms=config.sync_max_backoff_ms,
+            sync_timeout_ms=_NO_TABLE_TIMEOUT_MS,
+            rng=rng,
+            backoff_jitter=0.1,
         )
+        self.links: dict[str, PeerLink] = {}
+        self._requests: dict[bytes, str] = {}  # correlation id -> peer name
+        self._corr_ids = itertools.count(1)
+        self.anti_entropy: AntiEntropyTimer | None = None
+        if config.sync_interval_s > 0:
+            interval_ms = max(1, int(config.sync_interval_s * 1000))
+            self.anti_entropy = AntiEntropyTimer(
+                interval_ms, rng, start_ms=now + int(interval_ms * rng.uniform(0.8, 1.2))
+            )
+        self.limiter: FloodLimiter | None = None
+        if config.flood_msg_per_sec > 0:
+            self.limiter = FloodLimiter(db, config.flood_msg_per_sec, config.flood_msg_burst, now)
+        self._initial_sync_done = False
+
+    # ------------------------------------------------------------------ membership
+
+    def add(self, name: str, cmd_url: str, pub_url: str) -> None:
+        """Add a peer, or replace one whose URL changed (a same-URL re-add is a no-op)."""
+        existing = self.links.get(name)
+        if existing is not None:
+            if existing.cmd_url == cmd_url:
+                existing.pub_url = pub_url or existing.pub_url
+                return
+            self.remove(name)
+        link = PeerLink(name=name, cmd_url=cmd_url, pub_url=pub_url)
+        self._open_socket(link)
+        self.links[name] = link
+        self.table.add(name, monotonic_ms(), spec=cmd_url)
+        self.counters["kvstore.peer_adds"] += 1
+        log.info("peer %s added (%s)", name, cmd_url)
+        self.start_due_syncs()
+
+    def remove(self, name: str) -> None:
+        link = self.links.pop(name, None)
+        if link is None:
+            return
+        self._drop_session(link)
+        self._close_socket(link)
+        self.table.remove(name)
+        self.counters["kvstore.peer_dels"] += 1
+        log.info("peer %s removed", name)
+        self.update_initial_sync()
+
+    def close(self) -> None:
+        for name in list(self.links):
+            link = self.links.pop(name)
+            self._drop_session(link)
+            self._close_socket(link)
+
+    def specs(self) -> dict[str, PeerSpec]:
+        now_mono, now_wall = monotonic_ms(), wall_ms()
+        out: dict[str, PeerSpec] = {}
+        for name, link in self.links.items():
+            peer = self.table[name]
+            out[name] = PeerSpec(
+                cmd_url=link.cmd_url,
+                pub_url=link.pub_url,
+                state=peer.state,
+                state_since_ms=now_wall - (now_mono - peer.state_since_ms),
+                flaps=peer.flaps,
+            )
+        return out
 
     @property
-    def settled(self) -> bool:
-        """Counts towards "initial sync done": initialized, or failed at least once."""
-        return self.initialized_once or self.failed_once
+    def initial_sync_done(self) -> bool:
+        return self._initial_sync_done
+
+    def update_initial_sync(self) -> None:
+        # Latched: a peer added (or failing) later does not make the node "not ready" again.
+        if not self._initial_sync_done and self.table.initial_sync_done():
+            self._initial_sync_done = True
+            log.info("initial sync done (%d peer(s))", len(self.links))
+
+    def gauges(self) -> dict[str, int]:
+        peers = self.table.peers()
+        out = {
+            "kvstore.num_peers": len(peers),
+            "kvstore.pending_full_sync": sum(1 for p in peers if p.state != INITIALIZED),
+            "kvstore.initial_sync_done": int(self._initial_sync_done),
+            "kvstore.full_sync.parallel_cap": self.table.parallel_syncs,
+            "kvstore.full_sync.running": sum(1 for s in self.links.values() if s.session),
+        }
+        for state, state_name in PeerState._VALUES_TO_NAMES.items():
+            out[f"kvstore.num_peers.{state_name}"] = sum(1 for p in peers if p.state == state)
+        if self.limiter is not None:
+            out["kvstore.rate_limit_suppress"] = self.limiter.suppressed
+            out["kvstore.rate_limit_keys"] = self.limiter.buffered_keys
+            out["kvstore.rate_limit_buffered_keys"] = len(self.limiter.buffer)
+        return out
+
+    # ------------------------------------------------------------------ sockets
+
+    def _open_socket(self, link: PeerLink) -> None:
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, self.config.zmq_hwm)
+        sock.setsockopt(zmq.RCVHWM, self.config.zmq_hwm)
+        try:
+            sock.connect(link.cmd_url)
+        except zmq.ZMQError:
+            sock.close(linger=0)
+            raise
+        link.sock = sock
+        name = link.name
+        self._loop.add_reader(sock.fileno(), lambda: self.on_readable(name))
+
+    def _close_socket(self, link: PeerLink) -> None:
+        sock = link.sock
+        link.sock = None
+        if sock is not None and not sock.closed:
+            self._loop.remove_reader(sock.fileno())
+            sock.close(linger=0)
+
+    def _send(self, link: PeerLink, frames: list[bytes]) -> bool:
+        sock = link.sock
+        if sock is None:
+            return False
+        try:
+            last = len(frames) - 1
+            for i, frame in enumerate(frames):
+                sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0))
+        except zmq.ZMQError as exc:
+            self.counters["kvstore.send_failures"] += 1
+            self.counters[f"kvstore.send_failure.{link.name}"] += 1
+            # Something was lost on the way to this peer: resync it (after backoff).
+            self._failed(link, f"send failed: {exc}")
+            return False
+        if link.session is not None:
+            # A send can consume the socket's read edge (ZeroMQ descriptors are edge-triggered):
+            # look for sync replies now rather than at the next tick.
+            self._loop.call_soon(self.on_readable, link.name)
+        return True
+
+    def drain_all(self) -> None:
+        for name in list(self.links):
+            self.on_readable(name)
+
+    # ------------------------------------------------------------------ flooding
+
+    def flood(self, path: Path, delta: Mapping[str, Value], now: int) -> None:
+        """Send a merged delta on to the peers (except those on its flood path)."""
+        targets = self.table.flood_targets(delta, exclude=path)
+        if not targets:
+            return
+        if self.limiter is not None:
+            release = self.limiter.submit(delta, now)
+            if release is None:
+                return
+            if release.from_buffer:
+                self._flood_release(release, now)
+                return
+        key_vals = self.db.prepare_flood(delta, now)
+        if key_vals:
+            self._send_key_set([self.links[n] for n in targets], key_vals, [*path, self.name])
+
+    def _flood_release(self, release: FloodRelease, now: int) -> None:
+        # A buffer flush mixes keys from many paths: it goes to every initialized peer with
+        # only this node on its path (one redundant hop back to a sender, as in Open/R).
+        targets = self.table.flood_targets(release.key_vals)
+        key_vals = self.db.prepare_flood(release.key_vals, now)
+        if key_vals and targets:
+            self._send_key_set([self.links[n] for n in targets], key_vals, [self.name])
+
+    def _send_key_set(
+        self,
+        targets: list[PeerLink],
+        key_vals: dict[str, Value],
+        node_ids: list[str],
+        sender_id: str | None = None,
+    ) -> None:
+        payload = wire.encode(
+            Request(
+                cmd=Command.KEY_SET,
+                key_set=KeySetParams(
+                    key_vals=key_vals,
+                    solicit_response=False,
+                    node_ids=node_ids,
+                    sender_id=sender_id,
+                    timestamp_ms=wall_ms(),
+                ),
+            )
+        )
+        frames = [b"", payload]
+        counters = self.counters
+        for link in targets:
+            if self._send(link, frames):
+                counters["kvstore.sent_publications"] += 1
+                counters["kvstore.sent_key_vals"] += len(key_vals)
+
+    def wire_values(self, keys: Iterable[str], now: int) -> list[dict[str, Value]]:
+        """Current values of `keys` as they should travel to a peer (remaining TTL minus the
+        per-hop decrement; keys about to expire left out), in bounded chunks."""
+        decrement = self.config.ttl_decrement_ms
+        threshold = self.config.ttl_threshold_ms
+        chunks: list[dict[str, Value]] = []
+        current: dict[str, Value] = {}
+        for key, value in self.db.get(keys, now).items():
+            if value.ttl_ms != TTL_INFINITY:
+                if value.ttl_ms <= decrement or value.ttl_ms < threshold:
+                    continue
+                value.ttl_ms -= decrement
+            current[key] = value
+            if len(current) >= KEYS_PER_MESSAGE:
+                chunks.append(current)
+                current = {}
+        if current:
+            chunks.append(current)
+        return chunks
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now: int) -> None:
+        self._check_timeouts(now)
+        self.start_due_syncs(now)
+        self._maybe_anti_entropy(now)
+        if self.limiter is not None:
+            release = self.limiter.poll(now)
+            if release is not None:
+                self._flood_release(release, now)
+        self.drain_all()
+
+    def _check_timeouts(self, now: int) -> None:
+        timeout = self.config.sync_timeout_ms
+        for link in list(self.links.values()):
+            if link.session is not None and now - link.last_activity_ms > timeout:
+                self.counters["kvstore.full_sync.timeouts"] += 1
+                self._failed(link, f"no reply within {timeout} ms")
+
+    def start_due_syncs(self, now: int | None = None) -> None:
+        now = monotonic_ms() if now is None else now
+        for peer in self.table.start_syncs(now):
+            link = self.links[peer.name]
+            if link.session is not None:  # an anti-entropy sync was running: replace it
+                self._drop_session(link)
+            link.sync_id = peer.sync_id
+            reason = "initial" if peer.flaps == 0 and peer.errors == 0 else "resync"
+            self._start_session(link, reason, now)
+
+    def _maybe_anti_entropy(self, now: int) -> None:
+        if self.anti_entropy is None:
+            return
+        candidates = [
+            name
+            for name, link in self.links.items()
+            if link.session is None and self.table[name].state == INITIALIZED
+        ]
+        if self.table.in_flight() >= self.table.parallel_syncs:
+            return
+        chosen = self.anti_entropy.poll(now, candidates)
+        if chosen is not None:
+            self.counters["kvstore.anti_entropy_syncs"] += 1
+            self.request_sync(chosen, now)
+
+    def request_sync(self, name: str, now: int | None = None) -> bool:
+        """Start an anti-entropy sync with an initialized peer now."""
+        link = self.links.get(name)
+        if link is None or link.session is not None or self.table[name].state != INITIALIZED:
+            return False
+        link.sync_id = None
+        self._start_session(link, "anti_entropy", monotonic_ms() if now is None else now)
+        return True
+
+    # ------------------------------------------------------------------ sync sessions
+
+    def _start_session(self, link: PeerLink, reason: str, now: int) -> None:
+        link.session = SyncSession(
+            link.name,
+            self.name,
+            self.db,
+            started_ms=now,
+            buckets_per_request=self.config.sync_buckets_per_request,
+            reason=reason,
+        )
+        link.last_activity_ms = now
+        self.counters["kvstore.full_sync.started"] += 1
+        log.debug("sync with %s started (%s)", link.name, reason)
+        self._advance(link, now)
+
+    def _advance(self, link: PeerLink, now: int) -> None:
+        session = link.session
+        assert session is not None
+        for phase, request in session.next_requests(now):
+            corr = next(self._corr_ids).to_bytes(8, "big")
+            if not self._send(link, [corr, b"", wire.encode(request)]):
+                return  # _failed already ran
+            session.sent(corr, phase)
+            self._requests[corr] = link.name
+            link.last_activity_ms = now
+        if session.finished:
+            self._finalize(link, now)
+
+    def _drop_session(self, link: PeerLink) -> None:
+        if link.session is not None:
+            for corr in link.session.in_flight:
+                self._requests.pop(corr, None)
+            link.session = None
+
+    def on_readable(self, name: str) -> None:
+        link = self.links.get(name)
+        if link is None or link.sock is None:
+            return
+        sock = link.sock
+        handled = 0
+        try:
+            while handled < DRAIN_LIMIT and link.sock is sock:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                handled += 1
+                self._handle_reply(link, frames)
+        finally:
+            self._sink.flush_floods()
+        if handled >= DRAIN_LIMIT:
+            self._loop.call_soon(self.on_readable, name)
+
+    def _handle_reply(self, link: PeerLink, frames: list[bytes]) -> None:
+        if len(frames) != 3 or frames[1] != b"":
+            self.counters["kvstore.full_sync.bad_replies"] += 1
+            return
+        corr = frames[0]
+        owner = self._requests.pop(corr, None)
+        session = link.session
+        if owner != link.name or session is None or corr not in session.in_flight:
+            self.counters["kvstore.full_sync.stale_replies"] += 1
+            return
+        now = monotonic_ms()
+        link.last_activity_ms = now
+        try:
+            response = wire.decode_response(frames[2])
+            if response.error is not None:
+                raise SyncProtocolError(
+                    f"refused: {response.error.code} {response.error.message}"
+                )
+            if session.in_flight[corr] == SyncSession.DIGEST:
+                session.on_digest_reply(corr, response)
+            else:
+                publication = session.on_dump_reply(corr, response)
+                if publication.key_vals:
+                    self._merge_reply(link, publication.key_vals, now)
+        except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
+            self.counters["kvstore.full_sync.bad_replies"] += 1
+            self._failed(link, str(exc))
+            return
+        self._advance(link, now)
+
+    def _merge_reply(self, link: PeerLink, key_vals: dict[str, Value], now: int) -> None:
+        result = self.db.merge(key_vals, now)
+        self.counters["kvstore.full_sync.received_key_vals"] += len(key_vals)
+        if result.delta:
+            self.counters["kvstore.updated_key_vals"] += len(result.delta)
+            # Flooded on to everyone but the peer it came from.
+            self._sink.queue_flood((link.name,), result.delta)
+
+    def _finalize(self, link: PeerLink, now: int) -> None:
+        session = link.session
+        assert session is not None
+        pending: set[str] = set()
+        if link.sync_id is not None:
+            got = self.table.sync_succeeded(link.name, link.sync_id, now)
+            if got is None:  # the table moved on (peer re-added or failed): abandon
+                self._drop_session(link)
+                return
+            pending = got
+        keys = session.tobe_updated | pending
+        sent = 0
+        for chunk in self.wire_values(keys, now):
+            self._send_key_set([link], chunk, [self.name], sender_id=self.name)
+            sent += len(chunk)
+        if link.session is not session:
+            return  # a send failed: the peer went back to IDLE
+        link.session = None
+        link.sync_id = None
+        duration = now - session.started_ms
+        counters = self.counters
+        counters["kvstore.full_sync.success"] += 1
+        counters["kvstore.full_sync.sent_key_vals"] += sent
+        counters["kvstore.full_sync.duration_ms_sum"] += duration
+        counters["kvstore.full_sync.duration_ms_last"] = duration
+        counters["kvstore.full_sync.differing_buckets"] += session.differing_buckets
+        if session.reason == "anti_entropy" and session.keys_received + sent > 0:
+            counters["kvstore.anti_entropy_repairs"] += 1
+        log.info(
+            "sync with %s done (%s) in %d ms: %d bucket(s) differed, %d key(s) in, %d out",
+            link.name,
+            session.reason,
+            duration,
+            session.differing_buckets,
+            session.keys_received,
+            sent,
+        )
+        self.update_initial_sync()
+        self.start_due_syncs(now)
+
+    def _failed(self, link: PeerLink, why: str) -> None:
+        now = monotonic_ms()
+        had_session = link.session is not None
+        self._drop_session(link)
+        link.sync_id = None
+        self.table.sync_failed(link.name, now)
+        self.counters["kvstore.full_sync.failures" if had_session else "kvstore.peer_failures"] += 1
+        backoff = self.table[link.name].backoff.current_ms
+        log.warning("peer %s: %s; retry in ~%d ms", link.name, why, backoff)
+        # A fresh socket drops whatever was queued for an unreachable peer; the next sync
+        # repairs what it missed.
+        if link.sock is not None:
+            self._close_socket(link)
+            try:
+                self._open_socket(link)
+            except zmq.ZMQError as exc:
+                log.error("peer %s: cannot reconnect: %s", link.name, exc)
+        self.update_initial_sync()
 
 
-@dataclass
-class SyncCap:
-    """How many full syncs may run at once: starts low, doubles on each success (Open/R: 2 -> 32),
-    so a node that just came up does not flood every peer with dump requests at once."""
-
-    limit: int = 2
-    maximum: int = 32
-
-    def succeeded(self) -> None:
-        self.limit = min(self.maximum, self.limit * 2)
-
-
-def jittered(interval_s: float, rng: random.Random) -> float:
-    """interval +- 20 %, so the periodic syncs of many nodes do not line up."""
-    return interval_s * rng.uniform(0.8, 1.2)
+__all__ = ["SYNCING", "PeerLink", "Peering"]
