@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.errors import ApiError
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -180,6 +181,11 @@ class Dataplane:
         # (is_ip6, table_id, prefix) -> paths added through the API
         self.routes: dict[tuple[bool, int, IPNetwork], list[Path]] = {}
         self.events: list[InterfaceEvent] = []
+        self._addresses = AddressIndex()
+        self._loopbacks = InstancePool()
+        self._tap_ids = InstancePool()
+        self._tap_hosts: set[str] = set()
+        self._af_packet_hosts: dict[str, int] = {}
         self._next_sw_if_index = 0
         self._next_stats_index = 0
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
@@ -207,9 +213,6 @@ class Dataplane:
             raise ApiError(retval, f"invalid sw_if_index {sw_if_index}")
         return iface
 
-    def _instances(self, kind: str) -> set[int]:
-        return {i.instance for i in self.interfaces.values() if i.kind == kind}
-
     @staticmethod
     def _lowest_free(used: set[int]) -> int:
         n = 0
@@ -218,11 +221,9 @@ class Dataplane:
         return n
 
     def create_loopback(self, mac: bytes, instance: int | None = None) -> int:
-        used = self._instances("loopback")
-        if instance is None:
-            instance = self._lowest_free(used)
-        elif instance in used:
+        if instance is not None and instance in self._loopbacks.used:
             raise ApiError(E.INSTANCE_IN_USE, f"loopback instance {instance} in use")
+        instance = self._loopbacks.take(instance)
         if not any(mac):
             # VPP's default loopback MAC: de:ad:00:00:<instance>
             mac = bytes([0xDE, 0xAD, 0, 0, (instance >> 8) & 0xFF, instance & 0xFF])
@@ -249,19 +250,20 @@ class Dataplane:
         host_bridge: str = "",
         flags: int = 0,
     ) -> int:
-        taps = [i.tap for i in self.interfaces.values() if i.tap is not None]
-        used_ids = {t.tap_id for t in taps}
-        if tap_id == INVALID_INDEX:
-            tap_id = self._lowest_free(used_ids)
-        elif tap_id in used_ids:
+        if tap_id != INVALID_INDEX and tap_id in self._tap_ids.used:
             # VPP answers INVALID_INTERFACE ("interface already exists") for a taken tap id.
             raise ApiError(E.INVALID_INTERFACE, f"tap id {tap_id} already exists")
         for ring, what in ((rx_ring, "rx"), (tx_ring, "tx")):
             if ring <= 0 or ring > MAX_RING or ring & (ring - 1):
                 raise ApiError(E.INVALID_VALUE, f"{what} ring size {ring}: power of 2 <= 32768")
-        host_if_name = host_if_name or f"tap{tap_id}"
-        if any(t.host_if_name == host_if_name for t in taps):
+        if host_if_name and host_if_name in self._tap_hosts:
             raise ApiError(E.IF_ALREADY_EXISTS, f"host interface {host_if_name} exists")
+        tap_id = self._tap_ids.take(None if tap_id == INVALID_INDEX else tap_id)
+        host_if_name = host_if_name or f"tap{tap_id}"
+        if host_if_name in self._tap_hosts:
+            self._tap_ids.release(tap_id)
+            raise ApiError(E.IF_ALREADY_EXISTS, f"host interface {host_if_name} exists")
+        self._tap_hosts.add(host_if_name)
         mtu = host_mtu if host_mtu else 1500
         iface = self._add_interface(
             "tap",
@@ -285,7 +287,7 @@ class Dataplane:
     def create_af_packet(self, host_if_name: str, mac: bytes | None) -> int:
         if not host_if_name:
             raise ApiError(E.INVALID_VALUE, "host_if_name is empty")
-        if any(i.host_if_name == host_if_name for i in self.interfaces.values()):
+        if host_if_name in self._af_packet_hosts:
             raise ApiError(E.IF_ALREADY_EXISTS, f"host-{host_if_name} already exists")
         if not self._host_if_exists(host_if_name):
             raise ApiError(E.INVALID_INTERFACE, f"host interface {host_if_name} does not exist")
@@ -297,14 +299,14 @@ class Dataplane:
             MAX_MTU,
         )
         iface.host_if_name = host_if_name
+        self._af_packet_hosts[host_if_name] = iface.sw_if_index
         return iface.sw_if_index
 
     def delete_af_packet(self, host_if_name: str) -> None:
-        for iface in self.interfaces.values():
-            if iface.kind == "af_packet" and iface.host_if_name == host_if_name:
-                self._delete_interface(iface)
-                return
-        raise ApiError(E.SYSCALL_ERROR_1, f"host interface {host_if_name} does not exist")
+        sw_if_index = self._af_packet_hosts.get(host_if_name)
+        if sw_if_index is None:
+            raise ApiError(E.SYSCALL_ERROR_1, f"host interface {host_if_name} does not exist")
+        self._delete_interface(self.interfaces[sw_if_index])
 
     def _delete_interface(self, iface: Interface) -> None:
         """Remove an interface and everything that refers to it.
@@ -313,6 +315,15 @@ class Dataplane:
         (unresolved); the emulator removes those paths, and the route when no path is left.
         """
         idx = iface.sw_if_index
+        for address in iface.addresses:
+            self._addresses.remove(iface.vrf[address.version == 6], idx, address)
+        if iface.kind == "loopback":
+            self._loopbacks.release(iface.instance)
+        elif iface.tap is not None:
+            self._tap_ids.release(iface.tap.tap_id)
+            self._tap_hosts.discard(iface.tap.host_if_name)
+        elif iface.kind == "af_packet":
+            self._af_packet_hosts.pop(iface.host_if_name, None)
         for bd in self.bridge_domains.values():
             bd.members.pop(idx, None)
             if bd.bvi == idx:
@@ -366,41 +377,41 @@ class Dataplane:
         """
         iface = self.interface(sw_if_index)
         if del_all:
+            for existing in iface.addresses:
+                self._addresses.remove(
+                    iface.vrf[existing.version == 6], iface.sw_if_index, existing
+                )
             iface.addresses.clear()
             return
         if address is None:
             raise ApiError(E.INVALID_ADDRESS_FAMILY, "bad address")
+        table = iface.vrf[address.version == 6]
         if not is_add:
             if address not in iface.addresses:
                 raise ApiError(
                     E.ADDRESS_NOT_FOUND_FOR_INTERFACE, f"{address} not found on {iface.name}"
                 )
             iface.addresses.remove(address)
+            self._addresses.remove(table, iface.sw_if_index, address)
             return
-        is_ip6 = address.version == 6
-        table = iface.vrf[is_ip6]
-        for other in self.interfaces.values():
-            for existing in other.addresses:
-                if existing.version != address.version:
-                    continue
-                if other.vrf[is_ip6] != table:
-                    if existing.ip == address.ip:
-                        raise ApiError(
-                            E.DUPLICATE_IF_ADDRESS, f"{address.ip} present on {other.name}"
-                        )
-                    continue
-                overlaps = existing.network.overlaps(address.network)
-                same_subnet_sibling = (
-                    other is iface
-                    and existing.network.prefixlen == address.network.prefixlen
-                    and existing.ip != address.ip
+        for other_table, other_index in self._addresses.tables_with_ip(address):
+            if other_table != table:
+                other = self.interfaces[other_index].name
+                raise ApiError(E.DUPLICATE_IF_ADDRESS, f"{address.ip} present on {other}")
+        for other_index, existing in self._addresses.overlapping(table, address):
+            same_subnet_sibling = (
+                other_index == iface.sw_if_index
+                and existing.network.prefixlen == address.network.prefixlen
+                and existing.ip != address.ip
+            )
+            if not same_subnet_sibling:
+                other = self.interfaces[other_index].name
+                raise ApiError(
+                    E.ADDRESS_IN_USE,
+                    f"{address} on {iface.name} conflicts with {existing} on {other}",
                 )
-                if overlaps and not same_subnet_sibling:
-                    raise ApiError(
-                        E.ADDRESS_IN_USE,
-                        f"{address} on {iface.name} conflicts with {existing} on {other.name}",
-                    )
         iface.addresses.append(address)
+        self._addresses.add(table, iface.sw_if_index, address)
 
     def set_table(self, sw_if_index: int, is_ip6: bool, vrf: int) -> None:
         iface = self.interface(sw_if_index)
@@ -440,6 +451,10 @@ class Dataplane:
             del self.routes[route_key]
         for iface in self.interfaces.values():
             if iface.vrf[is_ip6] == table_id:
+                for address in iface.addresses:
+                    if (address.version == 6) == is_ip6:
+                        self._addresses.remove(table_id, iface.sw_if_index, address)
+                        self._addresses.add(0, iface.sw_if_index, address)
                 iface.vrf[is_ip6] = 0
 
     def add_del_route(

@@ -43,7 +43,7 @@ def address_descriptor(ctx: Context) -> Descriptor:
 
     return Descriptor(
         name=ADDRESS_DESCRIPTOR,
-        key_selector=lambda key: keys.parse_address_key(key) is not None,
+        key_selector=keys.is_address_key,
         create=create,
         delete=delete,
         is_retriable_failure=is_retriable,

@@ -6,7 +6,7 @@ plain Python types: descriptors never see vpp_papi's namedtuples.
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 from dataclasses import dataclass
 
 from southbound.vpp.connection import VppConnection
@@ -267,15 +267,16 @@ class VppApi:
         preference: int,
     ) -> None:
         """One path of a route; paths are added and removed one by one (multipath)."""
-        hop = ipaddress.ip_address(next_hop)
+        is_ip6 = ":" in next_hop
+        packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
         path = {
             "sw_if_index": sw_if_index,
             "table_id": vrf,
             "weight": weight,
             "preference": preference,
             "type": PATH_NORMAL,
-            "proto": 1 if hop.version == 6 else 0,
-            "nh": {"address": {"ip6" if hop.version == 6 else "ip4": hop.packed}},
+            "proto": 1 if is_ip6 else 0,
+            "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
             "label_stack": NO_LABELS,
         }
         self.conn.call(

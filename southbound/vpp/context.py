@@ -41,6 +41,8 @@ class Context:
     def __init__(self, api: VppApi) -> None:
         self.api = api
         self.interfaces: Mapping[str, InterfaceMeta] = {}
+        # sw_if_index -> kvmesh name, kept by the interface descriptor (for events)
+        self.names_by_index: dict[int, str] = {}
 
     def sw_if_index(self, name: str) -> int:
         meta = self.interfaces.get(name)

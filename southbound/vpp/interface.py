@@ -56,7 +56,7 @@ class InterfaceDescriptor:
     def descriptor(self) -> Descriptor:
         return Descriptor(
             name=INTERFACE_DESCRIPTOR,
-            key_selector=lambda key: keys.interface_name(key) is not None,
+            key_selector=keys.is_interface_key,
             key_label=_name,
             validate=self.validate,
             create=self.create,
@@ -91,6 +91,7 @@ class InterfaceDescriptor:
             with contextlib.suppress(VppError):
                 self._unmake(v, sw_if_index)
             raise
+        self.ctx.names_by_index[sw_if_index] = _name(key)
         return InterfaceMeta(sw_if_index, v["type"])
 
     def _make(self, v: dict[str, Any]) -> int:
@@ -114,6 +115,8 @@ class InterfaceDescriptor:
     def delete(self, key: str, value: Any, metadata: InterfaceMeta | None) -> None:
         v = normalize_interface(key, value)
         sw_if_index = metadata.sw_if_index if metadata is not None else None
+        if sw_if_index is not None:
+            self.ctx.names_by_index.pop(sw_if_index, None)
         if sw_if_index is None and v["type"] != "af_packet":
             return  # never created (or VPP restarted): nothing to delete
         try:
@@ -214,6 +217,7 @@ class InterfaceDescriptor:
         af_packets = self.api.af_packets()
         borrowed = self.api.unnumbered()
         names = {idx: name for idx, (name, _d) in owned.items()}
+        self.ctx.names_by_index = dict(names)
         result = []
         for idx, (name, d) in owned.items():
             if_type = _type_of(d, taps, af_packets)

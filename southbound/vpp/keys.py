@@ -72,8 +72,22 @@ def _tail(key: str, prefix: str) -> list[str] | None:
 
 def interface_name(key: str) -> str | None:
     """The name of an interface key (`vpp/interface/<name>`), else None."""
-    parts = _tail(key, INTERFACE_PREFIX)
-    return parts[0] if parts is not None and len(parts) == 1 else None
+    if not key.startswith(INTERFACE_PREFIX) or key.count("/") != 2:
+        return None
+    return key[len(INTERFACE_PREFIX) :] or None
+
+
+def is_interface_key(key: str) -> bool:
+    # Cheap: the scheduler asks every descriptor's key selector about every key.
+    return key.startswith(INTERFACE_PREFIX) and key.count("/") == 2 and len(key) > 14
+
+
+def is_address_key(key: str) -> bool:
+    return key.startswith(INTERFACE_PREFIX) and "/address/" in key and key.count("/") == 5
+
+
+def is_route_key(key: str) -> bool:
+    return key.startswith(ROUTE_PREFIX) and key.count("/") == 5
 
 
 def parse_address_key(key: str) -> tuple[str, str] | None:

@@ -31,7 +31,9 @@ Route (`vpp/route/<vrf>/<dst cidr>/<next hop>`)::
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler import InvalidValueError
@@ -80,6 +82,43 @@ BD_FIELDS = {
 ROUTE_FIELDS = {"dst", "next_hop", "outgoing_interface", "vrf", "weight", "preference"}
 
 
+Normalizer = Callable[[str, Any], dict[str, Any]]
+MEMO_SIZE = 8192
+
+
+def memoized(fn: Normalizer) -> Normalizer:
+    """Cache normalisation by (key, repr(value)).
+
+    The scheduler hands the same value to validate, create, the comparator, derived values and
+    dependencies; normalising (address parsing above all) is then done once. Keyed by the
+    value's repr, so an equal value hits and a changed one misses; results are shared and must
+    not be mutated by callers.
+    """
+    cache: OrderedDict[tuple[str, str], dict[str, Any] | InvalidValueError] = OrderedDict()
+    lock = threading.Lock()
+
+    def normalize(key: str, value: Any) -> dict[str, Any]:
+        memo_key = (key, repr(value))
+        with lock:
+            hit = cache.get(memo_key)
+        if hit is None:
+            try:
+                hit = fn(key, value)
+            except InvalidValueError as exc:
+                hit = exc
+            with lock:
+                cache[memo_key] = hit
+                if len(cache) > MEMO_SIZE:
+                    cache.popitem(last=False)
+        if isinstance(hit, InvalidValueError):
+            raise InvalidValueError(str(hit), fields=hit.fields)
+        return hit
+
+    normalize.__doc__ = fn.__doc__
+    normalize.__wrapped__ = fn  # type: ignore[attr-defined]
+    return normalize
+
+
 def _key_name(key: str, parse: Any, what: str) -> str:
     name = parse(key)
     problem = name_problem(name, f"{what} name") if name is not None else "malformed key"
@@ -90,6 +129,7 @@ def _key_name(key: str, parse: Any, what: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- interface
+@memoized
 def normalize_interface(key: str, value: Any) -> dict[str, Any]:
     name = _key_name(key, keys.interface_name, "interface")
     value = check_mapping(value, key)
@@ -191,6 +231,7 @@ def _af_packet(if_type: Any, raw: Any, p: Problems) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------------- bridge domain
+@memoized
 def normalize_bd(key: str, value: Any) -> dict[str, Any]:
     _key_name(key, keys.bd_name, "bridge domain")
     value = check_mapping(value, key)
@@ -239,6 +280,7 @@ def _bd_members(raw: Any, p: Problems) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------- route
+@memoized
 def normalize_route(key: str, value: Any) -> dict[str, Any]:
     parts = keys.parse_route_key(key)
     if parts is None:

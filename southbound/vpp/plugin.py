@@ -80,11 +80,7 @@ class VppPlugin:
     def _on_vpp_event(self, name: str, msg: Any) -> None:
         if name != "sw_interface_event":
             return
-        owner = None
-        for iface, meta in list(self.ctx.interfaces.items()):
-            if meta is not None and meta.sw_if_index == msg.sw_if_index:
-                owner = iface
-                break
+        owner = self.ctx.names_by_index.get(msg.sw_if_index)
         event = InterfaceEvent(
             sw_if_index=msg.sw_if_index,
             name=owner,

@@ -32,7 +32,7 @@ class RouteDescriptor:
     def descriptor(self) -> Descriptor:
         return Descriptor(
             name=ROUTE_DESCRIPTOR,
-            key_selector=lambda key: keys.parse_route_key(key) is not None,
+            key_selector=keys.is_route_key,
             validate=self.validate,
             create=self.create,
             delete=self.delete,
@@ -51,7 +51,7 @@ class RouteDescriptor:
         oif = v["outgoing_interface"]
         sw_if_index = self.ctx.sw_if_index(oif) if oif is not None else ANY_INDEX
         if is_add:
-            self.api.ensure_table(v["vrf"], ipaddress.ip_network(v["dst"]).version == 6)
+            self.api.ensure_table(v["vrf"], ":" in v["dst"])
         self.api.add_del_route(
             is_add, v["vrf"], v["dst"], v["next_hop"], sw_if_index, v["weight"], v["preference"]
         )

@@ -113,3 +113,24 @@ def test_af_packet_needs_the_host_interface():
     assert retval_of(dp.create_af_packet, "veth0", None) == E.IF_ALREADY_EXISTS
     dp.delete_af_packet("veth0")
     assert retval_of(dp.delete_af_packet, "veth0") == E.SYSCALL_ERROR_1
+
+
+def test_address_overlap_in_both_directions_and_after_removal():
+    dp = Dataplane()
+    a = dp.create_loopback(bytes(6))
+    b = dp.create_loopback(bytes(6))
+    wide = ipaddress.ip_interface("10.0.0.1/16")
+    dp.add_del_address(a, wide, True, False)
+    inside = ipaddress.ip_interface("10.0.5.1/24")
+    around = ipaddress.ip_interface("10.9.9.9/8")
+    assert retval_of(dp.add_del_address, b, inside, True, False) == E.ADDRESS_IN_USE
+    assert retval_of(dp.add_del_address, b, around, True, False) == E.ADDRESS_IN_USE
+    dp.add_del_address(b, ipaddress.ip_interface("10.1.0.1/24"), True, False)  # disjoint
+    dp.add_del_address(b, ipaddress.ip_interface("fd00::1/64"), True, False)
+    assert retval_of(dp.add_del_address, a, ipaddress.ip_interface("fd00::2/48"), True, False) == (
+        E.ADDRESS_IN_USE
+    )
+    dp.add_del_address(a, wide, False, False)
+    dp.add_del_address(b, inside, True, False)  # the conflict went with the address
+    dp.delete_loopback(b)
+    dp.add_del_address(a, inside, True, False)  # and with the deleted interface

@@ -153,3 +153,20 @@ def test_route_model_takes_missing_fields_from_the_key():
 )
 def test_route_errors(key, value, field):
     assert field in problems(normalize_route, key, value)
+
+
+def test_keys_build_and_parse():
+    from southbound.vpp import keys
+
+    assert keys.is_interface_key("vpp/interface/lo1")
+    assert not keys.is_interface_key("vpp/interface/lo1/unnumbered")
+    assert keys.interface_name("vpp/interface/lo1") == "lo1"
+    address = keys.address_key("lo1", "10.0.0.1/24")
+    assert keys.is_address_key(address) and not keys.is_interface_key(address)
+    assert keys.parse_address_key(address) == ("lo1", "10.0.0.1/24")
+    assert keys.unnumbered_interface(keys.unnumbered_key("lo1")) == "lo1"
+    assert keys.parse_bd_member_key(keys.bd_member_key("b1", "lo1")) == ("b1", "lo1")
+    route = keys.route_key(0, "10.1.0.0/16", "10.0.0.2")
+    assert keys.is_route_key(route) and not keys.is_route_key("vpp/route/0/10.1.0.0/16")
+    assert keys.parse_route_key(route) == ("0", "10.1.0.0/16", "10.0.0.2")
+    assert keys.is_route_key(keys.route_key(3, "fd01::/64", "::"))

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Benchmark of the VPP southbound: the scheduler + descriptors versus raw vpp_papi calls.
+
+    python tools/bench/vpp_bench.py [--quick] [--json] [--count N] [--runs R]
+
+Workload, against the VPP emulator (`kvmesh vpp-emulator`, one process for the whole run, restarted
+empty before each measurement): N loopbacks, each up with one IPv4 address (10.a.b.1/24), and one
+route per loopback (100.a.b.0/24 via 10.a.b.2 through that loopback).
+
+* `scheduler_txn_s`: one transaction of the N interfaces (+ N derived addresses) and N routes
+  through `KVScheduler` with `southbound.vpp.register`, from commit to return.
+* `raw_papi_s`: the same API calls the descriptors make, with one `vpp_papi.VPPApiClient` in the
+  same process: per loopback create_loopback, sw_interface_tag_add_del, sw_interface_set_flags,
+  sw_interface_add_del_address, ip_route_add_del (retvals checked). Like the plugin, the client
+  is subscribed to interface events (so both paths receive the same `sw_interface_event`s).
+* `ratio_vs_raw_papi`: median over the runs of scheduler time / raw time, each pair measured back
+  to back (target <= 1.2).
+* `*_calls_per_s`: API calls per second of either path.
+* `resync_downstream_s`: a downstream resync right after the transaction: Retrieve by dumps of
+  N interfaces (sw_interface_dump, per interface ip_address_dump x2 and sw_interface_get_table),
+  bridge domains, FIB tables and routes, then the diff (nothing to change).
+
+Times are medians over the runs (raw and scheduler run back to back, alternating which goes
+first). Never edits BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from vpp_papi import VPPApiClient
+
+import southbound.vpp
+from kvmesh.vppemu import EmulatorProcess
+from scheduler import KVScheduler, ValueState
+
+CALLS_PER_ITEM = 5
+
+
+def _octets(i: int) -> tuple[int, int]:
+    return i // 256, i % 256
+
+
+def desired_state(count: int) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for i in range(count):
+        a, b = _octets(i)
+        name = f"bench{i}"
+        values[f"vpp/interface/{name}"] = {"type": "loopback", "addresses": [f"10.{a}.{b}.1/24"]}
+        values[f"vpp/route/0/100.{a}.{b}.0/24/10.{a}.{b}.2"] = {"outgoing_interface": name}
+    return values
+
+
+def run_scheduler(emulator: EmulatorProcess, count: int) -> dict[str, float]:
+    emulator.control.restart()
+    values = desired_state(count)
+    scheduler = KVScheduler()
+    plugin = southbound.vpp.register(scheduler, socket=emulator.socket_path)
+    try:
+        before = emulator.control.counters()["requests"]
+        txn = scheduler.start_txn()
+        for key, value in values.items():
+            txn.set_value(key, value)
+        start = time.perf_counter()
+        txn.commit()
+        txn_s = time.perf_counter() - start
+        calls = emulator.control.counters()["requests"] - before
+        bad = [
+            k for k in values if scheduler.get_value_status(k).state is not ValueState.CONFIGURED
+        ]
+        if bad:
+            raise RuntimeError(f"{len(bad)} values not configured, e.g. {bad[:3]}")
+        before = emulator.control.counters()["requests"]
+        start = time.perf_counter()
+        seq = scheduler.resync({}, kind="downstream")
+        resync_s = time.perf_counter() - start
+        resync_calls = emulator.control.counters()["requests"] - before
+        (record,) = scheduler.transaction_history(seq=seq)
+        changes = [op for op in record.executed if not op.noop]
+        if changes:
+            raise RuntimeError(f"resync changed {len(changes)} values, expected none")
+    finally:
+        plugin.close()
+        scheduler.close()
+    return {
+        "txn_s": txn_s,
+        "calls": float(calls),
+        "resync_s": resync_s,
+        "resync_calls": float(resync_calls),
+    }
+
+
+def run_raw(emulator: EmulatorProcess, count: int) -> dict[str, float]:
+    emulator.control.restart()
+    client = VPPApiClient(bootstrapapi=True, server_address=emulator.socket_path)
+    client.connect("bench-raw")
+    events: list[Any] = []
+    client.register_event_callback(lambda _name, msg: events.append(msg))
+    try:
+        api = client.api
+        if api.want_interface_events(enable_disable=1, pid=1).retval != 0:
+            raise RuntimeError("want_interface_events failed")
+        labels: list[dict[str, int]] = [{}] * 16
+
+        def check(reply: Any) -> Any:
+            if reply.retval != 0:
+                raise RuntimeError(f"{type(reply).__name__}: retval {reply.retval}")
+            return reply
+
+        start = time.perf_counter()
+        for i in range(count):
+            a, b = _octets(i)
+            idx = check(api.create_loopback(mac_address=bytes(6))).sw_if_index
+            check(api.sw_interface_tag_add_del(is_add=True, sw_if_index=idx, tag=f"raw{i}"))
+            check(api.sw_interface_set_flags(sw_if_index=idx, flags=1))
+            check(
+                api.sw_interface_add_del_address(
+                    sw_if_index=idx, is_add=True, prefix=f"10.{a}.{b}.1/24"
+                )
+            )
+            path = {
+                "sw_if_index": idx,
+                "table_id": 0,
+                "weight": 1,
+                "preference": 0,
+                "type": 0,
+                "proto": 0,
+                "nh": {"address": {"ip4": bytes([10, a, b, 2])}},
+                "label_stack": labels,
+            }
+            route = {"table_id": 0, "prefix": f"100.{a}.{b}.0/24", "n_paths": 1, "paths": [path]}
+            check(api.ip_route_add_del(is_add=True, is_multipath=True, route=route))
+        elapsed = time.perf_counter() - start
+    finally:
+        client.disconnect()
+    return {"raw_s": elapsed, "calls": float(count * CALLS_PER_ITEM)}
+
+
+def measure(count: int, runs: int) -> dict[str, Any]:
+    workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), host_check=False)
+    sched_runs: list[dict[str, float]] = []
+    raw_runs: list[dict[str, float]] = []
+    ratios: list[float] = []
+    try:
+        emulator.start()
+        run_raw(emulator, min(count, 50))  # warm-up: imports, API parsing, caches
+        run_scheduler(emulator, min(count, 50))
+        for i in range(runs):
+            # Back to back, alternating which goes first: the machine is shared and noisy, and
+            # a ratio of two adjacent measurements is steadier than a ratio of two medians.
+            if i % 2 == 0:
+                raw_runs.append(run_raw(emulator, count))
+                sched_runs.append(run_scheduler(emulator, count))
+            else:
+                sched_runs.append(run_scheduler(emulator, count))
+                raw_runs.append(run_raw(emulator, count))
+            ratios.append(sched_runs[-1]["txn_s"] / raw_runs[-1]["raw_s"])
+    finally:
+        emulator.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def med(rows: list[dict[str, float]], field: str) -> float:
+        return statistics.median(row[field] for row in rows)
+
+    txn_s, raw_s = med(sched_runs, "txn_s"), med(raw_runs, "raw_s")
+    sched_calls = med(sched_runs, "calls")
+    return {
+        "count": count,
+        "runs": runs,
+        "values_per_txn": count * 3,
+        "scheduler_txn_s": round(txn_s, 4),
+        "raw_papi_s": round(raw_s, 4),
+        "ratio_vs_raw_papi": round(statistics.median(ratios), 3),
+        "ratio_per_run": [round(r, 3) for r in ratios],
+        "scheduler_api_calls": int(sched_calls),
+        "raw_api_calls": int(med(raw_runs, "calls")),
+        "scheduler_calls_per_s": round(sched_calls / txn_s),
+        "raw_calls_per_s": round(med(raw_runs, "calls") / raw_s),
+        "resync_downstream_s": round(med(sched_runs, "resync_s"), 4),
+        "resync_api_calls": int(med(sched_runs, "resync_calls")),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = [
+        ("loopbacks (+1 address, +1 route each)", result["count"]),
+        ("runs (median reported)", result["runs"]),
+        ("scheduler txn (s)", result["scheduler_txn_s"]),
+        ("raw vpp_papi, same calls (s)", result["raw_papi_s"]),
+        ("ratio_vs_raw_papi (median of runs; target <= 1.2)", result["ratio_vs_raw_papi"]),
+        ("ratio per run", " ".join(str(r) for r in result["ratio_per_run"])),
+        (
+            "API calls: scheduler / raw",
+            f"{result['scheduler_api_calls']} / {result['raw_api_calls']}",
+        ),
+        (
+            "calls/s: scheduler / raw",
+            f"{result['scheduler_calls_per_s']} / {result['raw_calls_per_s']}",
+        ),
+        ("downstream resync, dump-based (s)", result["resync_downstream_s"]),
+        ("resync API calls", result["resync_api_calls"]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    print(f"| {'metric'.ljust(width)} | value |")
+    print(f"|{'-' * (width + 2)}|-------|")
+    for label, value in rows:
+        print(f"| {label.ljust(width)} | {value} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="200 loopbacks, 5 runs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--count", type=int, default=None, help="number of loopbacks")
+    parser.add_argument("--runs", type=int, default=None, help="runs per path")
+    args = parser.parse_args(argv)
+    count = args.count or (200 if args.quick else 1000)
+    runs = args.runs or 5
+    if not 1 <= count <= 65536:
+        parser.error("--count must be within 1..65536")
+    logging.basicConfig(level=logging.WARNING)
+    result = measure(count, runs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
