@@ -117,3 +117,29 @@ def test_looped_publication_is_dropped_and_counted(mesh: Mesh) -> None:
         assert response.error is None
         assert "loop" not in client.get(["loop"])
         wait_until(lambda: client.counters()["kvstore.looped_publications"] == 1)
+
+
+def test_rate_limited_node_buffers_and_loses_nothing(mesh: Mesh) -> None:
+    a = mesh.allocate("a")
+    b = mesh.allocate("b", flood_msg_per_sec=5, flood_msg_burst=2)
+    c = mesh.allocate("c")
+    a.peers["b"] = b.cmd_url
+    b.peers.update({"a": a.cmd_url, "c": c.cmd_url})
+    c.peers["b"] = b.cmd_url
+    for node in (a, b, c):
+        mesh.start(node, wait=False)
+    for node in (a, b, c):
+        mesh.wait_ready(node)
+    with a.client() as client:
+        for i in range(60):
+            client.set({f"rl/{i}": make_value(b"x", version=1, originator_id="a")})
+        for version in range(1, 31):
+            client.set({"rl/hot": make_value(b"v%d" % version, version=version, originator_id="a")})
+    wait_for_value([c], "rl/hot", has(30, "a", b"v30"), timeout=30)
+    with c.client() as client:
+        wait_until(lambda: len(client.hash_dump(prefix="rl/")) == 61, timeout=30)
+    with b.client() as client:
+        counters = client.counters()
+    assert counters["kvstore.rate_limit_suppress"] >= 1
+    # Far fewer publications than updates went out towards c.
+    assert counters["kvstore.sent_publications"] < 91
