@@ -41,6 +41,9 @@ __all__ = ["KvStoreDb", "MergeResult"]
 _INF: Final[int] = TTL_INFINITY
 _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
 _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
+# TTL queue compaction: when it holds more than this many entries and this many per finite key.
+_COMPACT_MIN_ENTRIES: Final[int] = 4096
+_COMPACT_RATIO: Final[int] = 8
 _BUCKET_SHIFT: Final[int] = 64 - (NUM_BUCKETS.bit_length() - 1)
 _R = NoMergeReason
 
@@ -362,11 +365,17 @@ class KvStoreDb:
         return None
 
     def _maybe_compact_expiry(self) -> None:
-        """Rebuild the TTL queue when stale entries dominate (bounded memory under refreshes)."""
+        """Rebuild the TTL queue when stale entries dominate (bounded memory under refreshes).
+
+        Stale entries die on their own when their time comes; with refreshes every TTL/4 a key
+        has ~5 of them, so the 8x bound only trips on pathological patterns (a long TTL refreshed
+        very often), and each rebuild is paid for by that many earlier updates.
+        """
         queue = self._expiry
-        if len(queue) > 4096 and len(queue) > 3 * self._num_finite:
-            kv = self._kv
-            queue.rebuild((key, kv[key].ttl_ms) for key in self._keys if kv[key].ttl_ms != _INF)
+        if len(queue) > _COMPACT_MIN_ENTRIES and len(queue) > _COMPACT_RATIO * self._num_finite:
+            queue.rebuild(
+                (key, value.ttl_ms) for key, value in self._kv.items() if value.ttl_ms != _INF
+            )
             self.counters["kvstore.ttl_queue_compactions"] += 1
 
     # ------------------------------------------------------------------ reads

@@ -10,7 +10,9 @@ Entries are never removed when a key is refreshed, replaced or made infinite ("l
 The queue only proposes candidates; the owner (`KvStoreDb`) checks each one against the stored
 record (whose `ttl_ms` holds the key's absolute expiry) and drops stale candidates. A stale entry
 therefore cannot delete a key that has since been refreshed, re-set with an infinite TTL, etc.
-When stale entries outnumber live ones the owner rebuilds the queue (`rebuild`).
+Stale entries die by themselves when their time comes, so with the usual refresh cadence (every
+TTL/4) a key has at most ~5 entries; only pathological patterns (a long TTL refreshed very often)
+make the owner rebuild the queue (`rebuild`, O(n)).
 """
 
 from __future__ import annotations
@@ -90,9 +92,23 @@ class ExpiryQueue:
                 yield expiry_ms, key
 
     def rebuild(self, live: Iterable[tuple[str, int]]) -> None:
-        """Replace the content with exactly `live` (key, expiry) pairs, dropping stale entries."""
-        self._heap = []
-        self._due = {}
-        self._size = 0
+        """Replace the content with exactly `live` (key, expiry) pairs, dropping stale entries.
+
+        O(n): entries are grouped first and the heap is built in one go.
+        """
+        due: dict[int, str | list[str]] = {}
+        size = 0
         for key, expiry_ms in live:
-            self.push(key, expiry_ms)
+            slot = due.get(expiry_ms)
+            if slot is None:
+                due[expiry_ms] = key
+            elif type(slot) is str:
+                due[expiry_ms] = [slot, key]
+            else:
+                slot.append(key)  # type: ignore[union-attr]
+            size += 1
+        heap = list(due)
+        heapq.heapify(heap)
+        self._heap = heap
+        self._due = due
+        self._size = size

@@ -212,6 +212,10 @@ def test_store_matches_reference_model(ops: list[Op]) -> None:
             for k, x in db.dump(now).items()
         }
         assert got == model.live(now)
+        everything = db.get(list(db.keys()), -(10**15))  # stored, even if already expired
+        finite = sum(1 for x in everything.values() if x.ttl_ms != TTL_INFINITY)
+        assert db.gauges()["kvstore.num_finite_ttl_keys"] == finite
+        assert len(everything) == len(db)
     later = now + 10**6
     db.expire(later)
     assert set(db.dump(later)) == set(model.live(later))

@@ -140,15 +140,15 @@ def test_expire_returns_many_keys_in_expiry_order(db: KvStoreDb) -> None:
 def test_stale_entries_are_compacted_under_heavy_refresh() -> None:
     db = KvStoreDb("me")
     db.merge({f"k{i}": v(ttl=10**9) for i in range(100)}, 0)
-    for ttl_version in range(1, 60):
+    for ttl_version in range(1, 120):
         db.merge(
             {f"k{i}": v(value=None, ttl=10**9, ttl_version=ttl_version) for i in range(100)},
             ttl_version,
         )
-    # 6000 queue entries for 100 live keys would exceed the 3x bound: a rebuild happened.
+    # 12000 queue entries for 100 live keys would exceed the 8x bound: a rebuild happened.
     assert db.gauges()["kvstore.ttl_queue_size"] <= 4096 + 100
     assert db.counters["kvstore.ttl_queue_compactions"] >= 1
-    assert db.next_expiry_ms() == 59 + 10**9
+    assert db.next_expiry_ms() == 119 + 10**9
     assert sorted(db.expire(2 * 10**9)) == sorted(f"k{i}" for i in range(100))
 
 
