@@ -133,12 +133,16 @@ class DigestTree:
     def children(self, node_ids: Iterable[int]) -> dict[int, int]:
         """For each inner node id, the signed digests of its FANOUT children (child id -> digest).
 
-        Raises ValueError for an id that is not an inner node.
+        Raises ValueError for an id that is not an inner node, or for more ids than there are
+        inner nodes (a request can never need more; this bounds the work a peer can cause).
         """
+        ids = list(node_ids)
+        if len(ids) > FIRST_LEAF:
+            raise ValueError(f"too many digest node ids ({len(ids)} > {FIRST_LEAF})")
         self._refresh()
         levels = self._levels
         out: dict[int, int] = {}
-        for node_id in node_ids:
+        for node_id in ids:
             first_child = children_of(node_id).start
             depth, index = _locate(first_child)
             row = levels[depth]

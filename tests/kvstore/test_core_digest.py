@@ -85,6 +85,13 @@ def test_digest_children_rejects_leaves_and_garbage() -> None:
             db.digest_children([bad])  # type: ignore[list-item]
 
 
+def test_digest_children_bounds_the_request_size() -> None:
+    db = KvStoreDb("s")
+    assert len(db.digest_children(list(range(FIRST_LEAF)))) == NUM_NODES - 1
+    with pytest.raises(ValueError, match="too many"):
+        db.digest_children([0] * (FIRST_LEAF + 1))
+
+
 def test_digest_changes_with_ttl_version_and_returns_after_expiry() -> None:
     db = KvStoreDb("s")
     db.merge({"k": Value(1, "a", b"x", 1000, 0)}, 0)
