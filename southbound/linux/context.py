@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from southbound.linux.errors import NetlinkOperationError
-from southbound.linux.netlink import Link, NetlinkClient
+from southbound.linux.netlink import NetlinkClient
+from southbound.linux.records import Link
 
 KVMESH_LINK_GROUP = 0x6B766D  # "kvm"
 KVMESH_ROUTE_PROTO = 107  # unassigned in iproute2's rt_protos
@@ -112,10 +115,45 @@ class LinkIndex:
             return operation(fresh)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """Links and addresses of the namespace, read together."""
+
+    links: list[Link]
+    addresses: dict[int, list[str]]  # by ifindex
+    names: dict[int, str]  # ifindex -> name
+    generation: int
+    taken: float
+
+
 class PluginContext:
     """What every descriptor of one plugin shares."""
+
+    # A resync calls the Retrieve of several descriptors back to back; they share one dump of
+    # links and addresses if kvmesh changed nothing in between and it is this fresh. Reusing it
+    # is the same as having dumped a moment earlier: drift after it is seen by the next resync.
+    SNAPSHOT_REUSE_SECONDS = 1.0
 
     def __init__(self, client: NetlinkClient, ownership: Ownership) -> None:
         self.client = client
         self.ownership = ownership
         self.links = LinkIndex(client)
+        self._snapshot: Snapshot | None = None
+        self._snapshot_lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        with self._snapshot_lock:
+            current = self._snapshot
+            if (current is not None and current.generation == self.client.generation
+                    and time.monotonic() - current.taken < self.SNAPSHOT_REUSE_SECONDS):
+                return current
+            generation = self.client.generation
+            links = self.client.dump_links()
+            addresses: dict[int, list[str]] = {}
+            for address in self.client.dump_addresses():
+                addresses.setdefault(address.index, []).append(address.cidr)
+            current = Snapshot(links, addresses, {link.index: link.name for link in links},
+                               generation, time.monotonic())
+            self._snapshot = current
+            self.links.replace_all({link.name: link.index for link in links})
+            return current

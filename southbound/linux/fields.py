@@ -8,6 +8,7 @@ or None when the field is absent or bad (the error is recorded).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,7 @@ def interface_name_problem(name: object) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_cidr(text: str) -> IPInterface:
     """An address with its prefix length; the "/len" is mandatory (no silent /32)."""
     if "/" not in text:

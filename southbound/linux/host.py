@@ -18,7 +18,7 @@ from scheduler import ValueOrigin
 from southbound.linux import keys
 from southbound.linux.context import PluginContext
 from southbound.linux.errors import InvalidValueError
-from southbound.linux.observe import addresses_by_index, host_value
+from southbound.linux.observe import host_value
 
 NAME = "linux-host-interface"
 ADDRESS_NAME = "linux-host-interface-address"
@@ -54,13 +54,12 @@ class HostInterfaceDescriptor:
 
     def retrieve(self, correlate: Sequence[tuple[str, Any, Any]]
                  ) -> list[tuple[str, Any, Any, ValueOrigin]]:
-        links = self.ctx.client.dump_links()
-        addresses = addresses_by_index(self.ctx.client.dump_addresses())
+        snapshot = self.ctx.snapshot()
         result = []
-        for link in links:
+        for link in snapshot.links:
             if self.ctx.ownership.owns(link):
                 continue
-            value = host_value(link, addresses.get(link.index, ()))
+            value = host_value(link, snapshot.addresses.get(link.index, ()))
             result.append((keys.host_key(link.name), value, None, ValueOrigin.FROM_SB))
         return result
 

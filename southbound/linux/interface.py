@@ -29,8 +29,9 @@ from southbound.linux.context import PluginContext
 from southbound.linux.errors import NetlinkOperationError, OwnershipError
 from southbound.linux.interface_model import InterfaceSpec, parse_interface
 from southbound.linux.memo import ParseCache
-from southbound.linux.netlink import Link
-from southbound.linux.observe import addresses_by_index, interface_spec, model_type
+from southbound.linux.netlink import CreatedLink
+from southbound.linux.observe import interface_spec, model_type
+from southbound.linux.records import Link
 
 log = logging.getLogger(__name__)
 
@@ -150,17 +151,15 @@ class InterfaceDescriptor:
             self.ctx.ownership.release(name)
 
     def retrieve(self, correlate: Correlate) -> list[tuple[str, Any, Any, ValueOrigin]]:
-        links = self.ctx.client.dump_links()
-        addresses = addresses_by_index(self.ctx.client.dump_addresses())
-        names = {link.index: link.name for link in links}
-        self.ctx.links.replace_all({link.name: link.index for link in links})
+        snapshot = self.ctx.snapshot()
+        addresses, names = snapshot.addresses, snapshot.names
         desired: dict[str, InterfaceSpec] = {}
         for key, value, _metadata in correlate:
             spec = self.specs.try_get(key, value)
             if spec is not None:
                 desired[spec.name] = spec
         result = []
-        for link in links:
+        for link in snapshot.links:
             if link.group != self.ctx.ownership.link_group:
                 continue
             observed = interface_spec(link, addresses.get(link.index, ()), names,
@@ -168,8 +167,10 @@ class InterfaceDescriptor:
             if observed is None:
                 continue
             self.ctx.ownership.claim(link.name)
-            result.append((keys.interface_key(link.name), observed.to_value(),
-                           {"index": link.index}, ValueOrigin.FROM_NB))
+            key = keys.interface_key(link.name)
+            value = observed.to_value()
+            self.specs.put(key, value, observed)  # spares the scheduler's calls a re-parse
+            result.append((key, value, {"index": link.index}, ValueOrigin.FROM_NB))
         return result
 
     # -- netlink ------------------------------------------------------------------------------
@@ -208,21 +209,21 @@ class InterfaceDescriptor:
             parent = self.ctx.links.require(spec.macvlan.parent, operation)
             arguments.update(macvlan_mode=spec.macvlan.mode, link=parent)
         try:
-            link = self.ctx.client.create_link(spec.name, kind, **arguments)
+            created = self.ctx.client.create_link(spec.name, kind, **arguments)
         except NetlinkOperationError as exc:
             if exc.code != errno.EEXIST:
                 raise
             return self._adopt(spec)
-        if link is None:
+        if created is None:  # nothing echoed: look it up
             found = self.ctx.client.get_link(spec.name)
             if found is None:
                 raise NetlinkOperationError(operation, errno.ENODEV,
                                             "the link vanished right after creation")
-            link = found
-        if spec.veth is not None and link.link is not None:
-            self._unconfigured_peers[spec.veth.peer] = (link.link, spec.name)
-            self.ctx.links.remember(spec.veth.peer, link.link)
-        return link.index
+            created = CreatedLink(found.index, found.link)
+        if spec.veth is not None and created.peer is not None:
+            self._unconfigured_peers[spec.veth.peer] = (created.peer, spec.name)
+            self.ctx.links.remember(spec.veth.peer, created.peer)
+        return created.index
 
     def _configure_unconfigured_peer(self, spec: InterfaceSpec) -> int | None:
         assert spec.veth is not None

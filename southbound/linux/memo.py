@@ -18,7 +18,7 @@ S = TypeVar("S")
 
 
 class ParseCache(Generic[S]):
-    def __init__(self, parse: Callable[[str, object], S], size: int = 8192) -> None:
+    def __init__(self, parse: Callable[[str, object], S], size: int = 65536) -> None:
         self._parse = parse
         self._size = size
         self._entries: OrderedDict[tuple[str, int], tuple[object, S]] = OrderedDict()
@@ -38,6 +38,13 @@ class ParseCache(Generic[S]):
             if len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return parsed
+
+    def put(self, key: str, value: object, parsed: S) -> None:
+        """Record an already known parse result (e.g. a value Retrieve built from a spec)."""
+        with self._lock:
+            self._entries[(key, id(value))] = (value, parsed)
+            if len(self._entries) > self._size:
+                self._entries.popitem(last=False)
 
     def try_get(self, key: str, value: object) -> S | None:
         """The parsed value, or None when the value is invalid."""

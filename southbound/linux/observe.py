@@ -20,21 +20,18 @@ from southbound.linux.interface_model import (
     VethSpec,
     VxlanSpec,
 )
-from southbound.linux.netlink import Address, Link
+from southbound.linux.records import Link
 
 _UNKNOWN_PEER = "?"
-
-
-def addresses_by_index(addresses: Iterable[Address]) -> dict[int, list[str]]:
-    result: dict[int, list[str]] = {}
-    for address in addresses:
-        result.setdefault(address.index, []).append(address.cidr)
-    return result
+_LINK_LOCAL_STARTS = frozenset({"fe8", "fe9", "fea", "feb"})
 
 
 def is_auto_link_local(cidr: str) -> bool:
-    """IPv6 link-local addresses (fe80::/10) are added by the kernel when a link comes up."""
-    return ipaddress.ip_interface(cidr).ip in ipaddress.ip_network("fe80::/10")
+    """IPv6 link-local addresses (fe80::/10) are added by the kernel when a link comes up.
+
+    ``cidr`` is canonical text (lower case, as decoded from the kernel), so the first three hex
+    digits decide: fe8, fe9, fea, feb."""
+    return cidr[:3] in _LINK_LOCAL_STARTS and ":" in cidr[:5]
 
 
 def model_type(link: Link) -> str | None:

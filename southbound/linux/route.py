@@ -21,7 +21,7 @@ from southbound.linux import keys
 from southbound.linux.context import PluginContext
 from southbound.linux.interface import link_dependency
 from southbound.linux.memo import ParseCache
-from southbound.linux.netlink import Route
+from southbound.linux.records import Route
 from southbound.linux.route_model import (
     SCOPE_NAMES,
     SCOPES,
@@ -105,16 +105,18 @@ class RouteDescriptor:
 
     def retrieve(self, correlate: Sequence[tuple[str, Any, Any]]
                  ) -> list[tuple[str, Any, Any, ValueOrigin]]:
-        names = {link.index: link.name for link in self.ctx.client.dump_links()}
+        names = self.ctx.snapshot().names
         result = []
         for route in self.ctx.client.dump_routes(proto=self.ctx.ownership.route_proto):
             dev = names.get(route.oif) if route.oif is not None else None
             if dev is None:
                 continue
-            value = {
-                "dst": route.dst, "dev": dev, "gateway": route.gateway, "metric": route.metric,
-                "table": route.table, "scope": SCOPE_NAMES.get(route.scope, str(route.scope)),
-            }
-            result.append((keys.route_key(route.table, route.dst, dev), value, None,
-                           ValueOrigin.FROM_NB))
+            scope = SCOPE_NAMES.get(route.scope, str(route.scope))
+            spec = RouteSpec(table=route.table, dst=route.dst, dev=dev, gateway=route.gateway,
+                             metric=route.metric, scope=scope)
+            key = keys.route_key(route.table, route.dst, dev)
+            value = spec.to_value()
+            if scope in SCOPES:
+                self.specs.put(key, value, spec)  # spares the scheduler's calls a re-parse
+            result.append((key, value, None, ValueOrigin.FROM_NB))
         return result

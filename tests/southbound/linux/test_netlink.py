@@ -15,7 +15,8 @@ from southbound.linux.errors import (
     UnsupportedLinkTypeError,
     is_retriable_failure,
 )
-from southbound.linux.netlink import NetlinkClient, Route
+from southbound.linux.netlink import NetlinkClient
+from southbound.linux.records import Route
 from tests.netns import list_netns, netns_available, unique_netns_name
 
 pytestmark = pytest.mark.netns
@@ -41,18 +42,22 @@ def test_missing_namespace_is_an_error_and_is_not_created() -> None:
 
 
 def test_veth_pair_created_with_group_and_echoed_index(ns, client) -> None:
-    link = client.create_link("va", "veth", group=G, state="up", mtu=1400,
-                              peer={"ifname": "vb", "group": G})
-    assert link is not None and link.name == "va" and link.kind == "veth"
-    peer = client.get_link("vb")
-    assert peer is not None and link.link == peer.index and peer.link == link.index
+    created = client.create_link("va", "veth", group=G, state="up", mtu=1400,
+                                 peer={"ifname": "vb", "group": G})
+    link, peer = client.get_link("va"), client.get_link("vb")
+    assert link is not None and link.kind == "veth" and peer is not None
+    assert created is not None and (created.index, created.peer) == (link.index, peer.index)
+    assert link.link == peer.index and peer.link == link.index
     assert (link.group, peer.group) == (G, G)
+    assert client.get_link_by_index(link.index) == link
+    assert client.get_link("nope") is None and client.get_link_by_index(99999) is None
     shown = ns.link("va")
     assert shown["mtu"] == 1400 and "UP" in shown["flags"] and shown["group"] != "default"
 
 
 def test_each_supported_type_is_created_and_dumped(ns, client) -> None:
-    base = client.create_link("base0", "veth", group=G, peer={"ifname": "base1", "group": G})
+    base = client.create_link("base0", "veth", group=G, peer={"ifname": "base1", "group": G},
+                              address="02:00:00:00:00:0a", mtu=1450)
     assert base is not None
     client.create_link("br0", "bridge", group=G)
     client.create_link("tp0", "tuntap", mode="tap")
@@ -68,7 +73,13 @@ def test_each_supported_type_is_created_and_dumped(ns, client) -> None:
         42, "10.0.0.1", "10.0.0.2", 4789, base.index)
     assert links["mv0"].macvlan_mode == "private" and links["mv0"].link == base.index
     assert links["lo"].kind is None
-
+    # The raw decoder agrees with iproute2 on every link.
+    for name, link in links.items():
+        shown = ns.link(name)
+        assert (link.index, link.mtu, link.mac, link.up) == (
+            shown["ifindex"], shown["mtu"], shown["address"], "UP" in shown["flags"]), name
+        assert link.kind == shown.get("linkinfo", {}).get("info_kind"), name
+    assert links["base0"].mac == "02:00:00:00:00:0a" and links["base0"].mtu == 1450
 
 def test_unsupported_link_type_is_reported_cleanly(client) -> None:
     with pytest.raises(UnsupportedLinkTypeError, match="unsupported link type 'dummy'") as caught:
@@ -112,6 +123,7 @@ def test_routes_add_replace_delete(ns, client) -> None:
     assert link is not None
     client.add_address(link.index, "10.0.0.1/24", "addr")
     client.add_address(link.index, "fd00::1/64", "addr6")
+    assert {"10.0.0.1/24", "fd00::1/64"} <= {a.cidr for a in client.dump_addresses()}
     p = KVMESH_ROUTE_PROTO
     via = Route(table=254, dst="10.9.0.0/16", oif=link.index, gateway="10.0.0.2", metric=0,
                 scope=0, proto=p)

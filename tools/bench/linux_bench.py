@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Benchmark of the Linux southbound: the scheduler + descriptors versus raw pyroute2.
+
+    python tools/bench/linux_bench.py [--quick] [--json] [--pairs N] [--runs R]
+
+Workload (each in a fresh network namespace): N veth pairs with both ends configured and up,
+one IPv4 address per pair (on the first end) and one route per pair via a gateway in that
+address's subnet; every link carries kvmesh's ownership group and every route its protocol.
+
+* ``scheduler_txn_s``: one transaction of the 2N interfaces + N routes through ``KVScheduler``
+  with ``southbound.linux.register`` (watcher running), from commit to return.
+* ``raw_pyroute2_s``: the same netlink requests the descriptors send, made directly with one
+  pyroute2 ``IPRoute`` in the same process: per pair, create the pair (first end up, echo for its
+  ifindex), set the second end up, add the address, add the route.
+* ``ip_batch_s``: the same configuration through ``ip -n <ns> -batch`` (reference only).
+* ``resync_noop_s``: a full resync with the same desired state right after the transaction
+  (Retrieve of links, addresses, routes + diff; nothing to change).
+
+Each round runs the three variants back to back (order alternating between rounds); the table
+shows medians over the rounds, and ``ratio_vs_raw_pyroute2`` is the median of the per-round
+ratios (robust against load swings of a shared machine). Needs root. Never edits BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from scheduler import KVScheduler
+from southbound.linux import KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO, register
+
+
+@contextmanager
+def fresh_netns() -> Iterator[str]:
+    name = f"kvbench-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        # Bulk-delete the links first: tearing down a namespace that still holds thousands of
+        # devices is slow and asynchronous, and would slow down the next run.
+        subprocess.run(["ip", "-n", name, "link", "del", "group", str(KVMESH_LINK_GROUP)],
+                       capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+class Pair:
+    """Names and addresses of pair ``i``: a<i> 10.x.y.1/30 <-> b<i>, route 172.x.y.0/24 via .2."""
+
+    def __init__(self, i: int) -> None:
+        self.a = f"a{i}"
+        self.b = f"b{i}"
+        base = int(ipaddress.IPv4Address("10.0.0.0")) + 4 * i
+        self.address = f"{ipaddress.IPv4Address(base + 1)}/30"
+        self.gateway = str(ipaddress.IPv4Address(base + 2))
+        self.dst = str(ipaddress.IPv4Network((int(ipaddress.IPv4Address("172.16.0.0")) + 256 * i,
+                                              24)))
+
+
+def desired_state(pairs: list[Pair]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for p in pairs:
+        values[f"linux/interface/{p.a}"] = {"type": "veth", "veth": {"peer": p.b},
+                                            "addresses": [p.address]}
+        values[f"linux/interface/{p.b}"] = {"type": "veth", "veth": {"peer": p.a}}
+        values[f"linux/route/254/{p.dst}/{p.a}"] = {"gateway": p.gateway}
+    return values
+
+
+def count_state(netns: str) -> tuple[int, int]:
+    """(links, kvmesh routes) in the namespace: a sanity check that the work was done."""
+    with IPRoute(netns=netns, flags=0) as ipr:
+        links = len(ipr.link("dump"))
+        routes = sum(1 for r in ipr.route("dump") if r.get("proto") == KVMESH_ROUTE_PROTO)
+    return links, routes
+
+
+def run_scheduler(pairs: list[Pair]) -> tuple[float, float]:
+    values = desired_state(pairs)
+    with fresh_netns() as netns:
+        scheduler = KVScheduler(record_history=False)
+        plugin = register(scheduler, netns)
+        try:
+            txn = scheduler.start_txn()
+            for key, value in values.items():
+                txn.set_value(key, value)
+            start = time.perf_counter()
+            txn.commit()
+            txn_s = time.perf_counter() - start
+            start = time.perf_counter()
+            scheduler.resync(values, kind="full")
+            resync_s = time.perf_counter() - start
+        finally:
+            plugin.close()
+            scheduler.close()
+        check(netns, pairs)
+    return txn_s, resync_s
+
+
+def run_raw(pairs: list[Pair]) -> float:
+    group, proto = KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO
+    with fresh_netns() as netns:
+        ipr = IPRoute(netns=netns, flags=0, nlm_echo=True, ext_ack=True)
+        try:
+            start = time.perf_counter()
+            for p in pairs:
+                echoed = ipr.link("add", ifname=p.a, kind="veth", group=group, state="up",
+                                  peer={"ifname": p.b, "group": group})
+                index, peer = echoed[0].get("index"), echoed[0].get("link")
+                ipr.link("set", index=peer, group=group, state="up")
+                address, prefix = p.address.split("/")
+                ipr.addr("add", index=index, address=address, prefixlen=int(prefix))
+                network = ipaddress.ip_network(p.dst)
+                ipr.route("add", dst=str(network.network_address), dst_len=network.prefixlen,
+                          family=2, table=254, priority=0, proto=proto, scope=0, oif=index,
+                          gateway=p.gateway)
+            elapsed = time.perf_counter() - start
+        finally:
+            ipr.close()
+        check(netns, pairs)
+    return elapsed
+
+
+def run_ip_batch(pairs: list[Pair]) -> float:
+    group, proto = KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO
+    lines = []
+    for p in pairs:
+        lines += [
+            f"link add {p.a} group {group} type veth peer name {p.b} group {group}",
+            f"link set {p.a} up",
+            f"link set {p.b} up",
+            f"addr add {p.address} dev {p.a}",
+            f"route add {p.dst} via {p.gateway} dev {p.a} proto {proto}",
+        ]
+    with fresh_netns() as netns, tempfile.NamedTemporaryFile("w", suffix=".ip") as script:
+        script.write("\n".join(lines) + "\n")
+        script.flush()
+        start = time.perf_counter()
+        subprocess.run(["ip", "-n", netns, "-batch", script.name], check=True)
+        elapsed = time.perf_counter() - start
+        check(netns, pairs)
+    return elapsed
+
+
+def check(netns: str, pairs: list[Pair]) -> None:
+    links, routes = count_state(netns)
+    expected = (2 * len(pairs) + 1, len(pairs))
+    if (links, routes) != expected:
+        raise SystemExit(f"benchmark sanity check failed in {netns}: (links, routes) = "
+                         f"{(links, routes)}, expected {expected}")
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer pairs (well under a minute)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--pairs", type=int, default=None)
+    parser.add_argument("--runs", type=int, default=None)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("linux_bench needs root (network namespaces)", file=sys.stderr)
+        return 2
+    count = args.pairs or (200 if args.quick else 1000)
+    runs = args.runs or (3 if args.quick else 5)
+    pairs = [Pair(i) for i in range(count)]
+    samples: dict[str, list[float]] = {"scheduler": [], "resync": [], "raw": [], "batch": []}
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("raw", lambda: samples["raw"].append(run_raw(pairs))),
+        ("scheduler", lambda: _record_scheduler(samples, pairs)),
+        ("batch", lambda: samples["batch"].append(run_ip_batch(pairs))),
+    ]
+    for round_number in range(runs):
+        # Alternate the order so a slow phase of the (shared) machine does not hit one side only.
+        order = steps if round_number % 2 == 0 else list(reversed(steps))
+        for _name, step in order:
+            step()
+    result = {
+        "pairs": count,
+        "values": 3 * count,
+        "runs": runs,
+        "scheduler_txn_s": round(median(samples["scheduler"]), 4),
+        "raw_pyroute2_s": round(median(samples["raw"]), 4),
+        "ip_batch_s": round(median(samples["batch"]), 4),
+        "resync_noop_s": round(median(samples["resync"]), 4),
+    }
+    # Each round measures both sides back to back: the median of the per-round ratios is far
+    # less sensitive to a shared machine's load swings than the ratio of the medians.
+    paired = [s / r for s, r in zip(samples["scheduler"], samples["raw"], strict=True)]
+    result["ratio_vs_raw_pyroute2"] = round(median(paired), 3)
+    result["ratio_of_medians_vs_raw_pyroute2"] = round(
+        result["scheduler_txn_s"] / result["raw_pyroute2_s"], 3)
+    result["ratio_vs_ip_batch"] = round(result["scheduler_txn_s"] / result["ip_batch_s"], 3)
+    result["target_ratio_vs_raw_pyroute2"] = 1.2
+    result["samples"] = {name: [round(x, 4) for x in values] for name, values in samples.items()}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
+
+
+def _record_scheduler(samples: dict[str, list[float]], pairs: list[Pair]) -> None:
+    txn_s, resync_s = run_scheduler(pairs)
+    samples["scheduler"].append(txn_s)
+    samples["resync"].append(resync_s)
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = [
+        ("veth pairs (both ends) + address + route", f"{result['pairs']}"),
+        ("scheduler values in the transaction", f"{result['values']}"),
+        ("runs (medians below)", f"{result['runs']}"),
+        ("scheduler_txn_s", f"{result['scheduler_txn_s']:.3f}"),
+        ("raw_pyroute2_s (same netlink calls)", f"{result['raw_pyroute2_s']:.3f}"),
+        ("ratio_vs_raw_pyroute2 (median of per-round ratios; target <= 1.2)",
+         f"{result['ratio_vs_raw_pyroute2']:.3f}"),
+        ("ratio of the medians (scheduler / raw)",
+         f"{result['ratio_of_medians_vs_raw_pyroute2']:.3f}"),
+        ("ip_batch_s (reference)", f"{result['ip_batch_s']:.3f}"),
+        ("ratio_vs_ip_batch", f"{result['ratio_vs_ip_batch']:.3f}"),
+        ("resync_noop_s (full resync, nothing to change)", f"{result['resync_noop_s']:.3f}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'metric'.ljust(width)}  value")
+    print(f"{'-' * width}  -----")
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
