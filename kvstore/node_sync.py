@@ -75,19 +75,22 @@ class SyncSession:
             assert node_ids is not None
             request = Request(cmd=Command.DIGEST_GET, digest=DigestParams(node_ids=node_ids))
             return [(self.DIGEST, request)]
+        chunks = self._bucket_chunks()
+        out: list[tuple[str, Request]] = []
+        while len(self.in_flight) + len(out) < self._window and self._next_chunk < len(chunks):
+            chunk = chunks[self._next_chunk]
+            self._next_chunk += 1
+            out.append((self.DUMP, self._dump_request(chunk, now_ms)))
+        return out
+
+    def _bucket_chunks(self) -> list[list[int]]:
+        """The differing buckets (known once the walk is done), in request-sized chunks."""
         if self._chunks is None:
             buckets = self._walk.differing_buckets()
             self.differing_buckets = len(buckets)
             size = self._buckets_per_request
             self._chunks = [buckets[i : i + size] for i in range(0, len(buckets), size)]
-        out: list[tuple[str, Request]] = []
-        while len(self.in_flight) + len(out) < self._window and self._next_chunk < len(
-            self._chunks
-        ):
-            chunk = self._chunks[self._next_chunk]
-            self._next_chunk += 1
-            out.append((self.DUMP, self._dump_request(chunk, now_ms)))
-        return out
+        return self._chunks
 
     def _dump_request(self, buckets: list[int], now_ms: int) -> Request:
         # The hashes are read when the request is built, so merges that happened since the walk
@@ -128,7 +131,6 @@ class SyncSession:
         """Every phase but the finalize is done."""
         return (
             self._walk.done
-            and self._chunks is not None
             and not self.in_flight
-            and self._next_chunk >= len(self._chunks)
+            and self._next_chunk >= len(self._bucket_chunks())
         )
