@@ -110,11 +110,8 @@ class BridgeDomainDescriptor:
         owned = [(name, d) for name, d in domains if name]
         if not owned:
             return []
-        names = {
-            d.sw_if_index: name
-            for d in self.api.interfaces()
-            if (name := owned_name(d.tag)) is not None
-        }
+        # Interfaces are retrieved first (retrieve_dependencies), which refreshes this map.
+        names = self.ctx.names_by_index
         result = []
         for name, d in owned:
             members = [

@@ -212,6 +212,7 @@ class InterfaceDescriptor:
         details = self.api.interfaces()
         owned = {d.sw_if_index: (name, d) for d in details if (name := owned_name(d.tag))}
         if not owned:
+            self.ctx.names_by_index = {}
             return []
         taps = self.api.taps()
         af_packets = self.api.af_packets()

@@ -19,7 +19,7 @@ from typing import Any
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.vpp import keys
 from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
-from southbound.vpp.context import INTERFACE_DESCRIPTOR, ROUTE_DESCRIPTOR, Context, owned_name
+from southbound.vpp.context import INTERFACE_DESCRIPTOR, ROUTE_DESCRIPTOR, Context
 from southbound.vpp.errors import is_retriable
 from southbound.vpp.models import normalize_route, route_key_for
 
@@ -80,11 +80,8 @@ class RouteDescriptor:
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         wanted = {key for key, _value, _meta in correlate}
-        names = {
-            d.sw_if_index: name
-            for d in self.api.interfaces()
-            if (name := owned_name(d.tag)) is not None
-        }
+        # Interfaces are retrieved first (retrieve_dependencies), which refreshes this map.
+        names = self.ctx.names_by_index
         result = []
         seen: set[str] = set()
         for table_id, is_ip6 in self.api.tables():
