@@ -9,7 +9,8 @@ Storage layout (per key, kept small because a node holds ~1 M keys):
 - `_keys`: SortedList of the keys, for prefix range scans.
 - `_buckets`: per digest-leaf-bucket lists of keys (~15 keys each at 1 M keys), so the keys of a
   bucket are listed without a scan and removed in O(bucket).
-- `_digests`: the XOR digest tree (`digest.DigestTree`), a flat array independent of the key count.
+- `_digests`: the XOR digest tree (`digest.DigestTree`): ~70 k ints whatever the key count; a
+  merge updates one leaf, inner nodes are refreshed when read.
 - `_expiry`: the TTL queue (`ttl.ExpiryQueue`) for keys with a finite TTL.
 
 Ownership: a stored record is never mutated after it is stored. For a key with an infinite TTL
@@ -36,7 +37,7 @@ from kvstore.hashing import MASK64, contribution, value_hash
 from kvstore.ttl import ExpiryQueue
 from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value
 
-__all__ = ["KvStoreDb", "MergeResult"]
+__all__ = ["KvStoreDb", "MergeResult", "compare_values"]
 
 _INF: Final[int] = TTL_INFINITY
 _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
