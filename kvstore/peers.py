@@ -28,6 +28,9 @@ from typing import Final
 from kvstore.gen.kvstore_thrift.ttypes import PeerState
 
 __all__ = [
+    "IDLE",
+    "INITIALIZED",
+    "SYNCING",
     "AntiEntropyTimer",
     "Backoff",
     "Peer",
