@@ -12,6 +12,7 @@ Needs root and iproute2. ``netns_available()`` tells whether the machine can run
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -107,7 +108,10 @@ class Netns:
         return routes
 
     def dump(self) -> dict[str, Any]:
-        """A comparable snapshot of links, addresses and routes (volatile fields left out)."""
+        """A comparable snapshot of links, addresses and routes (volatile fields left out).
+
+        IPv6 link-local addresses and their routes are left out too: the kernel adds them on its
+        own, asynchronously, whenever a link comes up."""
         links = []
         for link in self.ip_json("-d", "link", "show"):
             info = link.get("linkinfo", {})
@@ -120,14 +124,26 @@ class Netns:
         addresses = []
         for link in self.ip_json("addr", "show"):
             for info in link.get("addr_info", []):
+                if _is_ipv6_link_local(info.get("local", "")):
+                    continue
                 addresses.append((link["ifname"], info.get("family"), info.get("local"),
                                   info.get("prefixlen"), info.get("scope")))
         routes = []
         for route in self.routes():
+            if _is_ipv6_link_local(str(route.get("dst", "")).split("/")[0]):
+                continue
             routes.append(tuple(sorted((k, str(v)) for k, v in route.items()
                                        if k not in ("flags", "expires", "pref"))))
         return {"links": sorted(links, key=str), "addresses": sorted(addresses, key=str),
                 "routes": sorted(routes)}
+
+
+def _is_ipv6_link_local(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.version == 6 and ip.is_link_local
 
 
 def delete_netns(name: str) -> None:

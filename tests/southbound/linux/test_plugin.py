@@ -145,6 +145,18 @@ def test_tap_vxlan_macvlan_and_recreate_on_identity_change(linux) -> None:
     assert ns.link_names() == {"lo"}
 
 
+def test_type_change_recreates_the_link(linux) -> None:
+    ns, scheduler, _plugin = linux
+    key = "linux/interface/x0"
+    commit(scheduler, {key: {"type": "bridge", "addresses": ["10.8.0.1/24"]}})
+    index = ns.link("x0")["ifindex"]
+    commit(scheduler, {key: {"type": "tap", "addresses": ["10.8.0.1/24"]}})
+    link = ns.link("x0")
+    assert link["linkinfo"]["info_kind"] == "tun" and link["ifindex"] != index
+    assert ns.addresses("x0") == ["10.8.0.1/24"]  # derived values re-created with it
+    assert state(scheduler, key) is CONFIGURED
+
+
 def test_lower_link_dependency(linux) -> None:
     ns, scheduler, _plugin = linux
     commit(scheduler, {"linux/interface/mv0": {"type": "macvlan", "macvlan": {"parent": "p0"}}})
@@ -171,7 +183,10 @@ def test_bridge_members_enslaved_when_both_exist(linux) -> None:
     commit(scheduler, {"linux/interface/br0": {"type": "bridge"}})
     assert state(scheduler, "linux/interface/m0/master") is CONFIGURED
     assert ns.link("m0")["master"] == "br0" and ns.link("m1")["master"] == "br0"
-    # Moving a member out of the bridge releases it; deleting the bridge pends the rest.
+    # Moving a member to another bridge, then out of any bridge.
+    commit(scheduler, {"linux/interface/br1": {"type": "bridge"},
+                       "linux/interface/m1": veth("m0", master="br1")})
+    assert ns.link("m1")["master"] == "br1" and ns.link("m0")["master"] == "br0"
     commit(scheduler, {"linux/interface/m1": veth("m0")})
     assert ns.link("m1").get("master") is None
     commit(scheduler, {"linux/interface/br0": None})
@@ -270,6 +285,14 @@ def test_host_link_is_obtained_and_unblocks_dependents(linux) -> None:
     assert state(scheduler, route) is PENDING
 
 
+def test_host_links_are_read_only_for_the_nb(linux) -> None:
+    _ns, scheduler, _plugin = linux
+    with pytest.raises(TransactionError):
+        commit(scheduler, {"linux/interface/host/eth9": {"name": "eth9"}})
+    status = scheduler.get_value_status("linux/interface/host/eth9")
+    assert status.state is ValueState.INVALID and "read-only" in str(status.error)
+
+
 def test_resync_never_removes_host_links_but_removes_kvmesh_leftovers(linux) -> None:
     ns, scheduler, _plugin = linux
     commit(scheduler, {"linux/interface/old0": {"type": "bridge"}})
@@ -309,6 +332,22 @@ def test_drift_is_repaired_by_downstream_resync(linux) -> None:
     # Nothing left to repair: the next resync executes nothing.
     scheduler.resync(kind="downstream")
     assert not scheduler.transaction_history()[-1].executed
+
+
+def test_deleted_link_and_bridge_membership_are_restored(linux) -> None:
+    ns, scheduler, _plugin = linux
+    commit(scheduler, {
+        "linux/interface/br0": {"type": "bridge", "addresses": ["10.11.0.1/24"]},
+        "linux/interface/m0": veth("m1", master="br0"),
+        "linux/interface/m1": veth("m0"),
+        "linux/route/254/10.110.0.0/16/br0": {"gateway": "10.11.0.2"},
+    })
+    before = ns.dump()
+    ns.ip("link", "set", "m0", "nomaster")
+    ns.ip("link", "del", "br0")  # takes its address and route with it
+    scheduler.resync(kind="downstream")
+    assert ns.dump() == before
+    assert state(scheduler, "linux/route/254/10.110.0.0/16/br0") is CONFIGURED
 
 
 def test_restart_adopts_existing_state_without_changes(ns) -> None:

@@ -118,6 +118,35 @@ def test_link_taken_over_by_kvmesh_group_is_retracted(watched) -> None:
     wait_until(lambda: "linux/interface/host/adopt0" not in recorder.present(), timeout=10)
 
 
+def test_dropped_events_are_recovered_by_a_new_dump(ns, monkeypatch) -> None:
+    """A consumer stalls, the tiny socket buffer overflows (ENOBUFS): the watcher dumps again."""
+    import southbound.linux.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "SOCKET_BUFFER", 4096)
+    release = threading.Event()
+    recorder = Recorder()
+
+    def stalling(key, value) -> None:
+        recorder(key, value)
+        if key.endswith("/first0"):
+            release.wait(timeout=30)
+
+    watcher = HostInterfaceWatcher(ns.name, Ownership(), stalling)
+    watcher.start(timeout=30)
+    try:
+        ns.ip("link", "add", "first0", "type", "bridge")
+        wait_until(lambda: "linux/interface/host/first0" in recorder.values, timeout=10)
+        ns.batch([f"link add burst{i} type bridge" for i in range(60)])
+        release.set()
+        wanted = {f"linux/interface/host/burst{i}" for i in range(60)}
+        wait_until(lambda: wanted <= set(recorder.present()), timeout=20,
+                   message="all links reported after the overflow")
+        assert watcher.resyncs >= 2, "the overflow was detected and a new dump taken"
+    finally:
+        release.set()
+        watcher.close()
+
+
 def test_failing_consumer_does_not_stop_the_watcher(ns) -> None:
     calls: list[str] = []
 
