@@ -41,4 +41,7 @@ def vpp_emulator(
     from kvmesh.vppemu.server import run
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(run(socket_path, control_path, host_check))
+    try:
+        asyncio.run(run(socket_path, control_path, host_check))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {socket_path}: {exc}") from exc

@@ -92,6 +92,10 @@ class Emulator:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        for path in (self.socket_path, self.control_path):
+            if _in_use(path):
+                raise OSError(f"{path} is in use by another server")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         # The control socket first: once the API socket accepts, everything is ready.
         _unlink(self.control_path)
         self._control_server = await asyncio.start_unix_server(
@@ -373,6 +377,16 @@ def _context(msg: Any) -> int:
 
 def _json_line(data: dict[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode() + b"\n"
+
+
+def _in_use(path: str) -> bool:
+    """Whether something accepts connections on this unix socket path."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def _unlink(path: str) -> None:

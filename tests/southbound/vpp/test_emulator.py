@@ -7,6 +7,7 @@ import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from vpp_papi import VPPApiClient
@@ -382,3 +383,27 @@ def test_cli_help_names_the_command():
         timeout=60,
     ).stdout
     assert "--socket" in out and "--no-host-check" in out
+
+
+def test_process_stops_on_sigterm_and_refuses_a_socket_in_use(emulator_process):
+    import signal
+
+    from kvmesh.vppemu import EmulatorProcess
+
+    workdir = Path(emulator_process.socket_path).parent
+    second = EmulatorProcess(str(workdir / "sub" / "api2.sock"), host_check=False)
+    second.start()  # creates the missing directory
+    proc = second.process
+    assert proc is not None
+    busy = subprocess.run(
+        [sys.executable, "-m", "kvmesh", "vpp-emulator", "--socket", second.socket_path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert busy.returncode != 0 and "in use" in busy.stderr
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert not Path(second.socket_path).exists()
+    assert not Path(second.control_path).exists()
+    second.process = None
