@@ -213,10 +213,13 @@ def test_downstream_resync_repairs_drift(vpp):
         {
             LO1: {**LOOP, "mtu": 1400, "addresses": ["10.0.0.1/24"]},
             LO2: LOOP,
-            "vpp/bd/b1": {"bd_id": 3, "interfaces": [{"name": "lo2"}]},
+            "vpp/bd/b1": {"bd_id": 3, "interfaces": [{"name": "lo2"}, {"name": "ghost"}]},
             route: {"outgoing_interface": "lo1"},
+            # pending parts must stay pending through resyncs, without changes to VPP
+            "vpp/interface/lo3": {**LOOP, "unnumbered": {"interface_with_ip": "lo2"}},
         }
     )
+    assert vpp.state("vpp/interface/lo3/unnumbered") is PENDING
     idx1, idx2 = vpp.sw_if_index("lo1"), vpp.sw_if_index("lo2")
     api = vpp.papi.api
     # drift made behind kvmesh's back, through the API like any other VPP client
@@ -240,10 +243,28 @@ def test_downstream_resync_repairs_drift(vpp):
     assert [m.sw_if_index for m in api.bridge_domain_dump(bd_id=3)[0].sw_if_details] == [idx2]
     assert vpp.vpp_routes()["10.1.0.0/16"] == [("10.0.0.2", idx1)]
     assert foreign in {d.sw_if_index for d in api.sw_interface_dump()}
-    # a second resync has nothing left to do
+    # a second resync has nothing left to do: it reads VPP and changes nothing
+    writes_before = vpp_writes(vpp)
     seq = vpp.scheduler.resync({}, kind="downstream")
     (record,) = vpp.scheduler.transaction_history(seq=seq)
     assert [op for op in record.executed if not op.noop] == []
+    assert vpp_writes(vpp) == writes_before
+    assert vpp.state("vpp/interface/lo3/unnumbered") is PENDING
+    assert vpp.state("vpp/bd/b1/interface/ghost") is PENDING
+
+
+READS = {"control_ping", "sw_interface_get_table", "show_version", "get_api_json"}
+
+
+def vpp_writes(vpp) -> dict:
+    """Requests that can change VPP's state, by message, as counted by the emulator."""
+    return {
+        name: count
+        for name, count in vpp.control.counters().items()
+        if name.startswith("msg.")
+        and not name.endswith("_dump")
+        and name[4:] not in READS | {"sockclnt_create", "want_interface_events"}
+    }
 
 
 def test_full_resync_adopts_existing_config_and_removes_what_nb_dropped(emulator, vpp):
