@@ -142,6 +142,7 @@ class KvStoreDb:
         (value None) applies only to a stored key with the same version and originator and a lower
         ttl_version. A missing `hash` is computed and set on the incoming object.
         """
+        _check_now(now_ms)
         delta: dict[str, Value] = {}
         no_merge: dict[str, str] = {}
         kv = self._kv
@@ -333,6 +334,7 @@ class KvStoreDb:
         Also returns keys that merge() found already expired and replaced or dropped since the
         last call, so subscribers hear about every expiry exactly once.
         """
+        _check_now(now_ms)
         expired = self._expired_unreported
         self._expired_unreported = []
         kv = self._kv
@@ -383,6 +385,7 @@ class KvStoreDb:
 
     def get(self, keys: Iterable[str], now_ms: int) -> dict[str, Value]:
         """Copies of the stored values of `keys` that exist, carrying their remaining TTL."""
+        _check_now(now_ms)
         out: dict[str, Value] = {}
         kv_get = self._kv.get
         for key in keys:
@@ -429,6 +432,7 @@ class KvStoreDb:
         *,
         with_values: bool,
     ) -> dict[str, Value]:
+        _check_now(now_ms)
         out: dict[str, Value] = {}
         kv = self._kv
         origs = frozenset(originator_ids) if originator_ids else None
@@ -498,6 +502,7 @@ class KvStoreDb:
         Keys the requester lists are compared whatever the filters; the filters select which of MY
         keys count as "the requester lacks them". Raises ValueError on a malformed entry.
         """
+        _check_now(now_ms)
         send: dict[str, Value] = {}
         want: list[str] = []
         kv_get = self._kv.get
@@ -564,6 +569,7 @@ class KvStoreDb:
         than ttl_decrement_ms left, and keys with less than ttl_threshold_ms left. Infinite-TTL
         values are returned as they are (same objects, read-only).
         """
+        _check_now(now_ms)
         out: dict[str, Value] = {}
         kv_get = self._kv.get
         decrement = self.ttl_decrement_ms
@@ -638,6 +644,12 @@ class KvStoreDb:
             "kvstore.num_finite_ttl_keys": self._num_finite,
             "kvstore.ttl_queue_size": len(self._expiry),
         }
+
+
+def _check_now(now_ms: object) -> None:
+    # A float clock would leak into stored expiries and wire TTLs (Thrift i64): fail loudly.
+    if type(now_ms) is not int:
+        raise TypeError(f"now_ms must be an int (monotonic milliseconds), got {now_ms!r}")
 
 
 def _check_hash_entry(key: object, value: object) -> None:

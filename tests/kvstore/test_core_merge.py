@@ -256,6 +256,23 @@ def test_constructor_rejects_bad_settings() -> None:
         KvStoreDb("x", ttl_threshold_ms="500")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("now", [1.5, "0", None])
+def test_non_integer_clock_is_refused_everywhere(db: KvStoreDb, now: object) -> None:
+    calls = [
+        lambda: db.merge({"k": v()}, now),  # type: ignore[arg-type]
+        lambda: db.expire(now),  # type: ignore[arg-type]
+        lambda: db.get(["k"], now),  # type: ignore[arg-type]
+        lambda: db.dump(now),  # type: ignore[arg-type]
+        lambda: db.hash_dump(now),  # type: ignore[arg-type]
+        lambda: db.dump_difference({}, now),  # type: ignore[arg-type]
+        lambda: db.prepare_flood({}, now),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="now_ms"):
+            call()
+    assert len(db) == 0
+
+
 def test_compare_values_order() -> None:
     base = Value(5, "b", b"m", TTL_INFINITY, 1, 10)
     assert compare_values(base, Value(4, "z", b"z", TTL_INFINITY, 9, 11)) == 1
