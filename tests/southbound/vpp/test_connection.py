@@ -61,12 +61,12 @@ def test_vpp_arriving_late_is_connected_and_failed_operations_retried(workdir):
 
 
 def test_timeout_drops_the_connection_and_reconnects(emulator):
-    conn = VppConnection(emulator.socket_path, read_timeout=0.5)
+    conn = VppConnection(emulator.socket_path, read_timeout=1.5)
     conn.start()
     try:
         assert conn.wait_connected(30)
         first = conn.generation
-        emulator.control.delay("show_version", seconds=3)
+        emulator.control.delay("show_version", seconds=10)
         with pytest.raises(VppConnectionError, match="connection to VPP lost"):
             conn.call("show_version")
         wait_until(lambda: conn.connected and conn.generation > first, timeout=30)
