@@ -89,3 +89,27 @@ def test_messages_vpp_does_not_offer_are_reported(emulator):
     finally:
         conn.close()
     assert not conn.connected
+
+
+def test_api_definitions_from_files_instead_of_bootstrap(emulator, workdir):
+    """VPP < 24.06 cannot serve get_api_json: `apidir` loads .api.json files instead."""
+    import importlib.resources
+
+    from kvmesh.vppemu.apidef import API_DIR
+
+    for source in API_DIR.glob("*.api.json"):
+        shutil.copy(source, workdir / source.name)
+    memclnt = importlib.resources.files("vpp_papi.data").joinpath("memclnt.api.json")
+    (workdir / "memclnt.api.json").write_text(memclnt.read_text())
+    with KVScheduler() as scheduler:
+        plugin = southbound.vpp.register(
+            scheduler, socket=emulator.socket_path, apidir=str(workdir)
+        )
+        try:
+            scheduler.start_txn().set_value("vpp/interface/lo1", {"type": "loopback"}).commit()
+            assert scheduler.get_value_status("vpp/interface/lo1").state is ValueState.CONFIGURED
+            assert plugin.connection.counters["connects"] == 1
+            # the definitions came from the files, not from VPP
+            assert emulator.control.counters().get("msg.get_api_json", 0) == bootstraps
+        finally:
+            plugin.close()
