@@ -101,6 +101,7 @@ def test_api_definitions_from_files_instead_of_bootstrap(emulator, workdir):
         shutil.copy(source, workdir / source.name)
     memclnt = importlib.resources.files("vpp_papi.data").joinpath("memclnt.api.json")
     (workdir / "memclnt.api.json").write_text(memclnt.read_text())
+    bootstraps = emulator.control.counters().get("msg.get_api_json", 0)
     with KVScheduler() as scheduler:
         plugin = southbound.vpp.register(
             scheduler, socket=emulator.socket_path, apidir=str(workdir)
