@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 NETNS_DIR = "/run/netns"
 
@@ -149,6 +149,23 @@ def _is_ipv6_link_local(address: str) -> bool:
 def delete_netns(name: str) -> None:
     """Delete a namespace; deleting one that is already gone is fine."""
     subprocess.run(["ip", "netns", "delete", name], capture_output=True, text=True)
+
+
+def netns_fixture(prefix: str = "kvt",
+                  scope: Literal["session", "package", "module", "class", "function"] = "function",
+                  ) -> Any:
+    """A pytest fixture yielding a ``Netns`` (skips without root); use in a conftest:
+    ``ns = netns_fixture("kvvpp")``."""
+    import pytest
+
+    @pytest.fixture(scope=scope)
+    def fixture() -> Iterator[Netns]:
+        if not netns_available():
+            pytest.skip("needs root and iproute2 for network namespaces")
+        with temporary_netns(prefix) as namespace:
+            yield namespace
+
+    return fixture
 
 
 @contextlib.contextmanager

@@ -129,9 +129,9 @@ class Snapshot:
 class PluginContext:
     """What every descriptor of one plugin shares."""
 
-    # A resync calls the Retrieve of several descriptors back to back; they share one dump of
-    # links and addresses if kvmesh changed nothing in between and it is this fresh. Reusing it
-    # is the same as having dumped a moment earlier: drift after it is seen by the next resync.
+    # A refresh calls the Retrieve of the host-link descriptor first (retrieve dependencies),
+    # then interfaces and routes: those two reuse the dump the first one took, if kvmesh changed
+    # nothing since and it is this fresh. That is the same as all three dumping at once.
     SNAPSHOT_REUSE_SECONDS = 1.0
 
     def __init__(self, client: NetlinkClient, ownership: Ownership) -> None:
@@ -141,10 +141,13 @@ class PluginContext:
         self._snapshot: Snapshot | None = None
         self._snapshot_lock = threading.Lock()
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, fresh: bool = False) -> Snapshot:
+        """Links and addresses: a new dump if ``fresh`` (the first Retrieve of a refresh), else
+        the last one while it is current (see SNAPSHOT_REUSE_SECONDS)."""
         with self._snapshot_lock:
             current = self._snapshot
-            if (current is not None and current.generation == self.client.generation
+            if (not fresh and current is not None
+                    and current.generation == self.client.generation
                     and time.monotonic() - current.taken < self.SNAPSHOT_REUSE_SECONDS):
                 return current
             generation = self.client.generation

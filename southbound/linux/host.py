@@ -54,7 +54,7 @@ class HostInterfaceDescriptor:
 
     def retrieve(self, correlate: Sequence[tuple[str, Any, Any]]
                  ) -> list[tuple[str, Any, Any, ValueOrigin]]:
-        snapshot = self.ctx.snapshot()
+        snapshot = self.ctx.snapshot(fresh=True)  # the first Retrieve of a refresh
         result = []
         for link in snapshot.links:
             if self.ctx.ownership.owns(link):

@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from scheduler import Descriptor, KVScheduler
+from scheduler import Descriptor, KVScheduler, SchedulerClosedError
 from southbound.linux.address import AddressDescriptor
 from southbound.linux.context import (
     KVMESH_LINK_GROUP,
@@ -78,6 +78,8 @@ class LinuxPlugin:
                 derived_values=interfaces.derived_values,
                 dependencies=interfaces.dependencies,
                 value_comparator=interfaces.value_comparator, with_metadata=True,
+                # Host links first: their Retrieve takes the dump the others reuse.
+                retrieve_dependencies=(hosts.name,),
             ),
             Descriptor(
                 name=self.addresses.name, key_selector=self.addresses.key_selector,
@@ -100,7 +102,11 @@ class LinuxPlugin:
         ]
 
     def _notify(self, key: str, value: dict[str, Any] | None) -> None:
-        self.scheduler.push_sb_notification(key, value)
+        try:
+            self.scheduler.push_sb_notification(key, value)
+        except SchedulerClosedError:
+            # Shutting down in the other order (scheduler first): nothing left to tell.
+            log.debug("scheduler closed: notification of %s dropped", key)
 
     def stats(self) -> dict[str, int]:
         """Counters for monitoring (netlink calls and errors, watcher activity)."""

@@ -7,15 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netns import Netns, list_netns, netns_available, temporary_netns
+from tests.netns import list_netns, netns_available, netns_fixture
 
-
-@pytest.fixture
-def ns() -> Iterator[Netns]:
-    if not netns_available():
-        pytest.skip("needs root and iproute2 for network namespaces")
-    with temporary_netns("kvlx") as namespace:
-        yield namespace
+ns = netns_fixture("kvlx")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -61,6 +61,20 @@ def test_register_on_a_missing_namespace_fails_and_creates_nothing() -> None:
     assert name not in list_netns()
 
 
+def test_closing_the_scheduler_first_is_harmless(ns) -> None:
+    scheduler = KVScheduler()
+    plugin = register(scheduler, ns.name)
+    try:
+        scheduler.close()
+        ns.ip("link", "add", "late0", "type", "bridge")  # the watcher reports into a closed one
+        watcher = plugin.watcher
+        assert watcher is not None
+        wait_until(lambda: "late0" in watcher.host_links(), timeout=10)
+        assert watcher.alive and watcher.notify_errors == 0
+    finally:
+        plugin.close()
+
+
 def test_close_stops_the_watcher(linux) -> None:
     _ns, _scheduler, plugin = linux
     assert plugin.watcher is not None and plugin.watcher.alive
@@ -332,6 +346,10 @@ def test_drift_is_repaired_by_downstream_resync(linux) -> None:
     # Nothing left to repair: the next resync executes nothing.
     scheduler.resync(kind="downstream")
     assert not scheduler.transaction_history()[-1].executed
+    # A change right after a resync is seen by the next one (no stale dump is reused).
+    ns.ip("link", "set", "d0", "mtu", "1300")
+    scheduler.resync(kind="downstream")
+    assert ns.link("d0")["mtu"] == 1400
 
 
 def test_deleted_link_and_bridge_membership_are_restored(linux) -> None:
