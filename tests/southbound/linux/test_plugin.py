@@ -109,6 +109,19 @@ def test_veth_pair_waits_for_its_second_end(linux) -> None:
     assert ns.link("vb")["mtu"] == 1400 and ns.addresses("va") == ["10.0.0.1/24"]
 
 
+def test_veth_peer_change_recreates_the_pair(linux) -> None:
+    ns, scheduler, _plugin = linux
+    commit(scheduler, {"linux/interface/pa": veth("pb", addresses=["10.12.0.1/24"]),
+                       "linux/interface/pb": veth("pa")})
+    commit(scheduler, {"linux/interface/pa": veth("pc", addresses=["10.12.0.1/24"]),
+                       "linux/interface/pb": None,
+                       "linux/interface/pc": veth("pa")})
+    assert ns.link("pa")["link"] == "pc" and ns.link("pc")["link"] == "pa"
+    assert "pb" not in ns.link_names()
+    assert ns.addresses("pa") == ["10.12.0.1/24"]
+    assert all(state(scheduler, f"linux/interface/{n}") is CONFIGURED for n in ("pa", "pc"))
+
+
 def test_bridge_update_in_place_and_delete(linux) -> None:
     ns, scheduler, _plugin = linux
     key = "linux/interface/br0"
