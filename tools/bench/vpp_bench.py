@@ -208,7 +208,7 @@ def print_table(result: dict[str, Any]) -> None:
             f"{result['scheduler_calls_per_s']} / {result['raw_calls_per_s']}",
         ),
         ("downstream resync, dump-based (s)", result["resync_downstream_s"]),
-        ("resync API calls", result["resync_api_calls"]),
+        ("resync API requests (each dump + its control_ping)", result["resync_api_calls"]),
     ]
     width = max(len(label) for label, _ in rows)
     print(f"| {'metric'.ljust(width)} | value |")
