@@ -28,7 +28,7 @@ from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
 from scheduler.stats import Stats
-from scheduler.walk import WalkContext, Walker, base_of
+from scheduler.walk import Effect, Raised, Replay, WalkContext, Walker, base_of, invoke
 
 txn_log = logging.getLogger("scheduler.txn")
 
@@ -206,28 +206,40 @@ class Engine:
         retry_for: int | None = None,
     ) -> TxnOutcome:
         graph = self.graph
-        # 1. simulation on the live graph, rolled back from the journal
+        # 1. planning: the walk runs on the live graph with an undo journal; southbound calls
+        #    are collected, not made.
         graph.begin_journal()
         try:
             ctx.reset_outcome(execute=False)
             apply(Walker(graph, self.registry, ctx))
-            record.planned = ctx.recorded_ops()
-        finally:
+        except BaseException:
             graph.rollback()
+            raise
+        record.planned = ctx.recorded_ops()
         if txn_log.isEnabledFor(logging.INFO):
             txn_log.info("\n%s", record.header_text())
 
-        # 2. execution
-        ctx.reset_outcome(execute=True)
-        processed: list[tuple[Key, Value]] = []
-        if ctx.revert and revert_values is not None:
-            apply = self._tracking_applier(revert_values, processed)
-        walker = Walker(graph, self.registry, ctx)
-        apply(walker)
-        if ctx.stop and ctx.revert:
-            self._revert(walker, processed)
+        # 2. execution: make the planned calls in order. If they all succeed the planned graph
+        #    is the result (no second walk). At the first failure, the graph is rolled back and
+        #    walked again for real, replaying the outcomes of the calls already made.
+        # A plan that already fails (e.g. validation) with revert needs the real walk.
+        replay = [] if ctx.revert and ctx.errors else self._run_effects(ctx.effects)
+        if replay is None:
+            graph.end_journal()
         else:
-            self._refresh_failed(walker)
+            graph.rollback()
+            ctx.reset_outcome(execute=True)
+            ctx.replay = replay
+            processed: list[tuple[Key, Value]] = []
+            if ctx.revert and revert_values is not None:
+                apply = self._tracking_applier(revert_values, processed)
+            walker = Walker(graph, self.registry, ctx)
+            apply(walker)
+            walker.settle_failures()
+            if ctx.stop and ctx.revert:
+                self._revert(walker, processed)
+            else:
+                self._refresh_failed(walker)
         record.executed = ctx.recorded_ops()
         if record.executed == record.planned:
             record.executed = record.planned  # the usual case: keep one copy
@@ -248,6 +260,42 @@ class Engine:
         if txn_log.isEnabledFor(logging.INFO):
             txn_log.info("\n%s", record.executed_text())
         return TxnOutcome(record=record, changed=changed, retries=retries)
+
+    def _run_effects(self, effects: list[Effect]) -> Replay | None:
+        """Make the planned southbound calls; None if all succeeded, else the outcomes so far
+        (the last one the failure) for the replaying walk."""
+        registry = self.registry
+        nodes = self.graph.nodes
+        live: dict[Key, Metadata] = {}  # metadata returned by calls made so far
+        outcomes: Replay = []
+        for effect in effects:
+            op = effect.op
+            key = effect.key
+            if op is TxnOperation.UNDEFINED:  # metadata of an SB value
+                if effect.drop:
+                    registry.drop_metadata(effect.descriptor, effect.label)
+                else:
+                    registry.set_metadata(effect.descriptor, effect.label, effect.metadata)
+                continue
+            metadata = live.get(key, effect.metadata)
+            try:
+                result = invoke(effect.descriptor, op, key, effect.args, metadata)
+            except Exception as exc:
+                outcomes.append((op, key, Raised(exc)))
+                return outcomes
+            outcomes.append((op, key, result))
+            live[key] = result
+            if effect.keeps_metadata:
+                node = nodes.get(key)
+                if op is TxnOperation.DELETE:
+                    registry.drop_metadata(effect.descriptor, effect.label)
+                    if node is not None:
+                        node.metadata = None
+                else:
+                    registry.set_metadata(effect.descriptor, effect.label, result)
+                    if node is not None:
+                        node.metadata = result
+        return None
 
     def _nb_applier(
         self, ordered: list[tuple[Key, Value]], follow_up: list[Key] | None = None

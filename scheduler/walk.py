@@ -7,6 +7,7 @@ handled). Its cost is proportional to the values it touches.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from scheduler.api import (
@@ -28,6 +29,8 @@ from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
 
+log = logging.getLogger("scheduler")
+
 CREATE = TxnOperation.CREATE
 UPDATE = TxnOperation.UPDATE
 DELETE = TxnOperation.DELETE
@@ -44,6 +47,35 @@ class DerivedKeyError(ValueError):
 
 class DescriptorOutputError(ValueError):
     """A descriptor's dependencies/derived_values callback raised or returned malformed data."""
+
+
+@dataclass(slots=True)
+class Effect:
+    """A southbound call decided by the plan (or a metadata-map change), run after planning.
+
+    ``op`` UNDEFINED means "metadata only" (SB values): set ``metadata`` (or drop it).
+    """
+
+    op: TxnOperation
+    key: Key
+    descriptor: Descriptor
+    label: str
+    args: tuple[Value, ...]  # create: (value,); update: (old, new); delete: (value,)
+    metadata: Metadata  # at planning time (update/delete), or the one to set (metadata only)
+    keeps_metadata: bool  # descriptor.with_metadata and not a derived value
+    drop: bool = False
+
+
+class Raised:
+    """A recorded failure of a southbound call (replayed as a raise)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+Replay = list[tuple[TxnOperation, Key, object]]
 
 
 @dataclass
@@ -70,6 +102,11 @@ class WalkContext:
     retry_keys: dict[Key, int] = field(default_factory=dict)
     stop: bool = False
     reverting: bool = False
+    # Planning (execute=False) collects the southbound calls; an execution walk replays the
+    # outcomes of calls already made before running new ones.
+    effects: list[Effect] = field(default_factory=list)
+    replay: Replay = field(default_factory=list)
+    replay_pos: int = 0
     _pending_create_op: dict[Key, int] = field(default_factory=dict)
     _pending_delete_op: dict[Key, int] = field(default_factory=dict)
 
@@ -82,6 +119,8 @@ class WalkContext:
         self.retry_keys = {}
         self.stop = False
         self.reverting = False
+        self.effects = []
+        self.replay_pos = 0
         self._pending_create_op = {}
         self._pending_delete_op = {}
 
@@ -126,6 +165,33 @@ class Walker:
         node.retry_attempt = self.ctx.retry_attempt
         self._apply(key, node.nb_value, NB)
 
+    def settle_failures(self) -> None:
+        """After failures, remove (and re-pend) values left in place without their dependencies.
+
+        Without failures a walk keeps "available => dependencies available". A failure can
+        break it where the walk could not look back: a value up the recursion (e.g. a member
+        of a dependency cycle created as a unit, or a value whose post-create dependents
+        removed its own dependency) or a base put back by an aborted delete.
+        """
+        if not self.ctx.failed:
+            return
+        graph = self.graph
+        for _ in range(len(self.ctx.touched) + 1):  # each round settles at least one value
+            broken = [
+                key
+                for key in sorted(self.ctx.touched)
+                if (node := graph.get(key)) is not None
+                and node.available
+                and node.origin is NB
+                and node.deps
+                and key not in self.ctx.failed
+                and not is_ready(graph, node)
+            ]
+            if not broken:
+                return
+            for key in broken:
+                self._apply(key, None, NB, dep_update=True)
+
     def refresh_dependents(self, key: Key) -> None:
         """Re-check values depending on ``key`` after its availability changed outside a walk."""
         self._dep_updates(key)
@@ -145,11 +211,14 @@ class Walker:
         if key in self._branch:
             return True  # cycle guard: the value is already being processed up the stack
         if key in self.ctx.failed and not self.ctx.reverting:
-            # Failed earlier in this transaction: not created or updated again (a delete may
-            # still remove it).
+            # Failed earlier in this transaction: no second southbound call for it (a delete
+            # that only forgets an absent value is fine).
             if dep_update:
                 return True
-            if value is not None:
+            existing = self.graph.get(key)
+            if value is not None or (
+                existing is not None and (existing.available or _still_in_sb(existing))
+            ):
                 return False
         self._branch.add(key)
         try:
@@ -274,13 +343,9 @@ class Walker:
         new_metadata: Metadata = None
         if origin is SB:
             new_metadata = None if metadata is _NO_METADATA else metadata
-        elif descriptor is not None and self.ctx.execute:
+        elif descriptor is not None:
             try:
-                if descriptor.create is None:
-                    raise UnimplementedOperationError(
-                        f"descriptor {descriptor.name!r} has no create"
-                    )
-                new_metadata = descriptor.create(key, value)
+                new_metadata = self._crud(CREATE, node, (value,))
             except Exception as exc:  # descriptor failures are data, never crash the walk
                 node.available = False
                 self._fail(node, exc, rec)
@@ -291,7 +356,7 @@ class Walker:
         node.error = None
         node.last_op = CREATE
         node.details = ()
-        self._store_metadata(node, new_metadata)
+        self._store_metadata(node, new_metadata, via_crud=origin is NB)
         rec.property = descriptor is None
         self._push(rec, node.state)
         self._dep_updates(key)
@@ -386,10 +451,9 @@ class Walker:
 
         if not equivalent:
             new_metadata = node.metadata
-            if descriptor is not None and self.ctx.execute:
+            if descriptor is not None:
                 try:
-                    assert descriptor.update is not None  # else needs_recreate was True
-                    new_metadata = descriptor.update(key, prev_value, value, node.metadata)
+                    new_metadata = self._crud(UPDATE, node, (prev_value, value))
                 except Exception as exc:
                     node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
                     self._fail(node, exc, rec)
@@ -399,7 +463,7 @@ class Walker:
             node.error = None
             node.last_op = UPDATE
             node.details = ()
-            self._store_metadata(node, new_metadata)
+            self._store_metadata(node, new_metadata, via_crud=True)
             if was_obtained:
                 rec.prev_state = ValueState.OBTAINED
             rec.property = descriptor is None
@@ -432,7 +496,7 @@ class Walker:
         graph.touch(node)
         self._touched(node.key)
         if metadata is not _NO_METADATA:
-            self._store_metadata(node, metadata)
+            self._store_metadata(node, metadata, via_crud=False)
         if equivalent and _same(value, node.relations_of):
             return True
         try:
@@ -477,17 +541,12 @@ class Walker:
             noop = True
             if _still_in_sb(node) and node.origin is NB and descriptor is not None:
                 noop = False  # an earlier delete failed: try again
-                if self.ctx.execute:
-                    try:
-                        if descriptor.delete is None:
-                            raise UnimplementedOperationError(
-                                f"descriptor {descriptor.name!r} has no delete"
-                            )
-                        descriptor.delete(key, node.value, node.metadata)
-                    except Exception as exc:
-                        self._fail(node, exc, rec)
-                        return False
-                self._drop_metadata(node)
+                try:
+                    self._crud(DELETE, node, (node.value,))
+                except Exception as exc:
+                    self._fail(node, exc, rec)
+                    return False
+                self._drop_metadata(node, via_crud=True)
             # Otherwise nothing is in SB (pending, invalid, failed create, unimplemented, missing).
             self._push(rec, ValueState.REMOVED, noop=noop)
             for dk, _ in sorted(node.derived, reverse=True):
@@ -517,18 +576,15 @@ class Walker:
             if not self._apply(dependent, None, NB, dep_update=True):
                 return self._abort_delete(node, prev_state)
 
-        if node.origin is NB and descriptor is not None and self.ctx.execute:
+        via_crud = node.origin is NB and descriptor is not None
+        if via_crud:
             try:
-                if descriptor.delete is None:
-                    raise UnimplementedOperationError(
-                        f"descriptor {descriptor.name!r} has no delete"
-                    )
-                descriptor.delete(key, node.value, node.metadata)
+                self._crud(DELETE, node, (node.value,))
             except Exception as exc:
                 self._fail(node, exc, rec)
                 return False
         if descriptor is not None:
-            self._drop_metadata(node)
+            self._drop_metadata(node, via_crud=via_crud)
         node.metadata = None
         node.error = None
         node.last_op = DELETE
@@ -710,7 +766,39 @@ class Walker:
             node.details = details
             self._touched(node.key)
 
-    def _store_metadata(self, node: Node, metadata: Metadata) -> None:
+    def _crud(self, op: TxnOperation, node: Node, args: tuple[Value, ...]) -> Metadata:
+        """Call the descriptor (execution), or record the call for later (planning)."""
+        descriptor = node.descriptor
+        assert descriptor is not None
+        ctx = self.ctx
+        if not ctx.execute:
+            ctx.effects.append(
+                Effect(
+                    op,
+                    node.key,
+                    descriptor,
+                    node.label,
+                    args,
+                    node.metadata,
+                    descriptor.with_metadata and node.derived_from is None,
+                )
+            )
+            return node.metadata if op is UPDATE else None
+        if ctx.replay_pos < len(ctx.replay):
+            recorded_op, recorded_key, outcome = ctx.replay[ctx.replay_pos]
+            ctx.replay_pos += 1
+            if recorded_op is op and recorded_key == node.key:
+                if isinstance(outcome, Raised):
+                    raise outcome.exc
+                return outcome
+            # Descriptors answered differently this time: call for real from here on.
+            log.error(
+                "replay diverged at %s %s (recorded %s %s)", op, node.key, recorded_op, recorded_key
+            )
+            ctx.replay_pos = len(ctx.replay)
+        return invoke(descriptor, op, node.key, args, node.metadata)
+
+    def _store_metadata(self, node: Node, metadata: Metadata, *, via_crud: bool) -> None:
         descriptor = node.descriptor
         if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
             node.metadata = None
@@ -718,11 +806,30 @@ class Walker:
         node.metadata = metadata
         if self.ctx.execute:
             self.registry.set_metadata(descriptor, node.label, metadata)
+        elif not via_crud:
+            self.ctx.effects.append(
+                Effect(TxnOperation.UNDEFINED, node.key, descriptor, node.label, (), metadata, True)
+            )
 
-    def _drop_metadata(self, node: Node) -> None:
+    def _drop_metadata(self, node: Node, *, via_crud: bool) -> None:
         descriptor = node.descriptor
-        if descriptor is not None and descriptor.with_metadata and self.ctx.execute:
+        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
+            return
+        if self.ctx.execute:
             self.registry.drop_metadata(descriptor, node.label)
+        elif not via_crud:
+            self.ctx.effects.append(
+                Effect(
+                    TxnOperation.UNDEFINED,
+                    node.key,
+                    descriptor,
+                    node.label,
+                    (),
+                    None,
+                    True,
+                    drop=True,
+                )
+            )
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
@@ -758,6 +865,24 @@ class Walker:
             if new_state is ValueState.PENDING:
                 ctx._pending_delete_op[key] = len(ctx.ops)
         ctx.ops.append(record)
+
+
+def invoke(
+    descriptor: Descriptor, op: TxnOperation, key: Key, args: tuple[Value, ...], metadata: Metadata
+) -> Metadata:
+    """Run one southbound call of a descriptor; returns the new metadata (None for delete)."""
+    if op is CREATE:
+        if descriptor.create is None:
+            raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no create")
+        return descriptor.create(key, args[0])
+    if op is UPDATE:
+        if descriptor.update is None:
+            raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no update")
+        return descriptor.update(key, args[0], args[1], metadata)
+    if descriptor.delete is None:
+        raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no delete")
+    descriptor.delete(key, args[0], metadata)
+    return None
 
 
 def base_of(graph: Graph, node: Node) -> Node:

@@ -10,7 +10,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import Dependency, Descriptor, KVScheduler, ValueState
+from scheduler import (
+    Dependency,
+    Descriptor,
+    KVScheduler,
+    TransactionError,
+    TxnOperation,
+    ValueState,
+)
 from tests.scheduler.mocksb import MockSB
 
 KEYS = [f"g{group}/x{n}" for group in range(2) for n in range(3)]
@@ -105,3 +112,66 @@ def test_configured_iff_dependencies_satisfied(steps: list[tuple[str, dict[str, 
             assert pending == set(desired) - expected
             assert set(sb.values) == expected
             assert {k: sb.values[k] for k in expected} == {k: desired[k] for k in expected}
+
+
+fail_step = st.tuples(st.just("fail"), st.sampled_from(KEYS))
+step_with_failures = st.one_of(step, fail_step)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(step_with_failures, min_size=1, max_size=10))
+def test_sb_matches_statuses_despite_failures(steps: list[tuple[str, Any]]) -> None:
+    """With failing southbound calls, the scheduler never loses track of the SB: a key exists in
+    SB iff it is CONFIGURED, or FAILED in an update/delete (the object is still there); no call
+    is made twice (the mock refuses double creates and deletes of missing objects)."""
+    sb = MockSB()
+    with KVScheduler(record_history=False) as sched:
+        sched.register_descriptor(
+            Descriptor(
+                name="node",
+                key_selector=lambda key: key.startswith("g"),
+                create=sb.create,
+                delete=sb.delete,
+                update=sb.update,
+                retrieve=sb.retrieve_for(lambda key: key.startswith("g")),
+                dependencies=dependencies,
+            )
+        )
+        for kind, arg in steps:
+            if kind == "fail":
+                sb.fail_next(arg)
+                continue
+            try:
+                if kind == "txn":
+                    transaction = sched.start_txn()
+                    for key, spec in arg.items():
+                        transaction.set_value(key, spec)
+                    transaction.commit()
+                else:
+                    sched.resync(arg)
+            except TransactionError as exc:
+                assert all(
+                    not isinstance(e, (FileExistsError, LookupError))
+                    for _, e in exc.errors.values()
+                ), exc.errors
+            statuses = {key: sched.get_value_status(key) for key in KEYS}
+            expected_in_sb = {
+                key
+                for key, status in statuses.items()
+                if status.state is ValueState.CONFIGURED
+                or (
+                    status.state is ValueState.FAILED
+                    and status.last_op in (TxnOperation.UPDATE, TxnOperation.DELETE)
+                )
+            }
+            assert set(sb.values) == expected_in_sb, statuses
+            for key, status in statuses.items():
+                if status.state is ValueState.CONFIGURED:
+                    spec = sb.values[key]
+                    for dep_kind, target in spec:
+                        if dep_kind == "key":
+                            assert target in sb.values, (key, target)
+                        else:
+                            assert any(k.startswith(target) for k in sb.values), (key, target)
