@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -127,6 +128,9 @@ class Agent:
             self._http = HttpApi(self, *self.config.http)
             host, port = self._http.address
             log.info("agent HTTP API on http://%s:%d", host, port)
+            if host in ("0.0.0.0", "::", ""):
+                # Bound to every address: announce a name other nodes can resolve.
+                host = socket.gethostname()
             self._status_queue.put(("agent", {"http": f"{host}:{port}"}))
 
     def add_device(self, name: str, register: Callable[[], Plugin],

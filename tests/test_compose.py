@@ -1,0 +1,80 @@
+"""docker-compose.yml cannot run here (no Docker engine): check that every command it uses is a
+valid kvmesh command line, and that the cluster it describes is wired consistently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from kvmesh.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_cli(args: list[str]) -> list[str]:
+    """Resolve `args` through the click tree exactly as `kvmesh` would, without running it.
+
+    Returns the command path; raises a ClickException on any unknown command or option."""
+    ctx = main.make_context("kvmesh", list(args), resilient_parsing=False)
+    path = ["kvmesh"]
+    command: click.Command = main
+    while isinstance(command, click.Group):
+        rest = [*ctx.protected_args, *ctx.args]
+        if not rest:
+            break
+        name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None and name is not None
+        path.append(name)
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        command = sub
+    return path
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    return data
+
+
+def test_every_service_command_parses(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {"n1", "n2", "n3"}
+    for name, service in services.items():
+        assert parse_cli(service["command"]) == ["kvmesh", "node", "run"], name
+        healthcheck = service["healthcheck"]["test"]
+        assert healthcheck[:2] == ["CMD", "kvmesh"]
+        parse_cli(healthcheck[2:])
+
+
+def test_nodes_peer_by_service_name_on_both_sides(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    peers: dict[str, set[str]] = {}
+    for name, service in services.items():
+        cmd = service["command"]
+        assert cmd[cmd.index("--name") + 1] == name
+        peers[name] = {cmd[i + 1].split("=")[0] for i, a in enumerate(cmd) if a == "--peer"}
+        for i, arg in enumerate(cmd):
+            if arg == "--peer":
+                peer, url = cmd[i + 1].split("=")
+                assert url == f"tcp://{peer}:60002" and peer in services
+    for name, mine in peers.items():
+        for peer in mine:
+            assert name in peers[peer], f"{name} peers {peer} but not the other way round"
+
+
+def test_parse_cli_rejects_unknown_options() -> None:
+    with pytest.raises(click.ClickException):
+        parse_cli(["node", "run", "--name", "n1", "--no-such-option"])
+    with pytest.raises(click.ClickException):
+        parse_cli(["no-such-command"])
+
+
+def test_dockerfile_installs_every_package(compose: dict[str, Any]) -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    for package in ("kvstore", "scheduler", "southbound", "kvmesh", "if"):
+        assert f"COPY {package} ./{package}" in dockerfile
+    assert 'ENTRYPOINT ["kvmesh"]' in dockerfile
