@@ -71,6 +71,7 @@ class VppConnection:
         )
         self._dispatcher = threading.Thread(target=self._dispatch, name="vpp-events", daemon=True)
         self._started = False
+        self._hold_off = 0.0  # seconds to wait before the next reconnect (set by drop())
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -98,6 +99,16 @@ class VppConnection:
             self._supervisor.join(timeout=30)
             self._events.put(None)
             self._dispatcher.join(timeout=30)
+
+    def drop(self, hold_off: float = 0.0) -> None:
+        """Drop the current connection on purpose (e.g. its reconciliation failed) and
+        reconnect after `hold_off` seconds; the disconnect/connect hooks run as usual."""
+        self._hold_off = max(0.0, hold_off)
+        with self._lock:
+            client = self._client
+        if client is not None:
+            self.counters["drops"] += 1
+            self._abort(client)
 
     def on_connect(self, callback: Callback) -> None:
         """Called after every (re)connection, in the supervisor thread."""
@@ -185,6 +196,9 @@ class VppConnection:
             self.counters["disconnects"] += 1
             log.warning("connection to VPP at %s lost; reconnecting", self.socket_path)
             self._fire(self._on_disconnect)
+            hold_off, self._hold_off = self._hold_off, 0.0
+            if hold_off and self._stop.wait(hold_off):
+                break
 
     def _open(self) -> Any:
         if self.apidir is None:

@@ -67,6 +67,11 @@ class VppPlugin:
         """Called when the connection to VPP is lost."""
         self.connection.on_disconnect(callback)
 
+    def reconnect(self, hold_off: float = 0.0) -> None:
+        """Drop the connection and reconnect after `hold_off` seconds (the reconciliation
+        framework's DISCONNECT); `on_disconnect` then `on_connect` callbacks run."""
+        self.connection.drop(hold_off)
+
     def on_interface_event(self, callback: Callable[[InterfaceEvent], None]) -> None:
         """Called (in a dedicated thread) for every `sw_interface_event`."""
         self._event_callbacks.append(callback)

@@ -114,3 +114,22 @@ def test_api_definitions_from_files_instead_of_bootstrap(emulator, workdir):
             assert emulator.control.counters().get("msg.get_api_json", 0) == bootstraps
         finally:
             plugin.close()
+
+
+def test_drop_runs_the_hooks_and_reconnects_after_the_hold_off(emulator):
+    conn = VppConnection(emulator.socket_path)
+    events: list[str] = []
+    conn.on_disconnect(lambda: events.append("down"))
+    conn.on_connect(lambda: events.append("up"))
+    conn.start()
+    try:
+        assert conn.wait_connected(30)
+        first = conn.generation
+        conn.drop(hold_off=0.3)
+        wait_until(lambda: "down" in events, timeout=30, message="disconnect hook ran")
+        wait_until(lambda: conn.connected and conn.generation == first + 1, timeout=30)
+        assert events == ["up", "down", "up"]
+        assert conn.counters["drops"] == 1
+        assert conn.call("show_version").program == "vpe"
+    finally:
+        conn.close()
