@@ -78,7 +78,7 @@ class Device:
     name: str
     plugin: Plugin
     descriptor_names: tuple[str, ...]
-    reconnect: Callable[[], None] | None = None
+    reconnect: Callable[[float], None] | None = None
 
 
 def stage_of(descriptor_name: str) -> str:
@@ -110,6 +110,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._initial_load_done = threading.Event()
         self._http: Any = None
+        self._failures: dict[str, int] = {}  # consecutive failed reconciliations per device
         self._unwatch: Callable[[], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ class Agent:
             self._status_queue.put(("agent", {"http": f"{host}:{port}"}))
 
     def add_device(self, name: str, register: Callable[[], Plugin],
-                   reconnect: Callable[[], None] | None = None) -> Device:
+                   reconnect: Callable[[float], None] | None = None) -> Device:
         """Register a southbound (`register()` adds its descriptors to the scheduler) as the
         device `name`; the descriptors it added are the device's reconciliation scope."""
         before = {d.name for d in self.scheduler.descriptors()}
@@ -213,19 +214,24 @@ class Agent:
 
     def _after_reconciliation(self, outcome: RunOutcome) -> None:
         if outcome.state is DeviceState.KNOWN:
+            self._failures.pop(outcome.device, None)
             log.info("device %s is KNOWN%s", outcome.device,
                      f" (failed, tolerated: {outcome.failed})" if outcome.failed else "")
             return
         if not outcome.disconnect or self._stop.is_set():
             return
+        failures = self._failures[outcome.device] = self._failures.get(outcome.device, 0) + 1
+        first, cap = self.config.reconnect_backoff_s
+        hold_off = min(cap, first * 2 ** (failures - 1))
+        log.warning("reconciliation of %s failed (%s): disconnecting, retry in %.1fs",
+                    outcome.device, outcome.failed, hold_off)
         device = self.devices.get(outcome.device)
-        log.warning("reconciliation of %s failed (%s): disconnecting", outcome.device,
-                    outcome.failed)
         if device is not None and device.reconnect is not None:
-            device.reconnect()  # the plugin reconnects with backoff; on_connect re-runs us
+            # The southbound drops its connection and reconnects after the hold-off; its
+            # on_connect hook starts the next reconciliation.
+            device.reconnect(hold_off)
         else:
-            delay = self.config.reconnect_backoff_s[0]
-            timer = threading.Timer(delay, lambda: None if self._stop.is_set()
+            timer = threading.Timer(hold_off, lambda: None if self._stop.is_set()
                                     else self._connect_device(outcome.device))
             timer.daemon = True
             timer.start()
