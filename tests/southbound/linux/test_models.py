@@ -121,34 +121,34 @@ def test_interface_names_from_keys_are_checked(key, fragment) -> None:
 
 def test_non_mapping_values_are_invalid() -> None:
     assert "(value)" in invalid_fields(parse_interface, "linux/interface/v0", ["veth"])
-    assert "(value)" in invalid_fields(parse_route, "linux/route/254/10.0.0.0/8/v0", "x")
+    assert "(value)" in invalid_fields(parse_route, "linux/route/main/10.0.0.0/8/v0", "x")
 
 
 def test_route_canonical_defaults() -> None:
-    v4 = parse_route("linux/route/254/10.1.0.0/16/v0", {"gateway": "10.0.0.2"})
+    v4 = parse_route("linux/route/main/10.1.0.0/16/v0", {"gateway": "10.0.0.2"})
     assert v4.to_value() == {"dst": "10.1.0.0/16", "dev": "v0", "gateway": "10.0.0.2",
                              "metric": 0, "table": 254, "scope": "universe"}
     connected = parse_route("linux/route/100/10.2.0.0/16/v0", {})
     assert (connected.scope, connected.table, connected.gateway) == ("link", 100, None)
-    v6 = parse_route("linux/route/254/fd01::/64/v0", {"gateway": "FD00::2", "metric": 0})
+    v6 = parse_route("linux/route/main/fd01::/64/v0", {"gateway": "FD00::2", "metric": 0})
     assert (v6.metric, v6.scope, v6.gateway) == (1024, "universe", "fd00::2")
 
 
 @pytest.mark.parametrize(("key", "value", "field", "fragment"), [
-    ("linux/route/254/10.1.0.1/16/v0", {}, "(key)", "host bits zero"),
+    ("linux/route/main/10.1.0.1/16/v0", {}, "(key)", "host bits zero"),
     ("linux/route/main/10.1.0.0/16/v0", {}, "(key)", "table must be an integer"),
     ("linux/route/0/10.1.0.0/16/v0", {}, "(key)", "table must be an integer"),
-    ("linux/route/254/10.1.0.0/16/v0", {"table": 100}, "table", "match the key"),
-    ("linux/route/254/10.1.0.0/16/v0", {"dev": "v1"}, "dev", "match the key"),
-    ("linux/route/254/10.1.0.0/16/v0", {"dst": "10.2.0.0/16"}, "dst", "match the key"),
-    ("linux/route/254/10.1.0.0/16/v0", {"gateway": "fd00::1"}, "gateway", "IPv4"),
-    ("linux/route/254/10.1.0.0/16/v0", {"gateway": "nope"}, "gateway", "address"),
-    ("linux/route/254/10.1.0.0/16/v0", {"metric": -1}, "metric", "integer"),
-    ("linux/route/254/10.1.0.0/16/v0", {"scope": "galaxy"}, "scope", "one of"),
-    ("linux/route/254/10.1.0.0/16/v0", {"gateway": "10.0.0.1", "scope": "link"}, "scope",
+    ("linux/route/main/10.1.0.0/16/v0", {"table": 100}, "table", "match the key"),
+    ("linux/route/main/10.1.0.0/16/v0", {"dev": "v1"}, "dev", "match the key"),
+    ("linux/route/main/10.1.0.0/16/v0", {"dst": "10.2.0.0/16"}, "dst", "match the key"),
+    ("linux/route/main/10.1.0.0/16/v0", {"gateway": "fd00::1"}, "gateway", "IPv4"),
+    ("linux/route/main/10.1.0.0/16/v0", {"gateway": "nope"}, "gateway", "address"),
+    ("linux/route/main/10.1.0.0/16/v0", {"metric": -1}, "metric", "integer"),
+    ("linux/route/main/10.1.0.0/16/v0", {"scope": "galaxy"}, "scope", "one of"),
+    ("linux/route/main/10.1.0.0/16/v0", {"gateway": "10.0.0.1", "scope": "link"}, "scope",
      "gateway"),
-    ("linux/route/254/fd01::/64/v0", {"scope": "link"}, "scope", "IPv6"),
-    ("linux/route/254/10.1.0.0/16/v0", {"via": "x"}, "via", "unknown field"),
+    ("linux/route/main/fd01::/64/v0", {"scope": "link"}, "scope", "IPv6"),
+    ("linux/route/main/10.1.0.0/16/v0", {"via": "x"}, "via", "unknown field"),
 ])
 def test_route_field_errors(key, value, field, fragment) -> None:
     fields = invalid_fields(parse_route, key, value)
@@ -157,7 +157,7 @@ def test_route_field_errors(key, value, field, fragment) -> None:
 
 
 def test_route_value_may_repeat_the_key() -> None:
-    spec = parse_route("linux/route/254/10.1.0.0/16/v0",
+    spec = parse_route("linux/route/main/10.1.0.0/16/v0",
                        {"dst": "10.1.0.0/16", "dev": "v0", "table": 254})
     assert spec.identity() == (254, "10.1.0.0/16", "v0", 0)
 
@@ -167,3 +167,12 @@ def test_gateway_subnet_match() -> None:
     assert not gateway_in_address("10.0.1.254", "10.0.0.1/24")
     assert not gateway_in_address("fd00::1", "10.0.0.1/24")
     assert gateway_in_address("fd00::2", "fd00::1/64")
+
+
+def test_route_tables_are_named_in_keys() -> None:
+    assert parse_route("linux/route/main/10.1.0.0/16/v0", {}).table == 254
+    assert parse_route("linux/route/local/10.1.0.0/16/v0", {"table": "local"}).table == 255
+    assert parse_route("linux/route/100/10.1.0.0/16/v0", {"table": 100}).table == 100
+    assert "as 'main'" in str(invalid_fields(parse_route, "linux/route/254/10.1.0.0/16/v0", {}))
+    assert keys.route_key(254, "10.1.0.0/16", "v0") == "linux/route/main/10.1.0.0/16/v0"
+    assert keys.route_key(7, "10.1.0.0/16", "v0") == "linux/route/7/10.1.0.0/16/v0"

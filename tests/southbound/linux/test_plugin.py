@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from scheduler import KVScheduler, TransactionError, ValueOrigin, ValueState
@@ -73,6 +75,29 @@ def test_closing_the_scheduler_first_is_harmless(ns) -> None:
         assert watcher.alive and watcher.notify_errors == 0
     finally:
         plugin.close()
+
+
+OWN_NAMESPACE_SCRIPT = """
+from scheduler import KVScheduler, ValueState
+from southbound.linux import register
+with KVScheduler() as scheduler:
+    plugin = register(scheduler)  # netns=None: the namespace this process runs in
+    try:
+        txn = scheduler.start_txn()
+        txn.set_value("linux/interface/own0", {"type": "bridge", "addresses": ["10.13.0.1/24"]})
+        txn.commit()
+        assert scheduler.get_value_status("linux/interface/host/lo").state is ValueState.OBTAINED
+        print("ok")
+    finally:
+        plugin.close()
+"""
+
+
+def test_register_in_the_callers_own_namespace(ns) -> None:
+    result = ns.exec(sys.executable, "-c", OWN_NAMESPACE_SCRIPT, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+    assert ns.addresses("own0") == ["10.13.0.1/24"]
 
 
 def test_close_stops_the_watcher(linux) -> None:
@@ -238,7 +263,7 @@ def test_addresses_are_added_and_removed_one_by_one(linux) -> None:
 
 def test_route_pending_until_interface_and_gateway_subnet_address(linux) -> None:
     ns, scheduler, _plugin = linux
-    route = "linux/route/254/10.9.0.0/16/r0"
+    route = "linux/route/main/10.9.0.0/16/r0"
     commit(scheduler, {route: {"gateway": "10.0.0.2", "metric": 50}})
     status = scheduler.get_value_status(route)
     assert status.state is PENDING
@@ -270,7 +295,7 @@ def test_routes_in_other_tables_ipv6_and_metric_change(linux) -> None:
         "linux/interface/s0": veth("s1", addresses=["10.3.0.1/24", "fd00:3::1/64"]),
         "linux/interface/s1": veth("s0"),
         "linux/route/1000/10.30.0.0/16/s0": {},
-        "linux/route/254/fd00:30::/64/s0": {"gateway": "fd00:3::2"},
+        "linux/route/main/fd00:30::/64/s0": {"gateway": "fd00:3::2"},
     }
     commit(scheduler, values)
     assert all(state(scheduler, key) is CONFIGURED for key in values)
@@ -287,7 +312,7 @@ def test_routes_in_other_tables_ipv6_and_metric_change(linux) -> None:
 
 def test_host_link_is_obtained_and_unblocks_dependents(linux) -> None:
     ns, scheduler, _plugin = linux
-    route = "linux/route/254/10.50.0.0/16/h0"
+    route = "linux/route/main/10.50.0.0/16/h0"
     macvlan = "linux/interface/mv0"
     commit(scheduler, {route: {"gateway": "10.5.0.2"},
                        macvlan: {"type": "macvlan", "macvlan": {"parent": "h0"}}})
@@ -338,7 +363,7 @@ def _pair_with_route() -> dict:
     return {
         "linux/interface/d0": veth("d1", mtu=1400, addresses=["10.4.0.1/24", "fd00:4::1/64"]),
         "linux/interface/d1": veth("d0"),
-        "linux/route/254/10.40.0.0/16/d0": {"gateway": "10.4.0.2"},
+        "linux/route/main/10.40.0.0/16/d0": {"gateway": "10.4.0.2"},
     }
 
 
@@ -371,14 +396,14 @@ def test_deleted_link_and_bridge_membership_are_restored(linux) -> None:
         "linux/interface/br0": {"type": "bridge", "addresses": ["10.11.0.1/24"]},
         "linux/interface/m0": veth("m1", master="br0"),
         "linux/interface/m1": veth("m0"),
-        "linux/route/254/10.110.0.0/16/br0": {"gateway": "10.11.0.2"},
+        "linux/route/main/10.110.0.0/16/br0": {"gateway": "10.11.0.2"},
     })
     before = ns.dump()
     ns.ip("link", "set", "m0", "nomaster")
     ns.ip("link", "del", "br0")  # takes its address and route with it
     scheduler.resync(kind="downstream")
     assert ns.dump() == before
-    assert state(scheduler, "linux/route/254/10.110.0.0/16/br0") is CONFIGURED
+    assert state(scheduler, "linux/route/main/10.110.0.0/16/br0") is CONFIGURED
 
 
 def test_restart_adopts_existing_state_without_changes(ns) -> None:
@@ -411,7 +436,7 @@ def test_revert_leaves_the_namespace_exactly_as_before(linux) -> None:
     txn = {
         "linux/interface/n0": veth("n1", addresses=["10.7.0.1/24"]),
         "linux/interface/n1": veth("n0"),
-        "linux/route/254/10.70.0.0/16/n0": {"gateway": "10.7.0.2"},
+        "linux/route/main/10.70.0.0/16/n0": {"gateway": "10.7.0.2"},
         "linux/interface/keep0": {"type": "bridge", "mtu": 1400, "addresses": ["10.6.0.2/24"]},
         # The kernel refuses a macvlan with a larger MTU than its parent: the txn fails late.
         "linux/interface/zz0": {"type": "macvlan", "mtu": 9000, "macvlan": {"parent": "n0"}},
@@ -427,12 +452,12 @@ def test_invalid_values_are_rejected_with_field_errors_and_never_applied(linux) 
     key = "linux/interface/bad0"
     with pytest.raises(TransactionError) as caught:
         commit(scheduler, {key: {"type": "bridge", "mtu": 20, "addresses": ["10.0.0.1"]},
-                           "linux/route/254/10.0.0.1/8/bad0": {}})
+                           "linux/route/main/10.0.0.1/8/bad0": {}})
     status = scheduler.get_value_status(key)
     assert status.state is ValueState.INVALID
     assert set(status.details) == {"mtu", "addresses[0]"}
     assert "field 'mtu': must be an integer 68..65535" in str(status.error)
     assert key in caught.value.errors
-    route = scheduler.get_value_status("linux/route/254/10.0.0.1/8/bad0")
+    route = scheduler.get_value_status("linux/route/main/10.0.0.1/8/bad0")
     assert route.state is ValueState.INVALID and "host bits zero" in str(route.error)
     assert ns.link_names() == {"lo"}
