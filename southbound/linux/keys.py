@@ -5,7 +5,7 @@
     linux/interface/<name>/master                 derived: enslaving the interface to its bridge
     linux/interface/host/<name>                   OBTAINED: a link kvmesh does not own
     linux/interface/host/<name>/address/<cidr>    derived from a host link: one per address
-    linux/route/<table>/<dst cidr>/<dev>          route (NB)
+    linux/route/<table>/<dst cidr>/<dev>          route (NB); table: main, local, default or a number
 
 Interface names never contain "/" (the kernel forbids it), so the first component after
 ``linux/interface/`` is always the name. The name ``host`` is reserved for the host-link subtree.
@@ -51,8 +51,21 @@ def host_address_prefix(name: str) -> str:
     return f"{HOST_PREFIX}{name}/address/"
 
 
+# Tables with a well-known name are written by name in keys ("linux/route/main/..."), so the
+# key of a route is the same whether an operator wrote it or Retrieve read it from the kernel.
+TABLE_NAMES = {"default": 253, "main": 254, "local": 255}
+
+
+def table_in_key(table: int) -> str:
+    """How a table is written in a key: its name when it has one, else its number."""
+    for name, number in TABLE_NAMES.items():
+        if number == table:
+            return name
+    return str(table)
+
+
 def route_key(table: int, dst: str, dev: str) -> str:
-    return f"{ROUTE_PREFIX}{table}/{dst}/{dev}"
+    return f"{ROUTE_PREFIX}{table_in_key(table)}/{dst}/{dev}"
 
 
 def _interface_parts(key: str) -> list[str] | None:
@@ -107,7 +120,7 @@ def parse_host_address_key(key: str) -> tuple[str, str] | None:
 
 
 class RouteKey(NamedTuple):
-    table: str  # as written in the key; validation checks it is an integer
+    table: str  # as written in the key: a table name (main, local, default) or a number
     dst: str
     dev: str
 

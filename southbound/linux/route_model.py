@@ -19,7 +19,9 @@ from southbound.linux.fields import FieldChecker, IPNetwork, interface_name_prob
 
 SCOPES = {"universe": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
 SCOPE_NAMES = {number: name for name, number in SCOPES.items()}
-MAIN_TABLE = 254
+MAIN_TABLE = keys.TABLE_NAMES["main"]
+TABLE_NAMES = keys.TABLE_NAMES
+table_in_key = keys.table_in_key
 TABLE_RANGE = (1, 2**32 - 1)
 METRIC_RANGE = (0, 2**32 - 1)
 IPV6_DEFAULT_METRIC = 1024
@@ -81,7 +83,10 @@ def parse_route(key: str, value: object) -> RouteSpec:
     problem = interface_name_problem(dev)
     if problem:
         check.fail("(key)", f"device {problem}")
-    _agrees_with_key(check, "table", table)
+    if isinstance(check.value.get("table"), str) and check.value["table"] in TABLE_NAMES:
+        _agrees_with_key(check, "table", None if table is None else table_in_key(table))
+    else:
+        _agrees_with_key(check, "table", table)
     _agrees_with_key(check, "dev", dev)
     value_dst = check.take_network("dst")
     if value_dst is not None and network is not None and value_dst != network:
@@ -112,9 +117,14 @@ def parse_route(key: str, value: object) -> RouteSpec:
 
 
 def _key_table(check: FieldChecker, text: str) -> int | None:
+    if text in TABLE_NAMES:
+        return TABLE_NAMES[text]
     if not text.isdigit() or not TABLE_RANGE[0] <= int(text) <= TABLE_RANGE[1]:
-        check.fail("(key)", f"table must be an integer {TABLE_RANGE[0]}..{TABLE_RANGE[1]} "
-                            f"(main table: {MAIN_TABLE})")
+        check.fail("(key)", f"table must be one of {', '.join(TABLE_NAMES)} or an integer "
+                            f"{TABLE_RANGE[0]}..{TABLE_RANGE[1]}")
+        return None
+    if table_in_key(int(text)) != text:
+        check.fail("(key)", f"write table {text} as {table_in_key(int(text))!r}")
         return None
     return int(text)
 

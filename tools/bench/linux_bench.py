@@ -76,7 +76,7 @@ def desired_state(pairs: list[Pair]) -> dict[str, Any]:
         values[f"linux/interface/{p.a}"] = {"type": "veth", "veth": {"peer": p.b},
                                             "addresses": [p.address]}
         values[f"linux/interface/{p.b}"] = {"type": "veth", "veth": {"peer": p.a}}
-        values[f"linux/route/254/{p.dst}/{p.a}"] = {"gateway": p.gateway}
+        values[f"linux/route/main/{p.dst}/{p.a}"] = {"gateway": p.gateway}
     return values
 
 

@@ -26,7 +26,7 @@ def test_keys_round_trip_and_do_not_overlap() -> None:
     assert keys.parse_host_address_key(keys.host_address_key("eth0", "fd00::1/64")) == (
         "eth0", "fd00::1/64")
     route = keys.parse_route_key(keys.route_key(254, "10.1.0.0/16", "v0"))
-    assert route == keys.RouteKey("254", "10.1.0.0/16", "v0")
+    assert route == keys.RouteKey("main", "10.1.0.0/16", "v0")
     # A host link named "master" or with addresses is never mistaken for kvmesh derived values.
     assert keys.parse_master_key(keys.host_key("master")) is None
     assert keys.parse_address_key(keys.host_address_key("eth0", "10.0.0.1/24")) is None
@@ -136,8 +136,8 @@ def test_route_canonical_defaults() -> None:
 
 @pytest.mark.parametrize(("key", "value", "field", "fragment"), [
     ("linux/route/main/10.1.0.1/16/v0", {}, "(key)", "host bits zero"),
-    ("linux/route/main/10.1.0.0/16/v0", {}, "(key)", "table must be an integer"),
-    ("linux/route/0/10.1.0.0/16/v0", {}, "(key)", "table must be an integer"),
+    ("linux/route/mainx/10.1.0.0/16/v0", {}, "(key)", "table must be one of"),
+    ("linux/route/0/10.1.0.0/16/v0", {}, "(key)", "table must be one of"),
     ("linux/route/main/10.1.0.0/16/v0", {"table": 100}, "table", "match the key"),
     ("linux/route/main/10.1.0.0/16/v0", {"dev": "v1"}, "dev", "match the key"),
     ("linux/route/main/10.1.0.0/16/v0", {"dst": "10.2.0.0/16"}, "dst", "match the key"),
