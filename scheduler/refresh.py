@@ -143,6 +143,8 @@ class Refresher:
     ) -> None:
         graph = self.graph
         node = graph.get(key)
+        if node is not None and self._unchanged(node, value, metadata):
+            return  # the common case of a resync: SB holds what the graph says
         if node is None:
             node = Node(key, value, descriptor, origin)
             node.state = ValueState.OBTAINED if origin is SB else ValueState.DISCOVERED
@@ -175,6 +177,30 @@ class Refresher:
             self._drop_derived_tree(dk, key)
         for dk, dv in derived:
             self._refresh_derived(node, dk, dv)
+
+    def _unchanged(self, node: Node, value: Value, metadata: object) -> bool:
+        if not (
+            node.available
+            and node.state in _SETTLED
+            and node.relations_of is not None
+            and _same(value, node.value)
+            and _same(value, node.relations_of)
+        ):
+            return False
+        descriptor = node.descriptor
+        if (
+            descriptor is not None
+            and descriptor.with_metadata
+            and node.metadata is not metadata
+            and not _same(metadata, node.metadata)
+        ):
+            return False
+        nodes = self.graph.nodes
+        for dk, _ in node.derived:
+            derived = nodes.get(dk)
+            if derived is None or not derived.available or derived.state not in _SETTLED:
+                return False
+        return True
 
     def _refresh_derived(self, base: Node, key: Key, value: Value, depth: int = 1) -> None:
         graph = self.graph
@@ -302,6 +328,18 @@ class Refresher:
     def _reject(self, descriptor: Descriptor, reason: str) -> None:
         log.warning("descriptor %s: %s", descriptor.name, reason)
         self.result.rejected += 1
+
+
+_SETTLED = (ValueState.CONFIGURED, ValueState.OBTAINED, ValueState.DISCOVERED)
+
+
+def _same(a: object, b: object) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 def _first(pair: tuple[Key, Value]) -> Key:
