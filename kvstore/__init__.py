@@ -1,1 +1,2 @@
-"""KvStore: the replicated, eventually consistent key-value mesh (sans-I/O core + asyncio/ZeroMQ node)."""
+"""KvStore: the replicated, eventually consistent key-value mesh (a sans-I/O core plus an
+asyncio/ZeroMQ node)."""

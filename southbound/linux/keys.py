@@ -5,7 +5,7 @@
     linux/interface/<name>/master                 derived: enslaving the interface to its bridge
     linux/interface/host/<name>                   OBTAINED: a link kvmesh does not own
     linux/interface/host/<name>/address/<cidr>    derived from a host link: one per address
-    linux/route/<table>/<dst cidr>/<dev>          route (NB); table: main, local, default or a number
+    linux/route/<table>/<dst cidr>/<dev>          route (NB); table: main/local/default/number
 
 Interface names never contain "/" (the kernel forbids it), so the first component after
 ``linux/interface/`` is always the name. The name ``host`` is reserved for the host-link subtree.
