@@ -22,13 +22,15 @@ from scheduler.api import (
     ValueState,
     ValueStatus,
 )
+from scheduler.context import WalkContext
+from scheduler.effects import Effect, Raised, Replay, invoke
 from scheduler.graph import Graph, Node
 from scheduler.history import History
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
 from scheduler.stats import Stats
-from scheduler.walk import Effect, Raised, Replay, WalkContext, Walker, base_of, invoke
+from scheduler.walk import Walker, base_of
 
 txn_log = logging.getLogger("scheduler.txn")
 

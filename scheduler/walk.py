@@ -1,14 +1,14 @@
 """The graph walk: what to do with one value, its derived values and its dependents.
 
-The same walk serves the simulation (no descriptor callbacks, every operation assumed to
-succeed, graph changes journaled and rolled back) and the execution (callbacks called, failures
-handled). Its cost is proportional to the values it touches.
+The same walk serves planning (every operation assumed to succeed; southbound calls collected
+as effects; graph changes journaled) and, after a failed effect, execution (calls made, or
+replayed when already made; failures handled). Its cost is proportional to the values it
+touches.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from scheduler.api import (
     Dependency,
@@ -16,14 +16,13 @@ from scheduler.api import (
     InvalidValueError,
     Key,
     Metadata,
-    RetryPolicy,
     TxnOperation,
-    TxnType,
-    UnimplementedOperationError,
     Value,
     ValueOrigin,
     ValueState,
 )
+from scheduler.context import WalkContext
+from scheduler.effects import Effect, Raised, invoke
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
@@ -47,85 +46,6 @@ class DerivedKeyError(ValueError):
 
 class DescriptorOutputError(ValueError):
     """A descriptor's dependencies/derived_values callback raised or returned malformed data."""
-
-
-@dataclass(slots=True)
-class Effect:
-    """A southbound call decided by the plan (or a metadata-map change), run after planning.
-
-    ``op`` UNDEFINED means "metadata only" (SB values): set ``metadata`` (or drop it).
-    """
-
-    op: TxnOperation
-    key: Key
-    descriptor: Descriptor
-    label: str
-    args: tuple[Value, ...]  # create: (value,); update: (old, new); delete: (value,)
-    metadata: Metadata  # at planning time (update/delete), or the one to set (metadata only)
-    keeps_metadata: bool  # descriptor.with_metadata and not a derived value
-    drop: bool = False
-
-
-class Raised:
-    """A recorded failure of a southbound call (replayed as a raise)."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-Replay = list[tuple[TxnOperation, Key, object]]
-
-
-@dataclass
-class WalkContext:
-    """Per-transaction state shared by the simulation and the execution of one transaction."""
-
-    seq: int
-    txn_type: TxnType
-    execute: bool = False
-    revert: bool = False  # stop and undo at the first failure of a txn value
-    retry: RetryPolicy | None = None  # policy given by the NB transaction
-    retry_attempt: int = 0  # > 0 in a retry transaction
-    txn_keys: set[Key] = field(default_factory=set)
-    # Shared between simulation and execution so each descriptor callback runs once per value.
-    relations_cache: dict[Key, tuple[Value, tuple[Dependency, ...], DerivedPairs]] = field(
-        default_factory=dict
-    )
-    validation_cache: dict[Key, tuple[Value, BaseException | None]] = field(default_factory=dict)
-    # Filled by a walk (reset between simulation and execution).
-    ops: list[RecordedOp | None] = field(default_factory=list)
-    errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)
-    failed: set[Key] = field(default_factory=set)
-    touched: dict[Key, None] = field(default_factory=dict)
-    retry_keys: dict[Key, int] = field(default_factory=dict)
-    stop: bool = False
-    reverting: bool = False
-    # Planning (execute=False) collects the southbound calls; an execution walk replays the
-    # outcomes of calls already made before running new ones.
-    effects: list[Effect] = field(default_factory=list)
-    replay: Replay = field(default_factory=list)
-    replay_pos: int = 0
-    _pending_create_op: dict[Key, int] = field(default_factory=dict)
-    _pending_delete_op: dict[Key, int] = field(default_factory=dict)
-
-    def reset_outcome(self, execute: bool) -> None:
-        self.execute = execute
-        self.ops = []
-        self.errors = {}
-        self.failed = set()
-        self.touched = {}
-        self.retry_keys = {}
-        self.stop = False
-        self.reverting = False
-        self.effects = []
-        self.replay_pos = 0
-        self._pending_create_op = {}
-        self._pending_delete_op = {}
-
-    def recorded_ops(self) -> list[RecordedOp]:
-        return [op for op in self.ops if op is not None]
 
 
 class Walker:
@@ -314,7 +234,7 @@ class Walker:
             node.error = None
             node.last_op = CREATE
             node.details = ()
-            self._push(rec, node.state, noop=True)
+            self.ctx.record(rec, node.state, noop=True)
             return True
 
         if descriptor is not None and origin is NB:
@@ -337,7 +257,7 @@ class Walker:
             node.error = None
             node.last_op = CREATE
             node.details = missing_labels(graph, node)
-            self._push(rec, node.state, noop=True)
+            self.ctx.record(rec, node.state, noop=True)
             return True
 
         new_metadata: Metadata = None
@@ -358,7 +278,7 @@ class Walker:
         node.details = ()
         self._store_metadata(node, new_metadata, via_crud=origin is NB)
         rec.property = descriptor is None
-        self._push(rec, node.state)
+        self.ctx.record(rec, node.state)
         self._dep_updates(key)
         self._apply_derived(node, derived, origin)
         return True
@@ -467,7 +387,7 @@ class Walker:
             if was_obtained:
                 rec.prev_state = ValueState.OBTAINED
             rec.property = descriptor is None
-            self._push(rec, node.state)
+            self.ctx.record(rec, node.state)
         else:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
@@ -515,7 +435,7 @@ class Walker:
         node.state = ValueState.OBTAINED
         if not equivalent:
             node.last_op = UPDATE
-            self._push(rec, node.state)
+            self.ctx.record(rec, node.state)
         self._apply_derived(node, derived, SB)
         return True
 
@@ -548,7 +468,7 @@ class Walker:
                     return False
                 self._drop_metadata(node, via_crud=True)
             # Otherwise nothing is in SB (pending, invalid, failed create, unimplemented, missing).
-            self._push(rec, ValueState.REMOVED, noop=noop)
+            self.ctx.record(rec, ValueState.REMOVED, noop=noop)
             for dk, _ in sorted(node.derived, reverse=True):
                 if dk in graph.nodes:
                     self._apply(dk, None, node.origin, derived_from=key)
@@ -592,11 +512,11 @@ class Walker:
         if pending:
             node.state = ValueState.PENDING
             node.details = missing_labels(graph, node)
-            self._push(rec, node.state)
+            self.ctx.record(rec, node.state)
         else:
             node.state = ValueState.REMOVED
             node.details = ()
-            self._push(rec, node.state)
+            self.ctx.record(rec, node.state)
             if not recreate:
                 graph.remove(key)
         return True
@@ -703,7 +623,7 @@ class Walker:
         node.details = ()
         ctx.failed.add(node.key)
         rec.error = exc
-        self._push(rec, node.state)
+        self.ctx.record(rec, node.state)
         self._count_error(node, rec.op, exc)
 
     def _invalid(self, node: Node, rec: RecordedOp, exc: BaseException) -> bool:
@@ -712,7 +632,7 @@ class Walker:
         node.last_op = rec.op
         node.details = _invalid_fields(exc)
         rec.error = exc
-        self._push(rec, node.state, noop=True)
+        self.ctx.record(rec, node.state, noop=True)
         self._count_error(node, rec.op, exc)
         return False
 
@@ -833,56 +753,6 @@ class Walker:
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
-
-    def _push(self, record: RecordedOp, new_state: ValueState, *, noop: bool = False) -> None:
-        ctx = self.ctx
-        key = record.key
-        record.new_state = new_state
-        record.noop = noop
-        record.revert = ctx.reverting
-        record.retry = ctx.retry_attempt > 0
-        op = record.op
-        if op is CREATE:
-            earlier = ctx._pending_create_op.pop(key, None)
-            if earlier is not None and not noop:
-                # A CREATE that only parked the value as PENDING is superseded by the real one.
-                first = ctx.ops[earlier]
-                assert first is not None
-                record.prev_state = first.prev_state
-                record.prev_error = first.prev_error
-                record.prev_value = first.prev_value
-                ctx.ops[earlier] = None
-            if new_state is ValueState.PENDING:
-                ctx._pending_create_op[key] = len(ctx.ops)
-        elif op is DELETE:
-            earlier = ctx._pending_delete_op.pop(key, None)
-            if earlier is not None and noop and record.prev_state is ValueState.PENDING:
-                # Deleted as a dependent, then by NB in the same transaction: one DELETE.
-                first = ctx.ops[earlier]
-                assert first is not None
-                first.new_state = new_state
-                return
-            if new_state is ValueState.PENDING:
-                ctx._pending_delete_op[key] = len(ctx.ops)
-        ctx.ops.append(record)
-
-
-def invoke(
-    descriptor: Descriptor, op: TxnOperation, key: Key, args: tuple[Value, ...], metadata: Metadata
-) -> Metadata:
-    """Run one southbound call of a descriptor; returns the new metadata (None for delete)."""
-    if op is CREATE:
-        if descriptor.create is None:
-            raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no create")
-        return descriptor.create(key, args[0])
-    if op is UPDATE:
-        if descriptor.update is None:
-            raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no update")
-        return descriptor.update(key, args[0], args[1], metadata)
-    if descriptor.delete is None:
-        raise UnimplementedOperationError(f"descriptor {descriptor.name!r} has no delete")
-    descriptor.delete(key, args[0], metadata)
-    return None
 
 
 def base_of(graph: Graph, node: Node) -> Node:

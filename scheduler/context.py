@@ -1,0 +1,96 @@
+"""Per-transaction state of the graph walk and the operation record it builds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.api import Dependency, Key, RetryPolicy, TxnOperation, TxnType, Value, ValueState
+from scheduler.effects import Effect, Replay
+from scheduler.graph import DerivedPairs
+from scheduler.records import RecordedOp
+
+CREATE = TxnOperation.CREATE
+DELETE = TxnOperation.DELETE
+
+
+@dataclass
+class WalkContext:
+    """Per-transaction state shared by the simulation and the execution of one transaction."""
+
+    seq: int
+    txn_type: TxnType
+    execute: bool = False
+    revert: bool = False  # stop and undo at the first failure of a txn value
+    retry: RetryPolicy | None = None  # policy given by the NB transaction
+    retry_attempt: int = 0  # > 0 in a retry transaction
+    txn_keys: set[Key] = field(default_factory=set)
+    # Shared between simulation and execution so each descriptor callback runs once per value.
+    relations_cache: dict[Key, tuple[Value, tuple[Dependency, ...], DerivedPairs]] = field(
+        default_factory=dict
+    )
+    validation_cache: dict[Key, tuple[Value, BaseException | None]] = field(default_factory=dict)
+    # Filled by a walk (reset between simulation and execution).
+    ops: list[RecordedOp | None] = field(default_factory=list)
+    errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)
+    failed: set[Key] = field(default_factory=set)
+    touched: dict[Key, None] = field(default_factory=dict)
+    retry_keys: dict[Key, int] = field(default_factory=dict)
+    stop: bool = False
+    reverting: bool = False
+    # Planning (execute=False) collects the southbound calls; an execution walk replays the
+    # outcomes of calls already made before running new ones.
+    effects: list[Effect] = field(default_factory=list)
+    replay: Replay = field(default_factory=list)
+    replay_pos: int = 0
+    _pending_create_op: dict[Key, int] = field(default_factory=dict)
+    _pending_delete_op: dict[Key, int] = field(default_factory=dict)
+
+    def reset_outcome(self, execute: bool) -> None:
+        self.execute = execute
+        self.ops = []
+        self.errors = {}
+        self.failed = set()
+        self.touched = {}
+        self.retry_keys = {}
+        self.stop = False
+        self.reverting = False
+        self.effects = []
+        self.replay_pos = 0
+        self._pending_create_op = {}
+        self._pending_delete_op = {}
+
+    def recorded_ops(self) -> list[RecordedOp]:
+        return [op for op in self.ops if op is not None]
+
+    def record(self, record: RecordedOp, new_state: ValueState, *, noop: bool = False) -> None:
+        """Append an operation to the record, merging what the anchor merges."""
+        ctx = self
+        key = record.key
+        record.new_state = new_state
+        record.noop = noop
+        record.revert = ctx.reverting
+        record.retry = ctx.retry_attempt > 0
+        op = record.op
+        if op is CREATE:
+            earlier = ctx._pending_create_op.pop(key, None)
+            if earlier is not None and not noop:
+                # A CREATE that only parked the value as PENDING is superseded by the real one.
+                first = ctx.ops[earlier]
+                assert first is not None
+                record.prev_state = first.prev_state
+                record.prev_error = first.prev_error
+                record.prev_value = first.prev_value
+                ctx.ops[earlier] = None
+            if new_state is ValueState.PENDING:
+                ctx._pending_create_op[key] = len(ctx.ops)
+        elif op is DELETE:
+            earlier = ctx._pending_delete_op.pop(key, None)
+            if earlier is not None and noop and record.prev_state is ValueState.PENDING:
+                # Deleted as a dependent, then by NB in the same transaction: one DELETE.
+                first = ctx.ops[earlier]
+                assert first is not None
+                first.new_state = new_state
+                return
+            if new_state is ValueState.PENDING:
+                ctx._pending_delete_op[key] = len(ctx.ops)
+        ctx.ops.append(record)
