@@ -112,8 +112,8 @@ class NodeRevision:
 class History:
     """Bounded transaction history plus the per-key timelines.
 
-    Bounds: ``max_transactions`` records and ``max_ops`` recorded operations in total (the
-    oldest records go first), ``max_revisions`` per key, and everything older than
+    Bounds: ``max_transactions`` records and ``max_ops`` recorded values and operations in
+    total (the oldest records go first), ``max_revisions`` per key, and everything older than
     ``age_limit`` seconds. Has its own lock so readers never wait for a running transaction.
     """
 
@@ -228,6 +228,10 @@ class History:
 
 
 def _op_count(record: TxnRecord) -> int:
-    if record.planned is record.executed:
-        return len(record.executed) + 1
-    return len(record.planned) + len(record.executed) + 1
+    """Size of a record for the history budget: its values and operations."""
+    ops = (
+        len(record.executed)
+        if record.planned is record.executed
+        else (len(record.planned) + len(record.executed))
+    )
+    return ops + len(record.values) + 1
