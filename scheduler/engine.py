@@ -225,7 +225,11 @@ class Engine:
         #    is the result (no second walk). At the first failure, the graph is rolled back and
         #    walked again for real, replaying the outcomes of the calls already made.
         # A plan that already fails (e.g. validation) with revert needs the real walk.
-        replay = [] if ctx.revert and ctx.errors else self._run_effects(ctx.effects)
+        try:
+            replay = [] if ctx.revert and ctx.errors else self._run_effects(ctx.effects)
+        except BaseException:  # not a descriptor failure (those are Exceptions): give up cleanly
+            graph.rollback()
+            raise
         if replay is None:
             graph.end_journal()
         else:
