@@ -32,20 +32,20 @@ from kvmesh.agent.keys import (
     validate_node_name,
 )
 from kvmesh.agent.status import decode_status
-from kvmesh.cli.kvstore_cmds import KvCommand, KvGroup, cli_context, emit, fail, run_client
+from kvmesh.cli.common import (
+    KvCommand,
+    KvGroup,
+    agent_options,
+    cli_context,
+    emit,
+    fail,
+    parse_http,
+    run_client,
+)
 from kvstore.client import KvStoreClient
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
 HTTP_TIMEOUT_S = 30.0
-
-
-def _parse_http(text: str | None) -> tuple[str, int] | None:
-    if text is None:
-        return None
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"expected ADDR:PORT, got {text!r}", param_hint="--http")
-    return host or "127.0.0.1", int(port)
 
 
 # -- agent run ----------------------------------------------------------------------------------
@@ -54,20 +54,6 @@ def _parse_http(text: str | None) -> tuple[str, int] | None:
 @click.group("agent", cls=KvGroup)
 def agent_group() -> None:
     """The node agent (KvStore -> KVScheduler -> southbounds)."""
-
-
-def agent_options(fn: Any) -> Any:
-    for option in reversed((
-        click.option("--linux-netns", default=None, help="Enable the Linux southbound in NS."),
-        click.option("--linux", is_flag=True, help="Enable the Linux southbound in the agent's "
-                     "own namespace."),
-        click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
-        click.option("--http", default=None, help="Serve the REST API on ADDR:PORT."),
-        click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
-                     show_default=True, help="Period of the drift-repairing resync."),
-    )):
-        fn = option(fn)
-    return fn
 
 
 @agent_group.command("run")
@@ -83,7 +69,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
         validate_node_name(name)
         settings = AgentConfig(
             node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
-            linux=linux, vpp_socket=vpp_socket, http=_parse_http(http),
+            linux=linux, vpp_socket=vpp_socket, http=parse_http(http),
             downstream_resync_s=downstream_resync_s)
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kvmesh import cluster
-from kvmesh.cli.kvstore_cmds import KvGroup, cli_context, fail
+from kvmesh.cli.common import KvGroup, cli_context, fail
 
 run_dir_option = click.option(
     "--run-dir", type=click.Path(file_okay=False, path_type=Path),

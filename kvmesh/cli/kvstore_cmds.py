@@ -11,13 +11,24 @@ import hashlib
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from kvmesh.cli import kv_format as fmt
-from kvmesh.cli.context import CliContext
-from kvstore.client import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
+from kvmesh.cli.common import (
+    KvCommand,
+    KvGroup,
+    OneLineUsageError,
+    agent_options,
+    cli_context,
+    client_for,
+    emit,
+    fail,
+    parse_http,
+    run_client,
+)
+from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
@@ -26,55 +37,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # `key erase` TTL: short, but above the default flood threshold (500 ms) so the shortened TTL
 # still reaches every node instead of expiring only locally.
 ERASE_TTL_MS = 1000
-
-
-class OneLineUsageError(click.ClickException):
-    """A usage error printed as a single line (click's default adds usage and hint lines)."""
-
-    exit_code = 2
-
-
-class KvCommand(click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            raise OneLineUsageError(f"{ctx.command_path}: {exc.format_message()}") from exc
-
-
-class KvGroup(click.Group):
-    command_class = KvCommand
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def cli_context() -> CliContext:
-    obj = click.get_current_context().find_root().obj
-    assert isinstance(obj, CliContext)
-    return obj
-
-
-def client_for(url: str | None = None) -> KvStoreClient:
-    return KvStoreClient(url or cli_context().url, timeout_s=DEFAULT_TIMEOUT_S)
-
-
-def run_client(action: Callable[[KvStoreClient], Any], url: str | None = None) -> Any:
-    """Run `action` with a client; client errors become one line on stderr, exit 1."""
-    try:
-        with client_for(url) as client:
-            return action(client)
-    except KvStoreError as exc:
-        fail(str(exc))
-
-
-def emit(as_json_obj: Any, text: str) -> None:
-    if cli_context().as_json:
-        click.echo(fmt.dumps(as_json_obj))
-    else:
-        click.echo(text)
 
 
 # -- node -------------------------------------------------------------------------------------
@@ -103,16 +65,38 @@ def node_group() -> None:
     default=None,
     help="TOML file of tuning knobs (see docs/kvstore.md).",
 )
+@click.option("--agent", is_flag=True, help="Also run this node's agent, supervised, in its "
+              "own process (options below).")
+@agent_options
 def node_run(
     name: str,
     cmd_url: str | None,
     pub_url: str | None,
     peers: Sequence[str],
     config_path: str | None,
+    agent: bool,
+    linux_netns: str | None,
+    linux: bool,
+    vpp_socket: str | None,
+    http: str | None,
+    downstream_resync_s: float,
 ) -> None:
     """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvstore.config import ConfigError, load_config, parse_peer
     from kvstore.node import run_node
+
+    agent_args: list[str] = []
+    for flag, given in (("--linux-netns", linux_netns), ("--vpp-socket", vpp_socket),
+                        ("--http", http)):
+        if given is not None:
+            agent_args += [flag, given]
+    if linux:
+        agent_args.append("--linux")
+    agent_args += ["--downstream-resync-s", str(downstream_resync_s)]
+    if not agent and len(agent_args) > 2:
+        fail("agent options (--linux, --linux-netns, --vpp-socket, --http) need --agent", code=2)
+    if http is not None:
+        parse_http(http)  # reject a bad ADDR:PORT before anything starts
 
     try:
         config = load_config(config_path)
@@ -125,7 +109,17 @@ def node_run(
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
-    sys.exit(run_node(config))
+    if not agent:
+        sys.exit(run_node(config))
+    from kvmesh.agent.supervisor import AgentSupervisor
+
+    supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args)
+    supervisor.start()
+    try:
+        code = run_node(config)
+    finally:
+        supervisor.stop()
+    sys.exit(code)
 
 
 # -- key --------------------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""`kvmesh node run --agent`: the node runs its agent beside it, in a process of its own.
+
+A separate process, so a southbound call that hangs or crashes never stalls flooding. The
+supervisor starts the agent once the node answers, restarts it with backoff if it dies, and stops
+it (SIGTERM, then SIGKILL) when the node shuts down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from kvstore.client import KvStoreClient, KvStoreError
+
+log = logging.getLogger("kvmesh.agent.supervisor")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent (the node) dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
+def local_url(bound_url: str) -> str:
+    """A URL to reach a socket bound to `bound_url` from this host (wildcards -> loopback)."""
+    for wildcard in ("://0.0.0.0:", "://*:", "://[::]:"):
+        if wildcard in bound_url:
+            return bound_url.replace(wildcard, "://127.0.0.1:", 1)
+    return bound_url
+
+
+class AgentSupervisor:
+    def __init__(self, node_name: str, node_url: str, agent_args: Sequence[str],
+                 backoff: tuple[float, float] = (0.5, 30.0), stop_timeout: float = 20.0) -> None:
+        self.node_name = node_name
+        self.node_url = local_url(node_url)
+        self.agent_args = list(agent_args)
+        self.backoff = backoff
+        self.stop_timeout = stop_timeout
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agent-supervisor", daemon=True)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "kvmesh", "--url", self.node_url, "agent", "run",
+                "--name", self.node_name, *self.agent_args]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("agent did not stop in %.0fs: killing it", self.stop_timeout)
+                proc.kill()
+                proc.wait(timeout=10)
+        self._thread.join(timeout=self.stop_timeout + 15)
+
+    def _node_ready(self) -> bool:
+        try:
+            with KvStoreClient(self.node_url, timeout_s=1.0) as client:
+                client.node_info(refresh=True)
+            return True
+        except KvStoreError:
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and not self._node_ready():
+            self._stop.wait(0.1)
+        delay = self.backoff[0]
+        while not self._stop.is_set():
+            started = time.monotonic()
+            # The agent inherits stdout/stderr: its log lines go where the node's go. Its own
+            # session keeps a terminal's Ctrl-C away from it (the supervisor stops it, in order);
+            # the parent-death signal stops it if the node is killed outright.
+            self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+                                          start_new_session=True, preexec_fn=_die_with_parent)
+            log.info("agent started (pid %d)", self._proc.pid)
+            code = self._proc.wait()
+            if self._stop.is_set():
+                return
+            if time.monotonic() - started > 60:
+                delay = self.backoff[0]  # it ran fine for a while: not a crash loop
+            log.warning("agent exited with code %d; restarting in %.1fs", code, delay)
+            self.restarts += 1
+            if self._stop.wait(delay):
+                return
+            delay = min(self.backoff[1], delay * 2)

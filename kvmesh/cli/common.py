@@ -1,0 +1,90 @@
+"""Helpers shared by every command module: one-line errors, the global options, the client.
+
+Errors print one line on stderr and exit non-zero: 1 for runtime failures (node unreachable,
+request refused), 2 for invalid arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from kvmesh.cli import kv_format as fmt
+from kvmesh.cli.context import CliContext
+from kvstore.client import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
+
+
+class OneLineUsageError(click.ClickException):
+    """A usage error printed as a single line (click's default adds usage and hint lines)."""
+
+    exit_code = 2
+
+
+class KvCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise OneLineUsageError(f"{ctx.command_path}: {exc.format_message()}") from exc
+
+
+class KvGroup(click.Group):
+    command_class = KvCommand
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def cli_context() -> CliContext:
+    obj = click.get_current_context().find_root().obj
+    assert isinstance(obj, CliContext)
+    return obj
+
+
+def client_for(url: str | None = None) -> KvStoreClient:
+    return KvStoreClient(url or cli_context().url, timeout_s=DEFAULT_TIMEOUT_S)
+
+
+def run_client(action: Callable[[KvStoreClient], Any], url: str | None = None) -> Any:
+    """Run `action` with a client; client errors become one line on stderr, exit 1."""
+    try:
+        with client_for(url) as client:
+            return action(client)
+    except KvStoreError as exc:
+        fail(str(exc))
+
+
+def emit(as_json_obj: Any, text: str) -> None:
+    if cli_context().as_json:
+        click.echo(fmt.dumps(as_json_obj))
+    else:
+        click.echo(text)
+
+
+def parse_http(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected ADDR:PORT, got {text!r}", param_hint="--http")
+    return host or "127.0.0.1", int(port)
+
+
+def agent_options(fn: Any) -> Any:
+    """The agent's options, shared by `agent run` and `node run --agent`."""
+    for option in reversed((
+        click.option("--linux-netns", default=None, help="Enable the Linux southbound in NS."),
+        click.option("--linux", is_flag=True, help="Enable the Linux southbound in the agent's "
+                     "own namespace."),
+        click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
+        click.option("--http", default=None, help="Serve the REST API on ADDR:PORT."),
+        click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
+                     show_default=True, help="Period of the drift-repairing resync."),
+    )):
+        fn = option(fn)
+    return fn

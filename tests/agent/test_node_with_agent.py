@@ -1,0 +1,91 @@
+"""`kvmesh node run --agent`: the node supervises its agent process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kvmesh.agent.supervisor import local_url
+from tests.kvstore.conftest import free_port
+from tests.netns import netns_available, temporary_netns
+from tests.util import wait_until
+
+
+def test_local_url_maps_wildcards_to_loopback() -> None:
+    assert local_url("tcp://0.0.0.0:60002") == "tcp://127.0.0.1:60002"
+    assert local_url("tcp://*:5") == "tcp://127.0.0.1:5"
+    assert local_url("tcp://10.1.2.3:5") == "tcp://10.1.2.3:5"
+
+
+def agent_pid(http_port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/scheduler/stats",
+                                    timeout=1) as resp:
+            json.loads(resp.read())
+    except OSError:
+        return None
+    return next(iter(agent_pids(http_port)), None)
+
+
+def agent_pids(http_port: int) -> list[int]:
+    """Agent processes serving REST on `http_port` (found through /proc)."""
+    wanted = f"127.0.0.1:{http_port}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\x00")
+        except OSError:
+            continue
+        if b"agent" in args and b"run" in args and wanted in args:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
+def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
+    http_port = free_port()
+    with temporary_netns("kvs") as ns:
+        log = open(tmp_path / "node.log", "wb")  # noqa: SIM115 - handed to the child
+        node = subprocess.Popen(
+            [sys.executable, "-m", "kvmesh", "node", "run", "--name", "s1",
+             "--cmd-url", f"tcp://127.0.0.1:{free_port()}",
+             "--pub-url", f"tcp://127.0.0.1:{free_port()}",
+             "--agent", "--linux-netns", ns.name, "--http", f"127.0.0.1:{http_port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            first = wait_until(lambda: agent_pid(http_port), timeout=60,
+                               message="agent started by the node")
+            os.kill(first, signal.SIGKILL)
+            second = wait_until(lambda: (agent_pid(http_port) or first) != first
+                                and agent_pid(http_port), timeout=60,
+                                message="agent restarted after it died")
+            node.send_signal(signal.SIGTERM)
+            assert node.wait(timeout=60) == 0
+            wait_until(lambda: not Path(f"/proc/{second}").exists(), timeout=30,
+                       message="agent stopped with its node")
+        finally:
+            if node.poll() is None:
+                node.kill()
+                node.wait(timeout=10)
+            for pid in agent_pids(http_port):
+                os.kill(pid, signal.SIGKILL)
+    assert "agent exited" in (tmp_path / "node.log").read_text(errors="replace")
+
+
+def test_agent_options_without_agent_are_refused() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kvmesh", "node", "run", "--name", "x", "--linux"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "need --agent" in result.stderr
