@@ -1,6 +1,7 @@
 """A local cluster of real kvmesh processes on loopback (`kvmesh cluster up/status/down`).
 
-Each node is a KvStore process and an agent process (and, with `vpp_emulator`, a VPP emulator).
+Each node is a KvStore process supervising its agent process (`kvmesh node run --agent`), plus,
+with `vpp_emulator`, a VPP emulator.
 When run as root, each agent's Linux southbound works in its own namespace `kvmesh-<node>`, made
 by `up` and removed by `down`. The processes run in the background, in their own session, so the
 cluster outlives the command that started it; everything needed to find and stop them is kept in
@@ -153,7 +154,8 @@ def _exec(netns: str, *args: str) -> None:
 
 def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
        run_dir: Path = DEFAULT_RUN_DIR, namespaces: bool | None = None,
-       progress: Progress = lambda _msg: None, timeout: float = 60.0) -> ClusterState:
+       progress: Progress = lambda _msg: None, timeout: float = 60.0,
+       netns_prefix: str = "kvmesh") -> ClusterState:
     """Start a cluster and return once every node (and agent) answers."""
     if nodes < 1:
         raise ClusterError("a cluster needs at least one node")
@@ -170,7 +172,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     for name in names:
         state.nodes[name] = NodeInfo(
             cmd_url=f"tcp://127.0.0.1:{free_port()}", pub_url=f"tcp://127.0.0.1:{free_port()}",
-            netns=f"kvmesh-{name}" if use_netns else None, http=f"127.0.0.1:{free_port()}",
+            netns=f"{netns_prefix}-{name}" if use_netns else None, http=f"127.0.0.1:{free_port()}",
             vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
             peers=peering[name])
     state.save()
@@ -188,24 +190,21 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                                           run_dir / f"{name}-vpp.log")
             peer_args = [a for p in info.peers
                          for a in ("--peer", f"{p}={state.nodes[p].cmd_url}")]
-            progress(f"{name}: KvStore node on {info.cmd_url}")
-            info.pids["node"] = _spawn(
-                [*exe, "node", "run", "--name", name, "--cmd-url", info.cmd_url,
-                 "--pub-url", info.pub_url, *peer_args], run_dir / f"{name}-node.log")
-            state.save()
-        for name, info in state.nodes.items():
-            _wait(partial(_node_answers, info.cmd_url), timeout, f"node {name}")
-            if info.vpp_socket:
-                _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
-            agent_args = [*exe, "--url", info.cmd_url, "agent", "run", "--name", name,
-                          "--http", str(info.http)]
+            agent_args = ["--agent", "--http", str(info.http)]
             if info.netns:
                 agent_args += ["--linux-netns", info.netns]
             if info.vpp_socket:
+                _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
                 agent_args += ["--vpp-socket", info.vpp_socket]
-            progress(f"{name}: agent (REST on http://{info.http})")
-            info.pids["agent"] = _spawn(agent_args, run_dir / f"{name}-agent.log")
+            progress(f"{name}: KvStore node on {info.cmd_url}, agent REST on "
+                     f"http://{info.http}")
+            info.pids["node"] = _spawn(
+                [*exe, "node", "run", "--name", name, "--cmd-url", info.cmd_url,
+                 "--pub-url", info.pub_url, *peer_args, *agent_args],
+                run_dir / f"{name}.log")
             state.save()
+        for name, info in state.nodes.items():
+            _wait(partial(_node_answers, info.cmd_url), timeout, f"node {name}")
         for name, info in state.nodes.items():
             _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")
             progress(f"{name}: ready")
@@ -239,9 +238,9 @@ def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
     state = ClusterState.load(run_dir)
     if state is None:
         return 0
-    # Agents first, so none of them sees its node vanish and starts reconnecting.
+    # Nodes first (each stops its agent), VPP emulators last so no agent sees VPP vanish.
     pids = [pid for info in state.nodes.values()
-            for _role, pid in sorted(info.pids.items(), key=lambda kv: kv[0] != "agent")]
+            for _role, pid in sorted(info.pids.items(), key=lambda kv: kv[0] == "vpp")]
     stopped = 0
     for pid in pids:
         if _alive(pid):

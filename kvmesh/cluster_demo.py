@@ -113,7 +113,7 @@ def run_cluster_demo(keep: bool = False) -> int:
         repaired = ROUTE in routes
         print("route repaired" if repaired else "route NOT repaired")
 
-        _say("n2's scheduler values (derived addresses and bridge bindings included)")
+        _say("n2's scheduler values, from n2's agent (found through the mesh)")
         _kvmesh(n1, "values", "--node", "n2")
         if keep:
             print(f"\ncluster left running (state in {run_dir}); stop it with: "

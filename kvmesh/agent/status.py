@@ -83,8 +83,8 @@ class StatusPublisher:
                 if p.alive and (model_key_of(k, prefix) or "") not in managed]
 
     def on_status(self, status: ValueStatus, now: float | None = None) -> None:
-        if status.origin is ValueOrigin.FROM_SB and status.derived_from is None:
-            return  # obtained from the southbound: not a value this agent manages
+        if status.origin is ValueOrigin.FROM_SB or status.state is ValueState.OBTAINED:
+            return  # obtained from the southbound (or derived from such): not managed here
         key = status_key(self.node, status.key)
         if status.state in GONE_STATES:
             self.remove(key)

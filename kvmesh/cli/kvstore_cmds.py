@@ -361,12 +361,19 @@ def counters(prefix: str) -> None:
 
 
 @click.command("demo", cls=KvCommand)
-@click.option("--keep", is_flag=True, help="Leave the nodes running until Ctrl-C.")
-def demo(keep: bool) -> None:
-    """Start a local 3-node mesh, set a key on one node, show it on all, snoop the stream."""
-    from kvmesh.demo import run_demo
+@click.option("--keep", is_flag=True, help="Leave the cluster running afterwards.")
+@click.option("--kvstore-only", is_flag=True,
+              help="Only the KvStore mesh: set a key on one node, show it on all, snoop.")
+def demo(keep: bool, kvstore_only: bool) -> None:
+    """The README's main job: a local 3-node cluster configuring Linux networking from n1
+    (needs root for its namespaces); `--kvstore-only` for the replicated store alone."""
+    if kvstore_only:
+        from kvmesh.demo import run_demo
 
-    sys.exit(run_demo(keep=keep))
+        sys.exit(run_demo(keep=keep))
+    from kvmesh.cluster_demo import run_cluster_demo
+
+    sys.exit(run_cluster_demo(keep=keep))
 
 
 def register(group: click.Group) -> None:

@@ -50,6 +50,8 @@ def test_removed_value_becomes_a_short_lived_tombstone_once() -> None:
 def test_obtained_values_are_not_published() -> None:
     pub = StatusPublisher("n1")
     pub.on_status(st("linux/interface/host/eth0", ValueState.OBTAINED, origin=ValueOrigin.FROM_SB))
+    pub.on_status(st("linux/interface/host/eth0/address/10.0.0.1/24", ValueState.OBTAINED,
+                     origin=ValueOrigin.FROM_SB, derived_from="linux/interface/host/eth0"))
     assert pub.take(now=0.0) == {}
 
 

@@ -10,7 +10,7 @@ from tests.kvstore.conftest import REPO
 
 def test_demo_runs_end_to_end() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kvmesh", "demo"],
+        [sys.executable, "-m", "kvmesh", "demo", "--kvstore-only"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,0 +1,77 @@
+"""`kvmesh cluster up/status/down` and the 3-node flow behind the README's demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvmesh import cluster
+from tests.netns import list_netns, netns_available
+from tests.util import wait_until
+
+
+def kvmesh(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_topologies_peer_on_both_sides() -> None:
+    names = ["n1", "n2", "n3", "n4"]
+    assert cluster.peers_of(names, "chain") == {
+        "n1": ["n2"], "n2": ["n1", "n3"], "n3": ["n2", "n4"], "n4": ["n3"]}
+    ring = cluster.peers_of(names, "ring")
+    assert sorted(ring["n1"]) == ["n2", "n4"] and sorted(ring["n4"]) == ["n1", "n3"]
+    mesh = cluster.peers_of(names, "mesh")
+    assert all(len(peers) == 3 for peers in mesh.values())
+    with pytest.raises(cluster.ClusterError, match="unknown topology"):
+        cluster.peers_of(names, "star")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
+def test_cluster_up_configure_status_down(tmp_path: Path) -> None:
+    prefix = f"kvc{os.getpid()}"
+    run_dir = tmp_path / "run"
+    try:
+        state = cluster.up(3, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
+        status = json.loads(kvmesh("--json", "cluster", "status", "--run-dir",
+                                   str(run_dir)).stdout)
+        assert set(status["nodes"]) == {"n1", "n2", "n3"}
+        for name, info in status["nodes"].items():
+            assert {"cmd_url", "pub_url", "netns", "http"} <= set(info)
+            assert info["netns"] == f"{prefix}-{name}"
+            assert all(p["alive"] for p in info["processes"].values())
+        n1 = state.nodes["n1"].cmd_url
+        # Desired state for the far end of the chain, written on n1.
+        set_result = kvmesh("--url", n1, "config", "set", "n3", "linux/interface/br7",
+                            '{"type": "bridge", "mtu": 1400}')
+        assert set_result.returncode == 0, set_result.stderr
+
+        def br7_mtu() -> int | None:
+            out = subprocess.run(["ip", "-n", f"{prefix}-n3", "-j", "link", "show", "br7"],
+                                 capture_output=True, text=True).stdout
+            return json.loads(out)[0]["mtu"] if out.strip() else None
+
+        wait_until(lambda: br7_mtu() == 1400, timeout=60, message="bridge created on n3")
+
+        def n3_status() -> str | None:
+            out = kvmesh("--url", n1, "--json", "status", "n3").stdout
+            data = json.loads(out or "{}")
+            return data.get("n3", {}).get("linux/interface/br7", {}).get("state")
+
+        wait_until(lambda: n3_status() == "CONFIGURED", timeout=60,
+                   message="n1 sees n3's bridge CONFIGURED")
+        second = cluster.up  # a second `up` on the same run dir is refused
+        with pytest.raises(cluster.ClusterError, match="already running"):
+            second(1, run_dir=run_dir, netns_prefix=prefix)
+    finally:
+        stopped = cluster.down(run_dir)
+    assert stopped >= 3
+    assert not [ns for ns in list_netns() if ns.startswith(f"{prefix}-")]
+    after = json.loads(kvmesh("--json", "cluster", "status", "--run-dir", str(run_dir)).stdout)
+    assert after["nodes"] == {}
