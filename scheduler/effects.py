@@ -29,6 +29,7 @@ class Effect:
     metadata: Metadata  # at planning time (update/delete), or the one to set (metadata only)
     keeps_metadata: bool  # descriptor.with_metadata and not a derived value
     drop: bool = False
+    result: Metadata = None  # what the call returned, once made
 
 
 class Raised:

@@ -24,6 +24,7 @@ from scheduler.api import (
 )
 from scheduler.context import WalkContext
 from scheduler.effects import Effect, Raised, Replay, invoke
+from scheduler.gcpause import GcPause
 from scheduler.graph import Graph, Node
 from scheduler.history import History
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
@@ -66,8 +67,10 @@ class Engine:
         record_history: bool = True,
         max_history: int = 10_000,
         history_age_limit: float = 24 * 3600.0,
+        gc_pause_threshold: int = 1_000,
     ) -> None:
         self.clock = clock
+        self.gc_pause_threshold = gc_pause_threshold
         self.graph = Graph()
         self.registry = Registry()
         self.history = History(
@@ -112,9 +115,11 @@ class Engine:
         self.resync_count += 1
         refreshed = RefreshResult()
         if kind is not ResyncKind.UPSTREAM and refresh:
-            refreshed = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_all(
-                values if kind is ResyncKind.FULL else None, scope
-            )
+            bulk = len(self.graph) + len(values or ()) >= self.gc_pause_threshold > 0
+            with GcPause(bulk):
+                refreshed = Refresher(
+                    self.graph, self.registry, update_metadata_maps=True
+                ).refresh_all(values if kind is ResyncKind.FULL else None, scope)
             self.stats.retrieve_errors += len(refreshed.retrieve_errors)
         desired = self._resync_values(values, kind, scope)
         if kind is not ResyncKind.DOWNSTREAM:
@@ -207,6 +212,21 @@ class Engine:
         extra_touched: dict[Key, None] | None = None,
         retry_for: int | None = None,
     ) -> TxnOutcome:
+        with GcPause(len(ctx.txn_keys) >= self.gc_pause_threshold > 0) as gc_pause:
+            return self._process_paused(
+                ctx, record, apply, gc_pause, revert_values, extra_touched, retry_for
+            )
+
+    def _process_paused(
+        self,
+        ctx: WalkContext,
+        record: TxnRecord,
+        apply: Applier,
+        gc_pause: GcPause,
+        revert_values: list[tuple[Key, Value]] | None,
+        extra_touched: dict[Key, None] | None,
+        retry_for: int | None,
+    ) -> TxnOutcome:
         graph = self.graph
         # 1. planning: the walk runs on the live graph with an undo journal; southbound calls
         #    are collected, not made.
@@ -225,11 +245,13 @@ class Engine:
         #    is the result (no second walk). At the first failure, the graph is rolled back and
         #    walked again for real, replaying the outcomes of the calls already made.
         # A plan that already fails (e.g. validation) with revert needs the real walk.
+        gc_pause.resume()  # southbound calls run with the collector on
         try:
             replay = [] if ctx.revert and ctx.errors else self._run_effects(ctx.effects)
         except BaseException:  # not a descriptor failure (those are Exceptions): give up cleanly
             graph.rollback()
             raise
+        gc_pause.pause()
         if replay is None:
             graph.end_journal()
         else:
@@ -273,8 +295,7 @@ class Engine:
         registry = self.registry
         nodes = self.graph.nodes
         live: dict[Key, Metadata] = {}  # metadata returned by calls made so far
-        outcomes: Replay = []
-        for effect in effects:
+        for index, effect in enumerate(effects):
             op = effect.op
             key = effect.key
             if op is TxnOperation.UNDEFINED:  # metadata of an SB value
@@ -287,9 +308,8 @@ class Engine:
             try:
                 result = invoke(effect.descriptor, op, key, effect.args, metadata)
             except Exception as exc:
-                outcomes.append((op, key, Raised(exc)))
-                return outcomes
-            outcomes.append((op, key, result))
+                return _replay_of(effects[:index], (op, key, Raised(exc)))
+            effect.result = result
             live[key] = result
             if effect.keeps_metadata:
                 node = nodes.get(key)
@@ -489,6 +509,16 @@ class Engine:
     def status(self, key: Key) -> ValueStatus:
         found = self.statuses.get(key)
         return found if found is not None else ValueStatus(key=key, state=ValueState.NONEXISTENT)
+
+
+def _replay_of(done: list[Effect], failure: tuple[TxnOperation, Key, object]) -> Replay:
+    replay: Replay = [
+        (effect.op, effect.key, effect.result)
+        for effect in done
+        if effect.op is not TxnOperation.UNDEFINED
+    ]
+    replay.append(failure)
+    return replay
 
 
 def _status_of(node: Node, seq: int) -> ValueStatus:

@@ -106,12 +106,14 @@ class KVScheduler:
         history_age_limit: float = 24 * 3600.0,
         clock: Callable[[], float] = time.time,
         name: str = "kvscheduler",
+        gc_pause_threshold: int = 1_000,
     ) -> None:
         self._engine = Engine(
             clock,
             record_history=record_history,
             max_history=max_history,
             history_age_limit=history_age_limit,
+            gc_pause_threshold=gc_pause_threshold,
         )
         self._lock = threading.RLock()  # guards the engine (graph, registry, history)
         self._cond = threading.Condition()  # guards the queues below
