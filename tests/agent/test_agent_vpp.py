@@ -1,0 +1,141 @@
+"""The agent with the VPP southbound (emulator, real vpp_papi client): the reconciliation
+framework's KNOWN gate, cancel on disconnect, DISCONNECT with reconnect, and a VPP restart."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvmesh.agent.agent import Agent, AgentConfig
+from kvmesh.agent.desired import encode_config_value
+from kvmesh.agent.recon import (
+    CancelToken,
+    DeviceState,
+    ReconciliationService,
+    ResultIntent,
+)
+from kvmesh.vppemu import EmulatorProcess
+from kvstore.client import KvStoreClient
+from tests.kvstore.conftest import Mesh, Node
+from tests.util import wait_until
+
+
+@dataclass
+class Setup:
+    node: Node
+    emulator: EmulatorProcess
+    agent: Agent
+
+    def set_config(self, model_key: str, value: dict[str, object]) -> None:
+        with KvStoreClient(self.node.cmd_url) as client:
+            client.set_key(f"config/v1/{model_key}", encode_config_value(value))
+
+    def vpp_interfaces(self) -> set[str]:
+        return {i["tag"].removeprefix("kvmesh:")
+                for i in self.emulator.control.state()["interfaces"] if i["tag"]}
+
+    def vpp_state(self) -> DeviceState:
+        return self.agent.recon.device_state("vpp")
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    mesh = Mesh(tmp_path)
+    workdir = tempfile.mkdtemp(prefix="kvm-ag-")  # short: unix socket paths are limited
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
+    agent: Agent | None = None
+    try:
+        (node,) = mesh.chain(["v1"])
+        emulator.start()
+        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url,
+                                  vpp_socket=emulator.socket_path, coalesce_s=0.01,
+                                  initial_sync_timeout_s=5, reconnect_backoff_s=(0.1, 1.0)))
+        yield Setup(node, emulator, agent)
+    finally:
+        if agent is not None:
+            agent.stop()
+        emulator.stop()
+        mesh.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_config_is_held_back_until_vpp_is_known_and_disconnect_cancels(setup: Setup) -> None:
+    agent = setup.agent
+    gate = threading.Event()
+    first_run = threading.Event()
+    ends: list[str] = []
+
+    def hold_first_run(device: str, token: CancelToken) -> bool:
+        if device == "vpp" and not first_run.is_set():
+            first_run.set()
+            token.wait(60)  # held until the device goes away
+            token.check()
+        gate.wait(60)
+        return True
+
+    for name, priority in (("early", 5), ("hold", 15), ("late", 25)):
+        agent.recon.register(ReconciliationService(
+            name, priority, ResultIntent.DO_NOTHING,
+            hold_first_run if name == "hold" else (lambda d, t: True),
+            end=lambda device, name=name: ends.append(f"{name}@{device}")))
+    agent.start()
+    assert first_run.wait(30), "reconciliation reached the holding service"
+    assert setup.vpp_state() is DeviceState.RECONCILING
+
+    # Desired state arriving now is held back: VPP is not KNOWN yet.
+    setup.set_config("vpp/interface/loop1", {"type": "loopback", "addresses": ["10.1.0.1/24"]})
+    wait_until(lambda: "vpp/interface/loop1" in agent.desired.pending, timeout=20,
+               message="the change reached the agent and waits")
+    assert "loop1" not in setup.vpp_interfaces()
+
+    # VPP drops the connection mid-reconciliation: the run is cancelled, every service's end
+    # callback runs in priority order, and the reconnect starts a fresh run.
+    setup.emulator.control.disconnect()
+    wait_until(lambda: len(ends) >= 3, timeout=30, message="end callbacks after the disconnect")
+    assert ends[:3] == ["early@vpp", "hold@vpp", "late@vpp"]
+    wait_until(lambda: agent.recon.status("vpp")["vpp"]["hold"]["cancellations"] >= 1,
+               timeout=30)
+    gate.set()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30,
+               message="VPP KNOWN after the reconnect")
+    wait_until(lambda: "loop1" in setup.vpp_interfaces(), timeout=30,
+               message="the held change is applied once VPP is KNOWN")
+    status = agent.recon.status("vpp")["vpp"]
+    assert status["hold"]["successes"] == 1 and status["late"]["successes"] == 1
+
+
+def test_failed_disconnect_service_drops_vpp_and_reconnects(setup: Setup) -> None:
+    agent = setup.agent
+    attempts: list[int] = []
+
+    def flaky(device: str, token: CancelToken) -> bool:
+        attempts.append(1)
+        return len(attempts) > 1  # fails the first time only
+
+    agent.recon.register(ReconciliationService("flaky", 12, ResultIntent.DISCONNECT, flaky))
+    agent.start()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30,
+               message="KNOWN after the reconnect that followed the failure")
+    assert len(attempts) == 2
+    plugin = agent.devices["vpp"].plugin
+    assert plugin.stats()["drops"] == 1  # type: ignore[attr-defined]
+    status = agent.recon.status("vpp")["vpp"]["flaky"]
+    assert status["failures"] == 1 and status["successes"] == 1
+
+
+def test_vpp_restart_is_reconciled_back(setup: Setup) -> None:
+    agent = setup.agent
+    agent.start()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
+    setup.set_config("vpp/interface/loop7", {"type": "loopback", "addresses": ["10.7.0.1/24"]})
+    wait_until(lambda: "loop7" in setup.vpp_interfaces(), timeout=30)
+    setup.emulator.control.restart()  # VPP restarts empty
+    wait_until(lambda: "loop7" in setup.vpp_interfaces(), timeout=30,
+               message="reconciliation after the reconnect restored the interface")
+    assert agent.recon.status("vpp")["vpp"]["resync-interfaces"]["successes"] >= 2
