@@ -105,3 +105,49 @@ def test_planned_equal_to_executed_is_stored_once() -> None:
     assert record.planned is not record.executed
     assert record.planned[0].new_state is ValueState.CONFIGURED
     assert record.executed[0].new_state is ValueState.FAILED
+
+
+def test_gc_is_paused_only_during_bulk_planning_and_restored() -> None:
+    import gc
+
+    from scheduler.gcpause import GcPause
+
+    seen: list[bool] = []
+    sb = MockSB()
+    engine = Engine(FakeClock(), gc_pause_threshold=3)
+
+    def create(key: str, value: object) -> None:
+        seen.append(gc.isenabled())  # southbound calls run with the collector on
+
+    from scheduler import Descriptor
+
+    planning: list[bool] = []
+
+    def dependencies(key: str, value: object) -> list[object]:
+        planning.append(gc.isenabled())
+        return []
+
+    engine.registry.register(
+        Descriptor(
+            name="x",
+            key_selector=lambda k: True,
+            create=create,
+            delete=sb.delete,
+            dependencies=dependencies,  # type: ignore[arg-type]
+        )
+    )
+    assert gc.isenabled()
+    engine.run_nb({f"k{n}": {} for n in range(5)})
+    assert planning == [False] * 5
+    assert seen == [True] * 5
+    assert gc.isenabled()
+    planning.clear()
+    engine.run_nb({"small": {}})  # below the threshold: not paused
+    assert planning == [True]
+    gc.disable()
+    try:
+        with GcPause(True):
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the application's choice is left alone
+    finally:
+        gc.enable()
