@@ -8,20 +8,19 @@ or None when the field is absent or bad (the error is recorded).
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from southbound.linux.addr import Cidr, parse_cidr, parse_network
 from southbound.linux.errors import InvalidValueError
 
 IFNAMSIZ = 16  # the kernel's limit, including the terminating NUL: names are at most 15 chars
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+_BAD_NAME_CHARACTER = re.compile(r"[/:\s]")
 _ABSENT: Any = object()
 
-IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -33,24 +32,17 @@ def interface_name_problem(name: object) -> str | None:
         return f"must be at most {IFNAMSIZ - 1} characters (got {len(name)})"
     if name in (".", ".."):
         return "must not be '.' or '..'"
-    if any(ch == "/" or ch == ":" or ch.isspace() for ch in name):
+    if _BAD_NAME_CHARACTER.search(name):
         return "must not contain '/', ':' or whitespace"
     if not name.isprintable():
         return "must contain printable characters only"
     return None
 
 
-@functools.lru_cache(maxsize=65536)
-def parse_cidr(text: str) -> IPInterface:
-    """An address with its prefix length; the "/len" is mandatory (no silent /32)."""
-    if "/" not in text:
-        raise ValueError("missing '/<prefix length>'")
-    return ipaddress.ip_interface(text)
-
-
 def normalise_cidr(text: str) -> str:
-    """Canonical text of an interface address: compressed, lower case (used in keys)."""
-    return str(parse_cidr(text))
+    """Canonical text of an interface address: compressed, lower case (used in keys). The
+    "/len" is mandatory (no silent /32)."""
+    return parse_cidr(text).text
 
 
 class FieldChecker:
@@ -157,14 +149,14 @@ class FieldChecker:
             self.fail(field or name, "must be an IPv4 or IPv6 address")
             return None
 
-    def take_network(self, name: str) -> IPNetwork | None:
+    def take_network(self, name: str) -> Cidr | None:
         raw = self._get(self.value, name)
         if raw is _ABSENT:
             return None
         try:
-            if not isinstance(raw, str) or "/" not in raw:
+            if not isinstance(raw, str):
                 raise ValueError("not a CIDR")
-            return ipaddress.ip_network(raw, strict=True)
+            return parse_network(raw)
         except ValueError:
             self.fail(name, "must be a network in CIDR notation with host bits zero, "
                             "e.g. '10.1.0.0/16'")
@@ -203,9 +195,8 @@ class FieldChecker:
         return raw
 
 
-def _address_sort_key(cidr: str) -> tuple[int, int, int]:
-    interface = parse_cidr(cidr)
-    return interface.version, int(interface.ip), interface.network.prefixlen
+def _address_sort_key(cidr: str) -> tuple[int, bytes, int]:
+    return parse_cidr(cidr).sort_key
 
 
 def sort_addresses(addresses: Iterable[str]) -> list[str]:

@@ -5,12 +5,13 @@ The scheduler hands the same value object to ``validate``, ``dependencies``,
 keep a reference to the value, so an id cannot be reused while its entry lives; a hit also
 checks identity. Values are never mutated by the scheduler or the descriptors (a rule of the
 descriptor API), which is what makes identity a valid cache key.
+
+No lock: single dict operations are atomic under the GIL, and a race can at worst parse a value
+twice or evict an entry early.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -21,30 +22,25 @@ class ParseCache(Generic[S]):
     def __init__(self, parse: Callable[[str, object], S], size: int = 65536) -> None:
         self._parse = parse
         self._size = size
-        self._entries: OrderedDict[tuple[str, int], tuple[object, S]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, int], tuple[object, S]] = {}
 
     def get(self, key: str, value: object) -> S:
         """The parsed value (raises what ``parse`` raises; failures are not cached)."""
-        slot = (key, id(value))
-        with self._lock:
-            entry = self._entries.get(slot)
-            if entry is not None and entry[0] is value:
-                self._entries.move_to_end(slot)
-                return entry[1]
+        entry = self._entries.get((key, id(value)))
+        if entry is not None and entry[0] is value:
+            return entry[1]
         parsed = self._parse(key, value)
-        with self._lock:
-            self._entries[slot] = (value, parsed)
-            if len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+        self.put(key, value, parsed)
         return parsed
 
     def put(self, key: str, value: object, parsed: S) -> None:
         """Record an already known parse result (e.g. a value Retrieve built from a spec)."""
-        with self._lock:
-            self._entries[(key, id(value))] = (value, parsed)
-            if len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+        entries = self._entries
+        entries[(key, id(value))] = (value, parsed)
+        if len(entries) > self._size:
+            # Oldest first (dicts keep insertion order): a bounded FIFO is enough here.
+            for oldest in list(entries)[: len(entries) - self._size]:
+                entries.pop(oldest, None)
 
     def try_get(self, key: str, value: object) -> S | None:
         """The parsed value, or None when the value is invalid."""

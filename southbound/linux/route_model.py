@@ -10,12 +10,12 @@ IPv4 route without gateway and ``universe`` otherwise (IPv6 routes only have ``u
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 from southbound.linux import keys
-from southbound.linux.fields import FieldChecker, IPNetwork, interface_name_problem
+from southbound.linux.addr import Cidr, parse_address, parse_cidr, parse_network
+from southbound.linux.fields import FieldChecker, interface_name_problem
 
 SCOPES = {"universe": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
 SCOPE_NAMES = {number: name for name, number in SCOPES.items()}
@@ -36,14 +36,6 @@ class RouteSpec:
     gateway: str | None
     metric: int
     scope: str
-
-    @property
-    def network(self) -> IPNetwork:
-        return ipaddress.ip_network(self.dst)
-
-    @property
-    def family_version(self) -> int:
-        return self.network.version
 
     def to_value(self) -> dict[str, Any]:
         return {
@@ -90,7 +82,7 @@ def parse_route(key: str, value: object) -> RouteSpec:
     _agrees_with_key(check, "dev", dev)
     value_dst = check.take_network("dst")
     if value_dst is not None and network is not None and value_dst != network:
-        check.fail("dst", f"must match the key ({network})")
+        check.fail("dst", f"must match the key ({network.text})")
     gateway = check.take_ip("gateway")
     metric = check.take_int("metric", *METRIC_RANGE)
     scope = check.take_choice("scope", SCOPES)
@@ -108,7 +100,7 @@ def parse_route(key: str, value: object) -> RouteSpec:
         metric = default_metric(network.version)
     return RouteSpec(
         table=table,
-        dst=str(network),
+        dst=network.text,
         dev=dev,
         gateway=gateway_text,
         metric=metric,
@@ -129,12 +121,17 @@ def _key_table(check: FieldChecker, text: str) -> int | None:
     return int(text)
 
 
-def _key_network(check: FieldChecker, text: str) -> IPNetwork | None:
+def _key_network(check: FieldChecker, text: str) -> Cidr | None:
     try:
-        return ipaddress.ip_network(text, strict=True)
+        network = parse_network(text)
     except ValueError:
         check.fail("(key)", "destination must be a network in CIDR notation with host bits zero")
         return None
+    if network.text != text:
+        # Retrieve reports routes under the canonical key: another spelling would never match.
+        check.fail("(key)", f"write the destination {text} as {network.text}")
+        return None
+    return network
 
 
 def _agrees_with_key(check: FieldChecker, field: str, expected: object) -> None:
@@ -148,7 +145,6 @@ def _agrees_with_key(check: FieldChecker, field: str, expected: object) -> None:
 def gateway_in_address(gateway: str, cidr: str) -> bool:
     """Whether an interface address (``10.0.0.1/24``) puts ``gateway`` in a connected subnet."""
     try:
-        interface = ipaddress.ip_interface(cidr)
-        return ipaddress.ip_address(gateway) in interface.network
+        return parse_cidr(cidr).contains(parse_address(gateway)[1])
     except ValueError:
         return False

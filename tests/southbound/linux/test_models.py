@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import ipaddress
 
-from southbound.linux import keys
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from southbound.linux import addr, keys
 from southbound.linux.errors import InvalidValueError
 from southbound.linux.interface_model import parse_interface
 from southbound.linux.route_model import gateway_in_address, parse_route
@@ -136,6 +140,7 @@ def test_route_canonical_defaults() -> None:
 
 @pytest.mark.parametrize(("key", "value", "field", "fragment"), [
     ("linux/route/main/10.1.0.1/16/v0", {}, "(key)", "host bits zero"),
+    ("linux/route/main/fd01:0::/64/v0", {}, "(key)", "as fd01::/64"),
     ("linux/route/mainx/10.1.0.0/16/v0", {}, "(key)", "table must be one of"),
     ("linux/route/0/10.1.0.0/16/v0", {}, "(key)", "table must be one of"),
     ("linux/route/main/10.1.0.0/16/v0", {"table": 100}, "table", "match the key"),
@@ -176,3 +181,29 @@ def test_route_tables_are_named_in_keys() -> None:
     assert "as 'main'" in str(invalid_fields(parse_route, "linux/route/254/10.1.0.0/16/v0", {}))
     assert keys.route_key(254, "10.1.0.0/16", "v0") == "linux/route/main/10.1.0.0/16/v0"
     assert keys.route_key(7, "10.1.0.0/16", "v0") == "linux/route/7/10.1.0.0/16/v0"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.tuples(st.ip_addresses(v=4), st.integers(0, 32)),
+    st.tuples(st.ip_addresses(v=6), st.integers(0, 128)),
+))
+def test_fast_cidr_parsing_agrees_with_ipaddress(sample) -> None:
+    address, prefixlen = sample
+    for spelling in {str(address), address.exploded}:
+        text = f"{spelling}/{prefixlen}"
+        parsed = addr.parse_cidr(text)
+        assert ipaddress.ip_interface(parsed.text) == ipaddress.ip_interface(text)
+        assert addr.parse_cidr(parsed.text).text == parsed.text  # canonical is a fixed point
+        network = ipaddress.ip_interface(text).network
+        assert parsed.host_bits_zero == (network.network_address == address)
+        assert parsed.contains(address.packed)
+        assert parsed.contains(network.network_address.packed)
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "10.0.0.1/33", "10.0.0/8", "010.0.0.1/8",
+                                  "fd00::1/129", "fd00::g/64", "10.0.0.1/+8", "/8", "x/8",
+                                  "fe80::1%eth0/64", "10.0.0.1/ 8"])
+def test_fast_cidr_parsing_rejects_what_ipaddress_rejects(text) -> None:
+    with pytest.raises(ValueError):
+        addr.parse_cidr(text)
