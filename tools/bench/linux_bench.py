@@ -91,7 +91,7 @@ def count_state(netns: str) -> tuple[int, int]:
 def run_scheduler(pairs: list[Pair]) -> tuple[float, float]:
     values = desired_state(pairs)
     with fresh_netns() as netns:
-        scheduler = KVScheduler(record_history=False)
+        scheduler = KVScheduler()  # as the agent runs it (history recorded)
         plugin = register(scheduler, netns)
         try:
             txn = scheduler.start_txn()
