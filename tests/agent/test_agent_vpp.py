@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,12 @@ from kvmesh.vppemu import EmulatorProcess
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Mesh, Node
 from tests.util import wait_until
+
+
+def counter(agent: Agent, service: str, name: str) -> int:
+    value = agent.recon.status("vpp")["vpp"][service][name]
+    assert isinstance(value, int)
+    return value
 
 
 @dataclass
@@ -79,11 +85,16 @@ def test_config_is_held_back_until_vpp_is_known_and_disconnect_cancels(setup: Se
         gate.wait(60)
         return True
 
+    def succeed(device: str, token: CancelToken) -> bool:
+        return True
+
+    def end_of(name: str) -> Callable[[str], None]:
+        return lambda device: ends.append(f"{name}@{device}")
+
     for name, priority in (("early", 5), ("hold", 15), ("late", 25)):
         agent.recon.register(ReconciliationService(
             name, priority, ResultIntent.DO_NOTHING,
-            hold_first_run if name == "hold" else (lambda d, t: True),
-            end=lambda device, name=name: ends.append(f"{name}@{device}")))
+            hold_first_run if name == "hold" else succeed, end=end_of(name)))
     agent.start()
     assert first_run.wait(30), "reconciliation reached the holding service"
     assert setup.vpp_state() is DeviceState.RECONCILING
@@ -99,8 +110,7 @@ def test_config_is_held_back_until_vpp_is_known_and_disconnect_cancels(setup: Se
     setup.emulator.control.disconnect()
     wait_until(lambda: len(ends) >= 3, timeout=30, message="end callbacks after the disconnect")
     assert ends[:3] == ["early@vpp", "hold@vpp", "late@vpp"]
-    wait_until(lambda: agent.recon.status("vpp")["vpp"]["hold"]["cancellations"] >= 1,
-               timeout=30)
+    wait_until(lambda: counter(agent, "hold", "cancellations") >= 1, timeout=30)
     gate.set()
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30,
                message="VPP KNOWN after the reconnect")
@@ -138,4 +148,4 @@ def test_vpp_restart_is_reconciled_back(setup: Setup) -> None:
     setup.emulator.control.restart()  # VPP restarts empty
     wait_until(lambda: "loop7" in setup.vpp_interfaces(), timeout=30,
                message="reconciliation after the reconnect restored the interface")
-    assert agent.recon.status("vpp")["vpp"]["resync-interfaces"]["successes"] >= 2
+    assert counter(agent, "resync-interfaces", "successes") >= 2

@@ -64,7 +64,7 @@ def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         try:
-            first = wait_until(lambda: agent_pid(http_port), timeout=60,
+            first = wait_until(lambda: agent_pid(http_port) or 0, timeout=60,
                                message="agent started by the node")
             os.kill(first, signal.SIGKILL)
             second = wait_until(lambda: (agent_pid(http_port) or first) != first
