@@ -17,11 +17,12 @@ Baselines measured in the same run (ratio = metric / baseline):
     cluster (same processes: node + agent), until its single direct peer has them all.
 
 Breakdown of config_to_applied (p50 of each segment, for finding where the time goes):
-  flood_out   set on n1 -> the config key published by the farthest node
-  agent       -> the status record's timestamp (agent coalescing + scheduler + netlink)
-  publish     -> the status key published by the farthest node (status thread + KEY_SET)
-  flood_back  -> the status key published by n1
-The status record's "time" is wall clock (ms resolution): the agent/publish split is +-1 ms.
+  flood_out   set on n1 -> the config key published by the farthest node (KvStore flood)
+  nb_wait     -> start of the agent's transaction (agent: stream drain + coalescing)
+  txn         -> end of that transaction (scheduler + netlink), from the agent's txn history
+  status_out  -> the status key published by the farthest node (status thread + KEY_SET)
+  flood_back  -> the status key published by n1 (KvStore flood)
+Transaction times are the agent's wall clock, mapped to this process's monotonic clock.
 
 Needs root for the per-node network namespaces (the Linux southbound). Without root, or with
 --no-namespaces, config_to_applied cannot be measured (agents have no southbound): only the hop
@@ -41,10 +42,10 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ WARMUP_SAMPLES = 2
 SAMPLE_TIMEOUT_S = 20.0
 CONVERGENCE_TIMEOUT_S = 120.0
 BRIDGE = {"type": "bridge"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class BenchError(RuntimeError):
@@ -193,10 +195,13 @@ def connect_streams(streams: Streams, client: KvStoreClient, origin: str) -> Non
 @contextmanager
 def running_cluster(run_dir: Path, nodes: int, topology: str,
                     namespaces: bool) -> Iterator[cluster.ClusterState]:
+    # Namespaces named after this process: never those of a user's `kvmesh cluster up`.
+    netns_prefix = f"kvbench{os.getpid()}"
     say(f"starting a {nodes}-node {topology} in {run_dir}"
-        f"{' (namespaces kvmesh-n1..)' if namespaces else ' (no namespaces)'}")
+        f"{f' (namespaces {netns_prefix}-n1..)' if namespaces else ' (no namespaces)'}")
     started = time.monotonic()
-    state = cluster.up(nodes, topology, run_dir=run_dir, namespaces=namespaces)
+    state = cluster.up(nodes, topology, run_dir=run_dir, namespaces=namespaces,
+                       netns_prefix=netns_prefix)
     say(f"  up in {time.monotonic() - started:.1f}s")
     try:
         yield state
@@ -237,7 +242,18 @@ class ConfigSamples:
     segments_ms: dict[str, list[float]]
 
 
-SEGMENTS = ("flood_out", "agent", "publish", "flood_back")
+@dataclass(frozen=True)
+class ConfigMarks:
+    """Monotonic times of one config sample, as seen by this process."""
+
+    model_key: str
+    start: float
+    config_at_far: float
+    status_at_far: float
+    status_at_origin: float
+
+
+SEGMENTS = ("flood_out", "nb_wait", "txn", "status_out", "flood_back")
 
 
 def is_configured(event: Event, key: str) -> bool:
@@ -245,11 +261,6 @@ def is_configured(event: Event, key: str) -> bool:
         return False
     record = decode_status(event.value.value)
     return record is not None and record.get("state") == "CONFIGURED"
-
-
-def configured_at(event_value: Value) -> float:
-    record = decode_status(event_value.value) or {}
-    return float(record.get("time", 0.0))
 
 
 def measure_config(state: cluster.ClusterState, samples: int,
@@ -260,6 +271,7 @@ def measure_config(state: cluster.ClusterState, samples: int,
     client = KvStoreClient(state.nodes[origin].cmd_url, timeout_s=10.0)
     streams = Streams(context)
     result = ConfigSamples([], [], {s: [] for s in SEGMENTS})
+    marks: list[ConfigMarks] = []
     try:
         if not hop_only:
             wait_devices_known(client, names)
@@ -267,8 +279,6 @@ def measure_config(state: cluster.ClusterState, samples: int,
         streams.add(origin, state.nodes[origin].pub_url, watched)
         streams.add(far, state.nodes[far].pub_url, watched)
         connect_streams(streams, client, origin)
-        # Wall clock -> monotonic, for the status record's timestamp.
-        wall_offset = time.time() - time.monotonic()
         for i in range(WARMUP_SAMPLES + samples):
             counted = i >= WARMUP_SAMPLES
             hop = hop_sample(client, streams, origin, far, i)
@@ -276,14 +286,19 @@ def measure_config(state: cluster.ClusterState, samples: int,
                 result.hop_ms.append(hop)
             if hop_only:
                 continue
-            total, segments = config_sample(client, streams, origin, far, i, wall_offset)
+            sample = config_sample(client, streams, origin, far, i)
             if counted:
-                result.total_ms.append(total)
-                for name, ms in segments.items():
-                    result.segments_ms[name].append(ms)
+                result.total_ms.append((sample.status_at_origin - sample.start) * 1000)
+                marks.append(sample)
     finally:
         streams.close()
         client.close()
+    if marks:
+        # Read after sampling so the HTTP requests do not load the agent during samples.
+        txns = transaction_times(str(state.nodes[far].http))
+        for sample in marks:
+            for name, ms in split(sample, txns[sample.model_key]).items():
+                result.segments_ms[name].append(ms)
     return result
 
 
@@ -296,29 +311,42 @@ def hop_sample(client: KvStoreClient, streams: Streams, origin: str, far: str, i
     return (hit["seen"] - start) * 1000
 
 
-def config_sample(client: KvStoreClient, streams: Streams, origin: str, far: str, i: int,
-                  wall_offset: float) -> tuple[float, dict[str, float]]:
+def config_sample(client: KvStoreClient, streams: Streams, origin: str, far: str,
+                  i: int) -> ConfigMarks:
+    """A fresh bridge per sample, so every sample is a create (and none waits for a delete)."""
     model_key = f"linux/interface/kvb{i}"
     ckey, skey = config_key(far, model_key), status_key(far, model_key)
-    applied: dict[str, float] = {}
-
-    def status_on_far(event: Event) -> bool:
-        if event.stream == far and is_configured(event, skey):
-            applied["at"] = configured_at(event.value) - wall_offset
-            return True
-        return False
-
     value = make_value(encode_config_value(BRIDGE), version=1, originator_id=origin)
     start = time.monotonic()
     client.set({ckey: value})
     hit = streams.wait({
         "config@far": lambda e: e.stream == far and e.key == ckey,
-        "status@far": status_on_far,
+        "status@far": lambda e: e.stream == far and is_configured(e, skey),
         "status@origin": lambda e: e.stream == origin and is_configured(e, skey),
     }, SAMPLE_TIMEOUT_S)
-    marks = [start, hit["config@far"], applied["at"], hit["status@far"], hit["status@origin"]]
-    segments = {name: (marks[n + 1] - marks[n]) * 1000 for n, name in enumerate(SEGMENTS)}
-    return (hit["status@origin"] - start) * 1000, segments
+    return ConfigMarks(model_key, start, hit["config@far"], hit["status@far"],
+                       hit["status@origin"])
+
+
+def transaction_times(http: str) -> dict[str, tuple[float, float]]:
+    """Model key -> (start, end) of the agent transaction that applied it, in this process's
+    monotonic clock (the agent records wall-clock times)."""
+    with urllib.request.urlopen(f"http://{http}/scheduler/txn-history", timeout=10) as resp:
+        records = json.load(resp)
+    offset = time.time() - time.monotonic()
+    times: dict[str, tuple[float, float]] = {}
+    for record in records:
+        if record.get("end") is None:
+            continue
+        for value in record.get("values", []):
+            times.setdefault(value["key"], (record["start"] - offset, record["end"] - offset))
+    return times
+
+
+def split(sample: ConfigMarks, txn: tuple[float, float]) -> dict[str, float]:
+    marks = [sample.start, sample.config_at_far, txn[0], txn[1], sample.status_at_far,
+             sample.status_at_origin]
+    return {name: (marks[n + 1] - marks[n]) * 1000 for n, name in enumerate(SEGMENTS)}
 
 
 # ---------------------------------------------------------------------- convergence
@@ -340,59 +368,109 @@ def signature_of(client: KvStoreClient, prefix: str) -> tuple[str, int]:
     return store_signature(key_vals), len(key_vals)
 
 
-def converge(state: cluster.ClusterState, prefix: str) -> tuple[float, dict[str, float]]:
+@dataclass
+class ConvergeRun:
+    total_s: float
+    complete_s: dict[str, float]  # when each node first held every key
+    cpu_nodes_s: float  # CPU time of the KvStore node processes during the run
+    cpu_agents_s: float  # ... and of their agents
+    received_kv: int  # key-values received from peers, summed over the nodes
+
+
+def cpu_seconds(node_pids: list[int]) -> tuple[float, float]:
+    """CPU time (user + system) of the node processes and of their children (the agents:
+    `node run --agent` supervises its agent as a child process in its own session)."""
+    wanted = set(node_pids)
+    nodes = agents = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid, ppid = int(entry), int(fields[1])
+        ticks = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if pid in wanted:
+            nodes += ticks
+        elif ppid in wanted:
+            agents += ticks
+    return nodes, agents
+
+
+def received_kv(clients: dict[str, KvStoreClient]) -> int:
+    return sum(c.counters().get("kvstore.received_key_vals", 0) for c in clients.values())
+
+
+def num_keys(client: KvStoreClient) -> int:
+    # A counter, not NODE_INFO: NODE_INFO computes the root digest, and polling it would make
+    # every node refresh its digest tree over and over while the keys arrive.
+    return client.counters().get("kvstore.num_keys", 0)
+
+
+def converge(state: cluster.ClusterState, prefix: str) -> ConvergeRun:
     """Seconds from the first KEY_SET on the first node until every node holds the N_KEYS keys
-    with equal signatures; plus when each node first held them all."""
+    with equal signatures."""
     names = list(state.nodes)
     origin = names[0]
+    pids = [info.pids["node"] for info in state.nodes.values() if "node" in info.pids]
     clients = {name: KvStoreClient(info.cmd_url, timeout_s=30.0)
                for name, info in state.nodes.items()}
     try:
-        base = {name: c.node_info(refresh=True).num_keys or 0 for name, c in clients.items()}
+        base = {name: num_keys(c) for name, c in clients.items()}
+        received_before = received_kv(clients)
         batches = key_batches(prefix, origin)
         done: dict[str, float] = {}
+        cpu_before = cpu_seconds(pids)
         start = time.monotonic()
         for batch in batches:
             refused = clients[origin].set(batch)
             if refused:
                 raise BenchError(f"{len(refused)} key(s) refused, e.g. {next(iter(refused))}")
         deadline = start + CONVERGENCE_TIMEOUT_S
+        first_check = True
         while True:
             for name, c in clients.items():
-                if name not in done and (c.node_info(refresh=True).num_keys or 0) >= (
-                        base[name] + N_KEYS):
+                if name not in done and num_keys(c) >= base[name] + N_KEYS:
                     done[name] = time.monotonic() - start
             if len(done) == len(clients):
                 # Counts are only the cheap pre-check: the `kvmesh signature` of the prefix
                 # must be the same everywhere (a count could hide a stale or missing value).
-                sigs = {name: signature_of(c, prefix) for name, c in clients.items()}
-                if len(set(sigs.values())) == 1 and next(iter(sigs.values()))[1] == N_KEYS:
-                    return max(done.values()), done
+                sigs = {signature_of(c, prefix) for c in clients.values()}
+                if len(sigs) == 1 and next(iter(sigs))[1] == N_KEYS:
+                    end = max(done.values()) if first_check else time.monotonic() - start
+                    break
+                first_check = False
             if time.monotonic() > deadline:
                 raise BenchError(f"no convergence within {CONVERGENCE_TIMEOUT_S:g}s "
                                  f"(complete: {sorted(done)})")
             time.sleep(0.002)  # polling interval: keeps the poller off a busy 2-core machine
+        cpu_after = cpu_seconds(pids)
+        return ConvergeRun(end, done, cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1],
+                           received_kv(clients) - received_before)
     finally:
         for c in clients.values():
             c.close()
 
 
+@dataclass
+class ConvergenceSamples:
+    ring: list[ConvergeRun]
+    pair: list[ConvergeRun]
+
+
 def measure_convergence(ring: cluster.ClusterState, pair: cluster.ClusterState,
-                        runs: int) -> tuple[list[float], list[float], dict[str, list[float]]]:
+                        runs: int) -> ConvergenceSamples:
     """Runs alternate between the ring and the pair so both see the same machine load."""
-    ring_s: list[float] = []
-    pair_s: list[float] = []
-    per_node: dict[str, list[float]] = {name: [] for name in ring.nodes}
+    result = ConvergenceSamples([], [])
     tag = os.getpid()
     for run in range(runs):
-        total, done = converge(ring, f"bench/conv/{tag}-{run}/")
-        ring_s.append(total)
-        for name, t in done.items():
-            per_node[name].append(t)
-        one_peer, _ = converge(pair, f"bench/conv/{tag}-{run}/")
-        pair_s.append(one_peer)
-        say(f"  convergence run {run + 1}/{runs}: ring {total:.3f}s, one peer {one_peer:.3f}s")
-    return ring_s, pair_s, per_node
+        prefix = f"bench/conv/{tag}-{run}/"
+        result.ring.append(converge(ring, prefix))
+        result.pair.append(converge(pair, prefix))
+        say(f"  convergence run {run + 1}/{runs}: ring {result.ring[-1].total_s:.3f}s, "
+            f"one peer {result.pair[-1].total_s:.3f}s")
+    return result
 
 
 # ---------------------------------------------------------------------- process plumbing
@@ -416,23 +494,16 @@ def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
-def existing_namespaces(nodes: int) -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    present = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
-    return sorted(f"kvmesh-n{i}" for i in range(1, nodes + 1) if f"kvmesh-n{i}" in present)
-
-
 # ---------------------------------------------------------------------- report
 
 
-def build_result(config: ConfigSamples | None, hop_ms: list[float], ring_s: list[float],
-                 pair_s: list[float], per_node: dict[str, list[float]], nodes: int,
-                 far: str) -> dict[str, float]:
+def build_result(config: ConfigSamples, convergence: ConvergenceSamples, nodes: int,
+                 with_config: bool) -> dict[str, float]:
     result: dict[str, float] = {"nodes": nodes, "farthest_hops": nodes // 2}
-    hop_p50 = percentile(hop_ms, 50)
+    hop_p50 = percentile(config.hop_ms, 50)
     result["hop_to_farthest_p50_ms"] = round(hop_p50, 2)
-    result["hop_to_farthest_p90_ms"] = round(percentile(hop_ms, 90), 2)
-    if config is not None:
+    result["hop_to_farthest_p90_ms"] = round(percentile(config.hop_ms, 90), 2)
+    if with_config:
         p50 = percentile(config.total_ms, 50)
         result["config_to_applied_p50_ms"] = round(p50, 2)
         result["config_to_applied_p90_ms"] = round(percentile(config.total_ms, 90), 2)
@@ -440,52 +511,65 @@ def build_result(config: ConfigSamples | None, hop_ms: list[float], ring_s: list
         result["config_to_applied_ratio"] = round(p50 / hop_p50, 1)
         for name, values in config.segments_ms.items():
             result[f"config_to_applied_{name}_p50_ms"] = round(percentile(values, 50), 2)
-    conv, one_peer = median(ring_s), median(pair_s)
+    ring, pair = convergence.ring, convergence.pair
+    conv = median([r.total_s for r in ring])
+    one_peer = median([r.total_s for r in pair])
     result["convergence_10k_keys_s"] = round(conv, 3)
-    result["convergence_10k_keys_runs"] = len(ring_s)
+    result["convergence_10k_keys_runs"] = len(ring)
     result["convergence_10k_keys_one_peer_s"] = round(one_peer, 3)
     result["convergence_10k_keys_ratio"] = round(conv / one_peer, 2)
-    for name, values in per_node.items():
-        result[f"convergence_10k_keys_{name}_s"] = round(median(values), 3)
+    for name in ring[0].complete_s:
+        result[f"convergence_10k_keys_{name}_s"] = round(
+            median([r.complete_s[name] for r in ring]), 3)
+    result["convergence_cpu_nodes_s"] = round(median([r.cpu_nodes_s for r in ring]), 2)
+    result["convergence_cpu_agents_s"] = round(median([r.cpu_agents_s for r in ring]), 2)
+    result["convergence_received_kv_per_key"] = round(
+        median([r.received_kv / N_KEYS for r in ring]), 2)
     return result
 
 
 def verdict(metric: str, value: float) -> str:
     target = TARGETS[metric]
-    return f"<= {target:g}  {'ok' if value <= target else 'MISSED'}"
+    return f"<= {target:g} {'ok' if value <= target else 'MISSED'}"
 
 
-def print_table(result: dict[str, float], far: str, notes: list[str]) -> None:
-    rows: list[tuple[str, str, str, str]] = [("metric", "value", "target", "baseline / ratio")]
+def print_table(result: dict[str, float], notes: list[str]) -> None:
+    nodes = int(result["nodes"])
+    rows: list[tuple[str, str, str, str]] = [("metric", "value", "target", "baseline -> ratio")]
+    hop = f"hop_to_farthest_p50_ms {result['hop_to_farthest_p50_ms']:.2f}"
     if "config_to_applied_p50_ms" in result:
-        hop = result["hop_to_farthest_p50_ms"]
-        rows.append(("config_to_applied_p50_ms", f"{result['config_to_applied_p50_ms']:.1f}",
-                     verdict("config_to_applied_p50_ms", result["config_to_applied_p50_ms"]),
-                     f"hop_to_farthest_p50_ms {hop:.2f} -> x{result['config_to_applied_ratio']}"))
+        p50 = result["config_to_applied_p50_ms"]
+        rows.append(("config_to_applied_p50_ms", f"{p50:.1f}",
+                     verdict("config_to_applied_p50_ms", p50),
+                     f"{hop} -> x{result['config_to_applied_ratio']}"))
         rows.append(("config_to_applied_p90_ms", f"{result['config_to_applied_p90_ms']:.1f}",
                      "", f"hop_to_farthest_p90_ms {result['hop_to_farthest_p90_ms']:.2f}"))
-        for name in SEGMENTS:
-            rows.append((f"  {name}_p50_ms", f"{result[f'config_to_applied_{name}_p50_ms']:.1f}",
-                         "", ""))
     else:
         rows.append(("hop_to_farthest_p50_ms", f"{result['hop_to_farthest_p50_ms']:.2f}", "", ""))
-    rows.append(("convergence_10k_keys_s", f"{result['convergence_10k_keys_s']:.3f}",
-                 verdict("convergence_10k_keys_s", result["convergence_10k_keys_s"]),
+    conv = result["convergence_10k_keys_s"]
+    rows.append(("convergence_10k_keys_s", f"{conv:.3f}", verdict("convergence_10k_keys_s", conv),
                  f"one_peer_s {result['convergence_10k_keys_one_peer_s']:.3f} -> "
                  f"x{result['convergence_10k_keys_ratio']}"))
-    nodes = int(result["nodes"])
-    for i in range(2, nodes + 1):
-        rows.append((f"  n{i}_complete_s", f"{result[f'convergence_10k_keys_n{i}_s']:.3f}",
-                     "", ""))
     widths = [max(len(row[c]) for row in rows) for c in range(4)]
-    print(f"cluster_bench: {nodes}-node ring, farthest node {far} "
+    far = farthest_node([f"n{i}" for i in range(1, nodes + 1)])
+    print(f"cluster_bench: {nodes}-node ring, config from n1 for {far} "
           f"({nodes // 2} hops each way)")
     for row in rows:
         print("  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip())
+    print("where the time goes:")
+    if "config_to_applied_p50_ms" in result:
+        print("  config_to_applied p50 ms: " + ", ".join(
+            f"{name} {result[f'config_to_applied_{name}_p50_ms']:.1f}" for name in SEGMENTS))
+    print("  convergence, each node complete at s: " + ", ".join(
+        f"{name} {result[f'convergence_10k_keys_{name}_s']:.3f}"
+        for name in (f"n{i}" for i in range(1, nodes + 1))))
+    print(f"  convergence CPU s: nodes {result['convergence_cpu_nodes_s']:.2f}, "
+          f"agents {result['convergence_cpu_agents_s']:.2f}; key-values received per key "
+          f"(all nodes) {result['convergence_received_kv_per_key']:.2f}")
     samples = int(result.get("config_to_applied_samples", 0))
     runs = int(result["convergence_10k_keys_runs"])
-    print(f"config_to_applied: {samples} samples (after {WARMUP_SAMPLES} warm-up); "
-          f"convergence: median of {runs} run(s)")
+    print(f"config_to_applied: {samples} samples (after {WARMUP_SAMPLES} warm-up), "
+          f"p50/p90 nearest rank; convergence: median of {runs} run(s)")
     for note in notes:
         print(f"note: {note}")
 
@@ -506,18 +590,14 @@ def main(argv: list[str] | None = None) -> int:
     nodes = args.nodes or (4 if args.quick else 8)
     samples = args.samples or (5 if args.quick else 20)
     runs = args.runs or (1 if args.quick else 3)
-    if nodes < 3:
-        parser.error("--nodes must be >= 3 (a ring)")
+    if nodes < 3 or samples < 1 or runs < 1:
+        parser.error("--nodes must be >= 3 (a ring); --samples and --runs >= 1")
 
     notes: list[str] = []
     namespaces = os.geteuid() == 0 and not args.no_namespaces
     if not namespaces:
-        notes.append("config_to_applied NOT measured: needs root and per-node namespaces "
+        notes.append("config_to_applied NOT measured: it needs root for the per-node namespaces "
                      "(Linux southbound); only the hop baseline and convergence were")
-    elif taken := existing_namespaces(nodes):
-        say(f"error: namespace(s) {', '.join(taken)} exist (a kvmesh cluster is running?): "
-            f"stop it with `kvmesh cluster down` or use --no-namespaces")
-        return 1
 
     signal.signal(signal.SIGTERM, on_sigterm)
     run_dir = Path(tempfile.mkdtemp(prefix="kvmesh-cluster-bench-"))
@@ -529,9 +609,8 @@ def main(argv: list[str] | None = None) -> int:
             config = measure_config(ring, samples, hop_only=not namespaces)
             with running_cluster(run_dir / "pair", 2, "chain", False) as pair:
                 say(f"convergence: {runs} run(s) of {N_KEYS} keys")
-                ring_s, pair_s, per_node = measure_convergence(ring, pair, runs)
-        result = build_result(config if namespaces else None, config.hop_ms, ring_s, pair_s,
-                              per_node, nodes, far)
+                convergence = measure_convergence(ring, pair, runs)
+        result = build_result(config, convergence, nodes, with_config=namespaces)
         ok = True
     except KeyboardInterrupt:
         say("interrupted: cluster torn down")
@@ -545,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        print_table(result, far, notes)
+        print_table(result, notes)
     return 0
 
 
