@@ -23,6 +23,9 @@ Breakdown of config_to_applied (p50 of each segment, for finding where the time 
   status_out  -> the status key published by the farthest node (status thread + KEY_SET)
   flood_back  -> the status key published by n1 (KvStore flood)
 Transaction times are the agent's wall clock, mapped to this process's monotonic clock.
+Convergence, also reported: when each node held every key, the CPU time of the node processes,
+of their agents and of this process during the run, and how many key-values the nodes received
+per key set (floods on a ring deliver some keys twice).
 
 Needs root for the per-node network namespaces (the Linux southbound). Without root, or with
 --no-namespaces, config_to_applied cannot be measured (agents have no southbound): only the hop
@@ -30,6 +33,7 @@ baseline and convergence are, and the output says so.
 
 Usage: cluster_bench.py [--quick] [--json] [--nodes N] [--samples N] [--runs N] [--no-namespaces]
   --quick: a 4-node ring (farthest node n3), 5 samples, 1 convergence run: well under a minute.
+  --json: one JSON object, metric name -> number (every figure above, by its name).
 The cluster runs from a temporary directory and is always torn down (also on Ctrl-C / SIGTERM).
 """
 
