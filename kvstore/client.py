@@ -12,6 +12,7 @@ For keys that must stay alive (TTL refresh, override defence) use the asyncio cl
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -287,6 +288,8 @@ class Subscription:
         self.pub_url = pub_url
         self.prefix = prefix
         self.malformed = 0
+        self.skipped = 0
+        self._prefix_bytes = prefix.encode()
         self._sock = connect_socket(context or zmq.Context.instance(), zmq.SUB, pub_url)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
 
@@ -296,11 +299,22 @@ class Subscription:
         while True:
             wait_ms = None
             if deadline is not None:
-                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                # Round up: a truncated timeout returns just before the deadline, and a caller
+                # waiting for a window to pass would then wait a whole second window.
+                wait_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
             if not self._sock.poll(wait_ms, zmq.POLLIN):
                 return None
+            data = self._sock.recv()
+            if self._prefix_bytes and self._prefix_bytes not in data:
+                # Keys travel as plain UTF-8 in the encoding: a message without the prefix's
+                # bytes holds no matching key, so skip it without decoding (a subscriber that
+                # wants one prefix otherwise spends most of its CPU decoding other keys).
+                self.skipped += 1
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                continue
             try:
-                publication = wire.decode_publication(self._sock.recv())
+                publication = wire.decode_publication(data)
             except wire.DecodeError:
                 self.malformed += 1
                 continue

@@ -60,7 +60,8 @@ class AgentConfig:
     linux: bool = False
     vpp_socket: str | None = None
     http: tuple[str, int] | None = None
-    coalesce_s: float = 0.02
+    coalesce_s: float = 0.05  # longest a change waits for others to join its transaction
+    quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
     max_batch: int = 5000
     redump_s: float = 60.0
     downstream_resync_s: float = 300.0
@@ -324,12 +325,12 @@ class Agent:
                 try:
                     if sub is None:
                         sub = client.subscribe(prefix=config_prefix(cfg.node))
-                    self._drain(sub, timeout=min(cfg.coalesce_s, 0.05))
+                    received = self._drain(sub, timeout=self._poll_timeout())
                     now = time.monotonic()
                     if self._initial_load_done.is_set() and now >= next_redump:
                         next_redump = now + cfg.redump_s
                         self._load_dump(client)  # guards against a missed publication
-                    self._apply_pending()
+                    self._apply_pending(quiet=received == 0)
                     if now >= next_downstream:
                         next_downstream = now + cfg.downstream_resync_s
                         self._periodic_downstream_resync()
@@ -345,22 +346,43 @@ class Agent:
                 sub.close()
             client.close()
 
-    def _drain(self, sub: Any, timeout: float) -> None:
+    def _poll_timeout(self) -> float:
+        """How long to wait for the stream: briefly while a batch is open (it is applied as soon
+        as the stream goes quiet), never past the end of the coalescing window."""
+        first = self.desired.first_pending_at
+        idle = 0.05
+        if first is None:
+            return idle
+        left = first + self.config.coalesce_s - time.monotonic()
+        if left <= 0:
+            # The window is closed and what is still pending is held back (its device is not
+            # KNOWN): new changes are applied as they come, so just wait for the stream.
+            return idle
+        return min(self.config.quiet_s, left)
+
+    def _drain(self, sub: Any, timeout: float) -> int:
+        """Take every publication that arrives within `timeout` (and what is queued after it);
+        returns how many there were."""
+        count = 0
         publication = sub.recv(timeout_s=timeout)
         while publication is not None:
+            count += 1
             raw = {k: v.value for k, v in (publication.key_vals or {}).items()}
             with self._lock:
                 self.desired.update(raw, publication.expired_keys or ())
             publication = sub.recv(timeout_s=0)
+        return count
 
-    def _apply_pending(self) -> None:
+    def _apply_pending(self, quiet: bool) -> None:
+        """Commit pending changes once the stream went quiet, the coalescing window closed, or
+        the batch is full; changes for devices that are not KNOWN stay pending."""
         cfg = self.config
         with self._lock:
             first = self.desired.first_pending_at
             if first is None or not self._initial_load_done.is_set():
                 return
-            if (time.monotonic() - first < cfg.coalesce_s
-                    and len(self.desired.pending) < cfg.max_batch):
+            window_closed = time.monotonic() - first >= cfg.coalesce_s
+            if not (quiet or window_closed or len(self.desired.pending) >= cfg.max_batch):
                 return
             batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
         if not batch:

@@ -69,6 +69,10 @@ def test_subscription_with_prefix_filter(node: Node) -> None:
         for publication in received:
             assert set(publication.key_vals) == {"watch/k"}
             assert publication.node_ids == ["lib"]
+        # Publications without the prefix's bytes are skipped without being decoded.
+        wait_until(lambda: subscription.recv(timeout_s=0.05) is None and subscription.skipped > 0,
+                   timeout=20, message="other-key publications skipped undecoded")
+        assert subscription.malformed == 0
 
 
 def test_timeout_never_hangs() -> None:
