@@ -118,6 +118,7 @@ class LinuxPlugin:
             "watcher_notifications": watcher.notifications if watcher else 0,
             "watcher_notify_errors": watcher.notify_errors if watcher else 0,
             "watcher_resyncs": watcher.resyncs if watcher else 0,
+            "watcher_failures": watcher.failures if watcher else 0,
         }
 
     def close(self) -> None:

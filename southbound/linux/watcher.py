@@ -66,6 +66,7 @@ RTMGRP_LINK, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR = 0x1, 0x10, 0x100
 GROUPS = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
 RECEIVE_BUFFER = 1 << 18
 COALESCE_SECONDS = 0.02
+RESTART_SECONDS = 1.0
 SOCKET_BUFFER = 16 << 20
 _DUMP_PAYLOAD = {RTM_GETLINK: bytes(16), RTM_GETADDR: bytes(8)}  # ifinfomsg / ifaddrmsg
 
@@ -89,6 +90,7 @@ class HostInterfaceWatcher:
         self.notifications = 0
         self.notify_errors = 0
         self.resyncs = 0
+        self.failures = 0
         self._state = _Snapshot()
         self._fresh: _Snapshot | None = None  # being filled by a dump
         self._dump_kind = 0  # RTM_GETLINK / RTM_GETADDR while dumping, else 0
@@ -108,7 +110,11 @@ class HostInterfaceWatcher:
 
     def start(self, timeout: float = 30.0) -> None:
         """Open the socket, start the thread and wait until the first dump has been reported."""
-        self._socket = self._open_socket()
+        try:
+            self._socket = self._open_socket()
+        except BaseException:
+            self.close()
+            raise
         self._thread.start()
         if not self._ready.wait(timeout):
             self.close()
@@ -172,24 +178,40 @@ class HostInterfaceWatcher:
         buffer = bytearray(RECEIVE_BUFFER)
         view = memoryview(buffer)
         try:
-            self._resync()
             while not self._stopping:
-                readable, _, _ = select.select([self._socket.fileno(), self._wake_read], [], [])
-                if self._wake_read in readable or self._stopping:
-                    return
-                # Let a burst of events (kvmesh creating thousands of links) accumulate, then
-                # handle it in one go: far fewer wake-ups competing with the scheduler's thread.
-                # Notifications are delayed by at most this much.
-                if select.select([self._wake_read], [], [], COALESCE_SECONDS)[0]:
-                    return
-                self._drain(buffer, view)
-                self._publish()
-        except BaseException as exc:  # reported to start() or logged; the thread must not vanish
-            self._failure = exc
-            if not self._stopping:
-                log.exception("host-interface watcher for %r stopped", self.netns)
+                try:
+                    if self._socket is None:
+                        self._socket = self._open_socket()
+                    self._resync()
+                    self._watch(buffer, view)
+                except Exception as exc:
+                    if self._stopping:
+                        return
+                    if not self._ready.is_set():
+                        self._failure = exc  # start() reports it
+                        return
+                    # Keep watching: a new socket and a full dump put the state right again.
+                    self.failures += 1
+                    log.exception("watcher %r failed; restarting in %ss", self.netns,
+                                  RESTART_SECONDS)
+                    self._close_socket()
+                    if select.select([self._wake_read], [], [], RESTART_SECONDS)[0]:
+                        return
         finally:
             self._ready.set()
+
+    def _watch(self, buffer: bytearray, view: memoryview) -> None:
+        while not self._stopping:
+            readable, _, _ = select.select([self._socket.fileno(), self._wake_read], [], [])
+            if self._wake_read in readable or self._stopping:
+                return
+            # Let a burst of events (kvmesh creating thousands of links) accumulate, then
+            # handle it in one go: far fewer wake-ups competing with the scheduler's thread.
+            # Notifications are delayed by at most this much.
+            if select.select([self._wake_read], [], [], COALESCE_SECONDS)[0]:
+                return
+            self._drain(buffer, view)
+            self._publish()
 
     def _drain(self, buffer: bytearray, view: memoryview) -> None:
         """Handle every datagram already queued (one wake-up per burst, not per event)."""

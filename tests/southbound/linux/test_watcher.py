@@ -147,6 +147,32 @@ def test_dropped_events_are_recovered_by_a_new_dump(ns, monkeypatch) -> None:
         watcher.close()
 
 
+def test_watcher_restarts_after_an_unexpected_failure(ns, monkeypatch) -> None:
+    import southbound.linux.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "RESTART_SECONDS", 0.05)
+    recorder = Recorder()
+    watcher = HostInterfaceWatcher(ns.name, Ownership(), recorder)
+    watcher.start(timeout=30)
+    original = watcher._handle_datagram
+    broken = {"once": True}
+
+    def handle(data):
+        if broken.pop("once", False):
+            raise RuntimeError("injected decoder bug")
+        original(data)
+
+    monkeypatch.setattr(watcher, "_handle_datagram", handle)
+    try:
+        ns.ip("link", "add", "lost0", "type", "bridge")  # its event hits the bug
+        wait_until(lambda: watcher.failures == 1, timeout=10)
+        # The restart's full dump reports it anyway.
+        wait_until(lambda: "linux/interface/host/lost0" in recorder.present(), timeout=10)
+        assert watcher.alive
+    finally:
+        watcher.close()
+
+
 def test_failing_consumer_does_not_stop_the_watcher(ns) -> None:
     calls: list[str] = []
 
