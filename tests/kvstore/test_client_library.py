@@ -70,8 +70,13 @@ def test_subscription_with_prefix_filter(node: Node) -> None:
             assert set(publication.key_vals) == {"watch/k"}
             assert publication.node_ids == ["lib"]
         # Publications without the prefix's bytes are skipped without being decoded.
-        wait_until(lambda: subscription.recv(timeout_s=0.05) is None and subscription.skipped > 0,
-                   timeout=20, message="other-key publications skipped undecoded")
+
+        def skipped_one() -> bool:
+            client.set({"unrelated": make_value(b"u", version=next(versions), originator_id="t")})
+            assert subscription.recv(timeout_s=0.05) is None
+            return subscription.skipped > 0
+
+        wait_until(skipped_one, timeout=20, message="other-key publications skipped undecoded")
         assert subscription.malformed == 0
 
 
