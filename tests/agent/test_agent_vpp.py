@@ -146,6 +146,7 @@ def test_vpp_restart_is_reconciled_back(setup: Setup) -> None:
     setup.set_config("vpp/interface/loop7", {"type": "loopback", "addresses": ["10.7.0.1/24"]})
     wait_until(lambda: "loop7" in setup.vpp_interfaces(), timeout=30)
     setup.emulator.control.restart()  # VPP restarts empty
-    wait_until(lambda: "loop7" in setup.vpp_interfaces(), timeout=30,
-               message="reconciliation after the reconnect restored the interface")
-    assert counter(agent, "resync-interfaces", "successes") >= 2
+    wait_until(lambda: counter(agent, "resync-interfaces", "successes") >= 2, timeout=30,
+               message="the reconnect ran the reconciliation again")
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
+    assert "loop7" in setup.vpp_interfaces(), "reconciliation restored the interface"
