@@ -8,7 +8,7 @@ changed twice before it is taken out yields only its latest value.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,17 +58,10 @@ class DesiredState:
     def load_dump(self, key_vals: Mapping[str, bytes | None], now: float = 0.0) -> int:
         """Reconcile with a full dump of the KvStore: every difference (new, changed or gone
         value) is staged as a pending change. Returns how many model keys changed."""
-        seen: set[str] = set()
-        changed = 0
-        for key, raw in key_vals.items():
-            model_key = model_key_of(key, self.prefix)
-            if model_key is None or raw is None:
-                continue
-            value = self._decode(model_key, raw)
-            if value is not None:
-                seen.add(model_key)
-            changed += self._stage(model_key, value, now)
-        for model_key in [k for k in self.desired if k not in seen]:
+        decoded = list(self._decoded(key_vals))
+        present = {k for k, v in decoded if v is not None}
+        changed = sum(self._stage(k, v, now) for k, v in decoded)
+        for model_key in [k for k in self.desired if k not in present]:
             changed += self._stage(model_key, None, now)
         return changed
 
@@ -80,11 +73,7 @@ class DesiredState:
         Returns how many model keys changed.
         """
         changed = 0
-        for key, raw in key_vals.items():
-            model_key = model_key_of(key, self.prefix)
-            if model_key is None or raw is None:
-                continue
-            value = self._decode(model_key, raw)
+        for model_key, value in self._decoded(key_vals):
             if value is None:
                 self.counters["tombstones"] += 1
             changed += self._stage(model_key, value, now)
@@ -94,6 +83,15 @@ class DesiredState:
                 self.counters["expired"] += 1
                 changed += self._stage(model_key, None, now)
         return changed
+
+    def _decoded(
+        self, key_vals: Mapping[str, bytes | None]
+    ) -> Iterator[tuple[str, Model | None]]:
+        """(model key, value or None) for this node's keys; TTL-only updates are skipped."""
+        for key, raw in key_vals.items():
+            model_key = model_key_of(key, self.prefix)
+            if model_key is not None and raw is not None:
+                yield model_key, self._decode(model_key, raw)
 
     def take_pending(
         self, max_items: int | None = None, accept: Callable[[str], bool] | None = None
