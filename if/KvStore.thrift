@@ -141,6 +141,9 @@ struct NodeInfo {
   4: bool initial_sync_done = false
   5: i64 num_keys = 0
   6: i64 uptime_ms = 0
+  /* Root of the anti-entropy digest tree: XOR over every key of a hash of (key, value hash,
+   * ttl_version). Equal on two nodes whose stores agree (cheap convergence check). */
+  7: i64 digest = 0
 }
 
 struct Error {

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import click
 from kvmesh.cli import kv_format as fmt
 from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
 from kvstore.gen.kvstore_thrift.ttypes import Publication
+from kvstore.node_ports import free_tcp_port
 
 NODE_NAMES = ("a", "b", "c")
 SHOWN_COUNTERS = (
@@ -43,9 +43,7 @@ SHOWN_COUNTERS = (
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_tcp_port()
 
 
 @dataclass

@@ -50,8 +50,19 @@ log = logging.getLogger("kvstore.node")
 DRAIN_LIMIT = 512
 MAX_ENVELOPE_FRAMES = 16
 TICK_S = 0.05
+# Key-values merged (and flooded) together at most, so publications stay a reasonable size and
+# the next node can start working while this one reads on.
+INGEST_BATCH = 4096
 
 Path = tuple[str, ...]
+
+
+def _forget_client_hashes(key_vals: Mapping[str, Value]) -> None:
+    """Never trust a hash from a client (a wrong one would poison full-sync comparisons on
+    every node): drop it, and the core computes it. Peers' hashes are our own code's."""
+    for value in key_vals.values():
+        if type(value) is Value:
+            value.hash = None
 
 
 class BadArgument(Exception):
@@ -96,6 +107,9 @@ class KvStoreNode:
         self._subscriptions = 0
         self.peering: Peering | None = None  # created in start(): it needs the loop
         self._floods: dict[Path, dict[str, Value]] = {}
+        self._ingest: dict[str, Value] = {}  # one-way sets not merged yet (see _ingest_oneway)
+        self._ingest_path: Path = ()
+        self._ingest_messages: list[dict[str, Value]] = []
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -187,15 +201,16 @@ class KvStoreNode:
         if sock is None:
             return
         handled = 0
+        recv_frames = wire.recv_frames
         try:
             while handled < DRAIN_LIMIT:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
+                frames = recv_frames(sock)
+                if frames is None:
                     break
                 handled += 1
                 self._handle_command(frames)
         finally:
+            self._merge_ingest()
             self.flush_floods()
         if handled >= DRAIN_LIMIT and self._loop is not None:
             self._loop.call_soon(self._on_cmd_readable)
@@ -223,6 +238,11 @@ class KvStoreNode:
         except wire.DecodeError as exc:
             self._reply_error(envelope, wire.MALFORMED, str(exc))
             return
+        if request.cmd == Command.KEY_SET and self._ingest_oneway(request):
+            self.counters["kvstore.cmd_key_set"] += 1
+            return
+        # Anything else sees the one-way sets received before it (read-your-writes).
+        self._merge_ingest()
         handler = self._handlers.get(request.cmd)
         if handler is None:
             self._reply_error(envelope, wire.UNKNOWN_COMMAND, f"unknown command {request.cmd!r}")
@@ -254,6 +274,70 @@ class KvStoreNode:
             self.counters["kvstore.send_failures"] += 1
             self.counters["kvstore.send_failure.reply"] += 1
 
+    # ------------------------------------------------------------------ one-way KEY_SET batching
+
+    def _ingest_oneway(self, request: Request) -> bool:
+        """Take a one-way KEY_SET (a flood) into the current batch; False if it is not one.
+
+        Consecutive one-way sets with the same flood path are merged as ONE batch: merging
+        key-disjoint batches together is the same as merging them one after the other (the merge
+        is per key), and it saves the per-call cost for small publications. A set that shares a
+        key with the batch, or comes by another path, closes the batch first.
+        """
+        params = request.key_set
+        if params is None or params.solicit_response is not False or params.key_vals is None:
+            return False
+        key_vals = params.key_vals
+        node_ids = params.node_ids or []
+        counters = self.counters
+        if node_ids:
+            counters["kvstore.received_publications"] += 1
+            counters["kvstore.received_key_vals"] += len(key_vals)
+            if self.name in node_ids:
+                counters["kvstore.looped_publications"] += 1
+                return True
+        elif params.sender_id is None:
+            _forget_client_hashes(key_vals)
+        path = tuple(node_ids)
+        batch = self._ingest
+        if batch and (path != self._ingest_path or not batch.keys().isdisjoint(key_vals)):
+            self._merge_ingest()
+            batch = self._ingest
+        if not batch:
+            self._ingest_path = path
+            self._ingest = dict(key_vals)
+        else:
+            batch.update(key_vals)
+        if node_ids:
+            self._ingest_messages.append(key_vals)
+        if len(self._ingest) >= INGEST_BATCH:
+            self._merge_ingest()
+            if self._flood_size() >= INGEST_BATCH:
+                self.flush_floods()
+        return True
+
+    def _merge_ingest(self) -> None:
+        batch = self._ingest
+        if not batch:
+            return
+        self._ingest = {}
+        messages = self._ingest_messages
+        self._ingest_messages = []
+        delta = self.db.merge(batch, monotonic_ms()).delta
+        if delta:
+            self.counters["kvstore.updated_key_vals"] += len(delta)
+            self.queue_flood(self._ingest_path, delta)
+        # A publication from a peer that changed nothing is redundant (it came by another path).
+        redundant = 0
+        for key_vals in messages:
+            if not delta or not any(key in delta for key in key_vals):
+                redundant += 1
+        if redundant:
+            self.counters["kvstore.received_redundant_publications"] += redundant
+
+    def _flood_size(self) -> int:
+        return sum(len(delta) for delta in self._floods.values())
+
     # ------------------------------------------------------------------ commands
 
     def _cmd_key_set(self, request: Request, envelope: list[bytes]) -> bytes | None:
@@ -270,11 +354,7 @@ class KvStoreNode:
                 self.counters["kvstore.looped_publications"] += 1
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
-            # Straight from a client: never trust a client-supplied hash (a wrong one would
-            # poison full-sync comparisons on every node); the core recomputes missing hashes.
-            for value in key_vals.values():
-                if type(value) is Value:
-                    value.hash = None
+            _forget_client_hashes(key_vals)
         result = self.db.merge(key_vals, monotonic_ms())
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
@@ -381,6 +461,7 @@ class KvStoreNode:
             initial_sync_done=self.peering is not None and self.peering.initial_sync_done,
             num_keys=len(self.db),
             uptime_ms=monotonic_ms() - self._started_ms,
+            digest=self.db.root_digest(),
         )
 
     def counter_snapshot(self) -> dict[str, int]:

@@ -415,9 +415,8 @@ class Peering:
         handled = 0
         try:
             while handled < DRAIN_LIMIT and link.sock is sock:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
+                frames = wire.recv_frames(sock)
+                if frames is None:
                     break
                 handled += 1
                 self._handle_reply(link, frames)

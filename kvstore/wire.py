@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import zmq
 from thrift.protocol import fastbinary
 from thrift.transport.TTransport import TMemoryBuffer
 
@@ -86,3 +87,22 @@ def error_response(code: str, message: str) -> bytes:
 
 
 OK_RESPONSE = encode(Response())
+
+_NOBLOCK = zmq.NOBLOCK
+
+
+def recv_frames(sock: zmq.Socket[bytes]) -> list[bytes] | None:
+    """One multipart message without blocking, or None when there is none.
+
+    Reads frame objects (copy=False) and follows their `more` flag: about twice as fast as
+    `recv_multipart`, whose per-frame getsockopt(RCVMORE) goes through pyzmq's Python layer.
+    """
+    try:
+        frame = sock.recv(_NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
+    frames = [frame.bytes]
+    while frame.more:
+        frame = sock.recv(_NOBLOCK, copy=False)
+        frames.append(frame.bytes)
+    return frames

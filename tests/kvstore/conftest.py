@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.node_ports import free_tcp_port
 from tests.util import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,9 +34,7 @@ TEST_CONFIG: dict[str, Any] = {
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_tcp_port()
 
 
 def toml_value(value: Any) -> str:

@@ -1286,6 +1286,7 @@ class NodeInfo(object):
      - initial_sync_done
      - num_keys
      - uptime_ms
+     - digest
 
     """
 
@@ -1296,16 +1297,18 @@ class NodeInfo(object):
         'initial_sync_done',
         'num_keys',
         'uptime_ms',
+        'digest',
     )
 
 
-    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0,):
+    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0,):
         self.name = name
         self.cmd_url = cmd_url
         self.pub_url = pub_url
         self.initial_sync_done = initial_sync_done
         self.num_keys = num_keys
         self.uptime_ms = uptime_ms
+        self.digest = digest
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1346,6 +1349,11 @@ class NodeInfo(object):
                     self.uptime_ms = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.digest = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1379,6 +1387,10 @@ class NodeInfo(object):
         if self.uptime_ms is not None:
             oprot.writeFieldBegin('uptime_ms', TType.I64, 6)
             oprot.writeI64(self.uptime_ms)
+            oprot.writeFieldEnd()
+        if self.digest is not None:
+            oprot.writeFieldBegin('digest', TType.I64, 7)
+            oprot.writeI64(self.digest)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1749,6 +1761,7 @@ NodeInfo.thrift_spec = (
     (4, TType.BOOL, 'initial_sync_done', None, False, ),  # 4
     (5, TType.I64, 'num_keys', None, 0, ),  # 5
     (6, TType.I64, 'uptime_ms', None, 0, ),  # 6
+    (7, TType.I64, 'digest', None, 0, ),  # 7
 )
 all_structs.append(Error)
 Error.thrift_spec = (

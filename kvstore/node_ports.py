@@ -1,0 +1,43 @@
+"""Free loopback TCP ports for local meshes (tests, demo, benchmark).
+
+A port taken from the kernel (bind to port 0) lies in the ephemeral range, where the kernel also
+picks the local port of every outgoing connection: in a mesh whose nodes connect to each other
+while others are still starting, such a port can be taken before its node binds it. Ports are
+therefore drawn at random BELOW the ephemeral range and checked to be bindable.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_FALLBACK_EPHEMERAL_START = 32768
+_LOWEST = 20000
+
+
+def _ephemeral_start() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return _FALLBACK_EPHEMERAL_START
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port that can be bound on `host` now, outside the ephemeral range when possible."""
+    high = _ephemeral_start()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(_LOWEST, high) if high > _LOWEST + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free TCP port found")
+
+
+def free_tcp_url(host: str = "127.0.0.1") -> str:
+    return f"tcp://{host}:{free_tcp_port(host)}"

@@ -1,0 +1,653 @@
+#!/usr/bin/env python3
+"""KvStore node benchmark: real `kvmesh node run` processes on loopback.
+
+Metrics (targets from the KvStore issue; 2-core machine):
+  flood_kv_per_s           a node ingesting 100-kv publications from one peer and re-flooding
+                           them to another                                      >= 400 000
+  single_key_pub_per_s     the same with 1-kv publications                      >= 60 000
+  hop_latency_p50_us       one key through a 16-node chain, per hop (p50)       <= 250
+  full_sync_100k_1pct_ms   two nodes of 100 k keys, 1 % differ (half newer on each side), from
+                           PEER_ADD until both stores agree                     <= 150
+  full_sync_1m_10diff_ms   the same with 1 M keys, 10 differ                    <= 100
+  bytes_per_key_1m         node RSS growth per key, 1 M keys of 100-byte values <= 520
+
+Baselines measured in the same run (ratio = metric / baseline):
+  flood / single-key rate, hop latency: a raw pyzmq pipe with the same topology and the same
+    frames (relay processes that forward bytes without decoding: the transport's ceiling);
+  full sync: the naive 3-way sync (requester sends the hashes of its WHOLE store; no digest walk),
+    i.e. what anti-entropy costs when it grows with the store size;
+  bytes per key: a bare dict {key: 100-byte value} in a fresh process.
+
+Workload details: flooded publications update existing keys with higher versions (steady state),
+values are 100 bytes, peers' hashes are set (as real floods carry them).
+
+Usage: kvstore_bench.py [--quick] [--json] [--runs N]
+  --quick: fewer messages and runs, and 200 k instead of 1 M keys for the two 1 M metrics (their
+  names then say 200k). Finishes in well under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import zmq  # noqa: E402
+
+from kvstore import wire  # noqa: E402
+from kvstore.client import KvStoreClient  # noqa: E402
+from kvstore.gen.kvstore_thrift.constants import DIGEST_FANOUT, TTL_INFINITY  # noqa: E402
+from kvstore.gen.kvstore_thrift.ttypes import (  # noqa: E402
+    Command,
+    DigestReply,
+    KeyDumpParams,
+    KeySetParams,
+    Publication,
+    Request,
+    Response,
+    Value,
+)
+from kvstore.hashing import value_hash  # noqa: E402
+from kvstore.node_ports import free_tcp_port  # noqa: E402
+
+VALUE_BYTES = 100
+BENCH_CONFIG = {
+    "sync_interval_s": 0,
+    "sync_timeout_ms": 30_000,
+    "max_message_bytes": 512 * 1024 * 1024,
+}
+
+
+def free_port() -> int:
+    return free_tcp_port()
+
+
+def url() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def value_of(i: int) -> bytes:
+    return (f"{i:010d}" * (VALUE_BYTES // 10 + 1))[:VALUE_BYTES].encode()
+
+
+def make_value(version: int, originator: str, payload: bytes) -> Value:
+    return Value(
+        version, originator, payload, TTL_INFINITY, 0, value_hash(version, originator, payload)
+    )
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+# ---------------------------------------------------------------------- node processes
+
+
+@dataclass
+class NodeProc:
+    name: str
+    cmd_url: str
+    pub_url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def client(self, timeout_s: float = 60.0) -> KvStoreClient:
+        return KvStoreClient(self.cmd_url, timeout_s=timeout_s)
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+
+@dataclass
+class Cluster:
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kvbench-")))
+    nodes: list[NodeProc] = field(default_factory=list)
+    helpers: list[mp.process.BaseProcess] = field(default_factory=list)
+
+    def start_node(
+        self, name: str, peers: dict[str, str] | None = None, cmd_url: str | None = None
+    ) -> NodeProc:
+        config_path = self.workdir / f"{name}.toml"
+        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in BENCH_CONFIG.items()))
+        cmd_url, pub_url = cmd_url or url(), url()
+        args = [
+            sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
+            "--cmd-url", cmd_url, "--pub-url", pub_url, "--config", str(config_path),
+        ]  # fmt: skip
+        for peer, peer_url in (peers or {}).items():
+            args += ["--peer", f"{peer}={peer_url}"]
+        log_path = self.workdir / f"{name}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        node = NodeProc(name, cmd_url, pub_url, proc, log_path)
+        self.nodes.append(node)
+        return node
+
+    def wait_ready(self, node: NodeProc, initial_sync: bool = True, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if node.proc.poll() is not None:
+                raise RuntimeError(f"{node.name} exited:\n{node.log_path.read_text()}")
+            try:
+                with KvStoreClient(node.cmd_url, timeout_s=0.5) as c:
+                    info = c.node_info(refresh=True)
+                    if info.initial_sync_done or not initial_sync:
+                        return
+            except Exception:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"{node.name} not ready:\n{node.log_path.read_text()}")
+
+    def spawn(self, target: Callable[..., None], *args: Any) -> mp.process.BaseProcess:
+        proc = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
+        proc.start()
+        self.helpers.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            try:
+                node.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait()
+        for helper in self.helpers:
+            if helper.is_alive():
+                helper.terminate()
+            helper.join(timeout=5)
+        self.nodes.clear()
+        self.helpers.clear()
+
+
+@contextlib.contextmanager
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# ---------------------------------------------------------------------- helper processes
+
+
+def sink_main(bind_url: str, conn: Connection) -> None:
+    """A fake peer: answers sync requests as an empty store would, and reports (by pipe) the
+    monotonic time at which a KEY_SET containing each requested marker arrives."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.bind(bind_url)
+    conn.send("ready")
+    marker: bytes | None = None
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    while True:
+        if conn.poll():
+            command = conn.recv()
+            if command is None:
+                return
+            marker = command
+        if not poller.poll(5):
+            continue
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(frames) == 4:  # a sync request from the node: [id, corr, "", request]
+                request = wire.decode_request(frames[-1])
+                if request.cmd == Command.DIGEST_GET:
+                    ids = request.digest.node_ids if request.digest else []
+                    children = {
+                        child: 0
+                        for n in ids
+                        for child in range(n * DIGEST_FANOUT + 1, (n + 1) * DIGEST_FANOUT + 1)
+                    }
+                    reply = Response(digest=DigestReply(digests=children))
+                else:
+                    reply = Response(publication=Publication(key_vals={}, tobe_updated_keys=[]))
+                sock.send_multipart([*frames[:-1], wire.encode(reply)])
+            elif marker is not None and marker in frames[-1]:
+                conn.send(time.monotonic())
+                marker = None
+
+
+def relay_main(bind_url: str, next_url: str, publish: bool, conn: Connection) -> None:
+    """Raw pipe hop: forward each request payload unchanged (no decoding) to the next hop, or
+    publish it (last hop of the latency chain)."""
+    ctx = zmq.Context()
+    inbound = ctx.socket(zmq.ROUTER)
+    inbound.setsockopt(zmq.RCVHWM, 0)
+    inbound.bind(bind_url)
+    if publish:
+        outbound = ctx.socket(zmq.PUB)
+        outbound.bind(next_url)
+    else:
+        outbound = ctx.socket(zmq.DEALER)
+        outbound.setsockopt(zmq.SNDHWM, 0)
+        outbound.connect(next_url)
+    conn.send("ready")
+    while True:
+        frames = inbound.recv_multipart()
+        if publish:
+            outbound.send(frames[-1])
+        else:
+            outbound.send(b"", zmq.SNDMORE)
+            outbound.send(frames[-1])
+
+
+def bare_dict_main(n: int, conn: Connection) -> None:
+    """Baseline memory: RSS growth of a plain dict {key: 100-byte value}."""
+
+    def rss() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    before = rss()
+    store = {f"key/{i:07d}": value_of(i) for i in range(n)}
+    conn.send((rss() - before) / len(store))
+
+
+def start_helper(c: Cluster, target: Callable[..., None], *args: Any) -> Connection:
+    parent, child = mp.get_context("spawn").Pipe()
+    c.spawn(target, *args, child)
+    if not parent.poll(30) or parent.recv() != "ready":
+        raise RuntimeError(f"{target.__name__} did not start")
+    return parent
+
+
+# ---------------------------------------------------------------------- flood throughput
+
+
+def flood_messages(n_msgs: int, kv_per_msg: int, run: int, marker: str) -> list[bytes]:
+    """Encoded one-way KEY_SETs as a peer floods them (path ["src"], hashes set). Every key
+    appears once per run, with the run's version, so every key-value applies and none is
+    coalesced away; run 0 inserts the keys, later runs update them."""
+    messages = []
+    for m in range(n_msgs):
+        key_vals = {}
+        for j in range(kv_per_msg):
+            i = m * kv_per_msg + j
+            key_vals[f"flood/{i:07d}"] = make_value(run + 1, "src", value_of(i))
+        if m == n_msgs - 1:
+            key_vals[marker] = make_value(1, "src", b"end")
+        request = Request(
+            cmd=Command.KEY_SET,
+            key_set=KeySetParams(key_vals=key_vals, solicit_response=False, node_ids=["src"]),
+        )
+        messages.append(wire.encode(request))
+    return messages
+
+
+def drive(target_url: str, messages: list[bytes], sink: Connection, marker: str) -> float:
+    """Send every message to `target_url`; return seconds until the sink saw the marker."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(target_url)
+    try:
+        time.sleep(0.05)  # let the connection come up, so the first sends are not queued
+        sink.send(marker.encode())
+        start = time.monotonic()
+        for payload in messages:
+            sock.send(b"", zmq.SNDMORE)
+            sock.send(payload)
+        if not sink.poll(120):
+            raise RuntimeError("the sink never saw the last publication")
+        return float(sink.recv()) - start
+    finally:
+        sock.close(linger=0)
+
+
+def bench_flood(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`."""
+    total = n_msgs * kv_per_msg
+    with cluster() as c:
+        sink_url = url()
+        sink = start_helper(c, sink_main, sink_url)
+        node = c.start_node("subject", peers={"sink": sink_url})
+        c.wait_ready(node)
+        node_rates = []
+        # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
+        warmup = flood_messages(n_msgs, kv_per_msg, 0, "~end~warmup")
+        drive(node.cmd_url, warmup, sink, "~end~warmup")
+        for run in range(1, runs + 1):
+            marker = f"~end~node~{run}"
+            messages = flood_messages(n_msgs, kv_per_msg, run, marker)
+            with node.client() as client:
+                sent_before = client.counters().get("kvstore.sent_key_vals", 0)
+            seconds = drive(node.cmd_url, messages, sink, marker)
+            node_rates.append(total / seconds)
+            with node.client() as client:
+                sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
+            if sent != total + 1:
+                raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
+        relay_url = url()
+        start_helper(c, relay_main, relay_url, sink_url, False)
+        raw_rates = []
+        for run in range(runs):
+            marker = f"~end~raw~{run}"
+            messages = flood_messages(n_msgs, kv_per_msg, run, marker)
+            raw_rates.append(total / drive(relay_url, messages, sink, marker))
+        sink.send(None)
+    return median(node_rates), median(raw_rates)
+
+
+# ---------------------------------------------------------------------- hop latency
+
+
+def publication_version(data: bytes) -> int | None:
+    value = (wire.decode_publication(data).key_vals or {}).get("lat")
+    return None if value is None else value.version
+
+
+def request_version(data: bytes) -> int | None:
+    key_set = wire.decode_request(data).key_set
+    value = (key_set.key_vals or {}).get("lat") if key_set else None
+    return None if value is None else value.version
+
+
+def chain_latency(
+    entry_url: str,
+    pub_url: str,
+    samples: int,
+    hops: int,
+    version_of: Callable[[bytes], int | None] = publication_version,
+) -> float:
+    """p50 per-hop latency (µs) of one-key publications sent in at `entry_url` and seen on
+    `pub_url`, one at a time."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    sender = ctx.socket(zmq.DEALER)
+    sender.setsockopt(zmq.LINGER, 0)
+    sender.connect(entry_url)
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.connect(pub_url)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    payload = value_of(7)
+
+    def send(version: int) -> None:
+        request = Request(
+            cmd=Command.KEY_SET,
+            key_set=KeySetParams(
+                key_vals={"lat": Value(version, "src", payload, TTL_INFINITY, 0)},
+                solicit_response=False,
+                node_ids=[],
+            ),
+        )
+        sender.send(b"", zmq.SNDMORE)
+        sender.send(wire.encode(request))
+
+    def wait_for(version: int, timeout_ms: int) -> bool:
+        marker = b"lat"
+        deadline = time.monotonic() + timeout_ms / 1000
+        while time.monotonic() < deadline:
+            if sub.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                data = sub.recv()
+                if marker in data and version_of(data) == version:
+                    return True
+        return False
+
+    try:
+        version = 1
+        # Warm up until the subscription is attached end to end.
+        while True:
+            send(version)
+            if wait_for(version, 500):
+                break
+            version += 1
+            if version > 100:
+                raise RuntimeError("no publication came out of the chain")
+        latencies = []
+        for _ in range(samples):
+            version += 1
+            start = time.perf_counter()
+            send(version)
+            if not wait_for(version, 5000):
+                raise RuntimeError("publication lost in the chain")
+            latencies.append((time.perf_counter() - start) * 1e6 / hops)
+        return median(latencies)
+    finally:
+        sender.close(linger=0)
+        sub.close(linger=0)
+
+
+def bench_latency(n_nodes: int, samples: int) -> tuple[float, float]:
+    hops = n_nodes - 1
+    with cluster() as c:
+        urls = [url() for _ in range(n_nodes)]
+        nodes = []
+        for i in range(n_nodes):
+            peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
+            nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
+        for node in nodes:
+            c.wait_ready(node)
+        node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops)
+        relay_urls = [url() for _ in range(n_nodes)]
+        raw_pub = url()
+        for i in range(n_nodes):
+            last = i == n_nodes - 1
+            start_helper(c, relay_main, relay_urls[i], raw_pub if last else relay_urls[i + 1], last)
+        raw_p50 = chain_latency(relay_urls[0], raw_pub, samples, hops, request_version)
+    return node_p50, raw_p50
+
+
+# ---------------------------------------------------------------------- full sync
+
+
+def load(node: NodeProc, n_keys: int, batch: int = 5_000) -> None:
+    with node.client() as client:
+        for start in range(0, n_keys, batch):
+            key_vals = {
+                f"key/{i:07d}": make_value(1, "loader", value_of(i))
+                for i in range(start, min(n_keys, start + batch))
+            }
+            client.set(key_vals)
+
+
+def digest(node: NodeProc) -> int:
+    with node.client() as client:
+        return int(client.node_info(refresh=True).digest)
+
+
+def diverge(
+    a: NodeProc, b: NodeProc, n_keys: int, n_diff: int, version: int, rng: random.Random
+) -> None:
+    """n_diff keys differ: half newer on a, half newer on b (so the sync must go both ways)."""
+    keys = rng.sample(range(n_keys), n_diff)
+    for node, part in ((a, keys[: n_diff // 2]), (b, keys[n_diff // 2 :])):
+        with node.client() as client:
+            client.set({f"key/{i:07d}": make_value(version, node.name, b"changed") for i in part})
+
+
+def bench_full_sync(n_keys: int, n_diff: int, runs: int) -> tuple[float, float]:
+    """(median ms from PEER_ADD until both stores agree, naive full-store 3-way exchange ms)."""
+    rng = random.Random(7)
+    with cluster() as c:
+        a = c.start_node("a")
+        b = c.start_node("b")
+        c.wait_ready(a)
+        c.wait_ready(b)
+        load(a, n_keys)
+        load(b, n_keys)
+        if digest(a) != digest(b):
+            raise RuntimeError("stores differ after loading")
+        times = []
+        for run in range(runs):
+            diverge(a, b, n_keys, n_diff, run + 2, rng)
+            with a.client() as ca, b.client() as cb:
+                start = time.monotonic()
+                ca.add_peer("b", b.cmd_url)
+                while ca.node_info(refresh=True).digest != cb.node_info(refresh=True).digest:
+                    if time.monotonic() - start > 60:
+                        raise RuntimeError("stores never agreed")
+                elapsed = time.monotonic() - start
+                ca.del_peers(["b"])
+            times.append(elapsed * 1000)
+        # Baseline: the naive exchange, with the hashes of the whole store.
+        diverge(a, b, n_keys, n_diff, runs + 2, rng)
+        with a.client() as ca, b.client() as cb:
+            start = time.monotonic()
+            hashes = ca.hash_dump()
+            cb.request(
+                Request(cmd=Command.KEY_DUMP, key_dump=KeyDumpParams(key_val_hashes=hashes))
+            )
+            naive_ms = (time.monotonic() - start) * 1000
+    return median(times), naive_ms
+
+
+# ---------------------------------------------------------------------- memory
+
+
+def bench_memory(n_keys: int) -> tuple[float, float]:
+    with cluster() as c:
+        node = c.start_node("mem")
+        c.wait_ready(node)
+        before = node.rss_bytes()
+        load(node, n_keys, batch=2_000)
+        with node.client() as client:
+            if client.node_info(refresh=True).num_keys != n_keys:
+                raise RuntimeError("not every key was stored")
+        per_key = (node.rss_bytes() - before) / n_keys
+        conn = start_helper_noready(c, bare_dict_main, n_keys)
+        baseline = float(conn.recv()) if conn.poll(300) else float("nan")
+    return per_key, baseline
+
+
+def start_helper_noready(c: Cluster, target: Callable[..., None], *args: Any) -> Connection:
+    parent, child = mp.get_context("spawn").Pipe()
+    c.spawn(target, *args, child)
+    return parent
+
+
+# ---------------------------------------------------------------------- report
+
+
+@dataclass
+class Metric:
+    name: str
+    value: float
+    target: float
+    higher_is_better: bool
+    baseline_name: str
+    baseline: float
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.target if self.higher_is_better else self.value <= self.target
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else float("nan")
+
+
+def fmt_num(x: float) -> str:
+    if x != x:  # NaN
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller, faster run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--runs", type=int, default=None, help="repetitions per metric")
+    args = parser.parse_args()
+    quick = args.quick
+    runs = args.runs or (2 if quick else 5)
+    big = 200_000 if quick else 1_000_000
+    big_label = "200k" if quick else "1m"
+
+    metrics: list[Metric] = []
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        if not args.json:
+            print(f"[{time.monotonic() - started:5.1f}s] {message}", file=sys.stderr)
+
+
+    progress("flood (100-kv publications)...")
+    node, raw = bench_flood(100, 500 if quick else 2_000, runs)
+    metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
+    progress("flood (1-kv publications)...")
+    node, raw = bench_flood(1, 10_000 if quick else 50_000, runs)
+    metrics.append(Metric("single_key_pub_per_s", node, 60_000, True, "raw pyzmq relay", raw))
+    progress("16-node chain latency...")
+    node, raw = bench_latency(16, 50 if quick else 300)
+    metrics.append(Metric("hop_latency_p50_us", node, 250, False, "raw pyzmq relay chain", raw))
+    progress("full sync 100k / 1%...")
+    node, naive = bench_full_sync(100_000, 1_000, runs)
+    metrics.append(
+        Metric("full_sync_100k_1pct_ms", node, 150, False, "naive whole-store 3-way", naive)
+    )
+    progress(f"full sync {big_label} / 10 keys...")
+    node, naive = bench_full_sync(big, 10, max(2, runs - 2))
+    metrics.append(
+        Metric(
+            f"full_sync_{big_label}_10diff_ms", node, 100, False, "naive whole-store 3-way", naive
+        )
+    )
+    progress(f"memory {big_label} keys...")
+    node, bare = bench_memory(big)
+    metrics.append(Metric(f"bytes_per_key_{big_label}", node, 520, False, "bare dict", bare))
+
+    if args.json:
+        out: dict[str, float] = {}
+        for m in metrics:
+            out[m.name] = round(m.value, 1)
+            out[f"{m.name}_baseline"] = round(m.baseline, 1)
+            out[f"{m.name}_ratio"] = round(m.ratio, 3)
+        print(json.dumps(out))
+        return 0
+    rows = [
+        (
+            m.name,
+            fmt_num(m.value),
+            ("≥ " if m.higher_is_better else "≤ ") + fmt_num(m.target),
+            "yes" if m.met else "NO",
+            m.baseline_name,
+            fmt_num(m.baseline),
+            f"{m.ratio:.2f}",
+        )
+        for m in metrics
+    ]
+    headers = ("metric", "value", "target", "met", "baseline", "baseline value", "ratio")
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    print(f"KvStore benchmark ({'quick, ' if quick else ''}medians of {runs} runs, "
+          f"{os.cpu_count()} CPUs)")
+    for row in [headers, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
