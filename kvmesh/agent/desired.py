@@ -78,10 +78,10 @@ class DesiredState:
                 self.counters["tombstones"] += 1
             changed += self._stage(model_key, value, now)
         for key in expired:
-            model_key = model_key_of(key, self.prefix)
-            if model_key is not None:
+            gone = model_key_of(key, self.prefix)
+            if gone is not None:
                 self.counters["expired"] += 1
-                changed += self._stage(model_key, None, now)
+                changed += self._stage(gone, None, now)
         return changed
 
     def _decoded(
