@@ -37,7 +37,7 @@ from kvmesh.agent.recon import (
 )
 from kvmesh.agent.status import StatusPublisher
 from kvstore.client import KvStoreClient, KvStoreError
-from scheduler import KVScheduler, TransactionError, ValueStatus
+from scheduler import KVScheduler, RetryPolicy, TransactionError, ValueStatus
 
 log = logging.getLogger("kvmesh.agent")
 
@@ -68,6 +68,9 @@ class AgentConfig:
     status_ttl_ms: int = 300_000
     initial_sync_timeout_s: float = 60.0
     reconnect_backoff_s: tuple[float, float] = (0.5, 30.0)
+    # Failed values are retried (exponential backoff from 1 s, 10 tries) before turning FAILED;
+    # the periodic downstream resync catches whatever is left.
+    retry: RetryPolicy = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
 
 
 class Plugin(Protocol):
@@ -273,6 +276,7 @@ class Agent:
                 values = self._snapshot_for(device, names)
             try:
                 self.scheduler.resync(values, kind="full", descriptors=names,
+                                      retry=self.config.retry,
                                       description=f"reconcile {device}: {stage}")
             except TransactionError as exc:
                 # Value-level failures are visible in statuses (and retried); they are not a
@@ -393,7 +397,8 @@ class Agent:
         self.counters["nb_transactions"] += 1
         self.counters["nb_values_applied"] += len(batch)
         try:
-            txn.commit(description=f"northbound: {len(batch)} value(s) from the KvStore")
+            txn.commit(retry=self.config.retry,
+                       description=f"northbound: {len(batch)} value(s) from the KvStore")
         except TransactionError as exc:
             self.counters["nb_transaction_errors"] += 1
             log.warning("northbound transaction: %s", exc)
@@ -402,7 +407,8 @@ class Agent:
         if any(self.recon.device_state(d) is not DeviceState.KNOWN for d in self.devices):
             return  # a device being reconciled gets its own resync
         try:
-            self.scheduler.resync(kind="downstream", description="periodic downstream resync")
+            self.scheduler.resync(kind="downstream", retry=self.config.retry,
+                                  description="periodic downstream resync")
         except TransactionError as exc:
             log.warning("periodic downstream resync: %s", exc)
         self.counters["downstream_resyncs"] += 1

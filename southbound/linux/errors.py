@@ -17,8 +17,11 @@ import os
 import scheduler
 
 # Errors a later attempt can plausibly get past: the kernel was busy or short of buffers.
+# ENETUNREACH: a route whose gateway subnet exists on a link that is not up yet; it succeeds
+# once the link comes up, so a later retry (or resync) is the right answer.
 TRANSIENT_ERRNOS = frozenset(
-    {errno.EBUSY, errno.EAGAIN, errno.ENOBUFS, errno.EINTR, errno.ETIMEDOUT, errno.ENOMEM}
+    {errno.EBUSY, errno.EAGAIN, errno.ENOBUFS, errno.EINTR, errno.ETIMEDOUT, errno.ENOMEM,
+     errno.ENETUNREACH}
 )
 # Deleting something that is already gone is a success (idempotent delete).
 ABSENT_ERRNOS = frozenset({errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENOENT})

@@ -317,10 +317,12 @@ def test_host_link_is_obtained_and_unblocks_dependents(linux) -> None:
     commit(scheduler, {route: {"gateway": "10.5.0.2"},
                        macvlan: {"type": "macvlan", "macvlan": {"parent": "h0"}}})
     assert state(scheduler, route) is PENDING and state(scheduler, macvlan) is PENDING
+    # Up before the address: the route's dependencies (the host link and an address in the
+    # gateway's subnet) then appear on a link that can already carry it.
     ns.ip("link", "add", "h0", "type", "veth", "peer", "name", "h1")
-    ns.ip("addr", "add", "10.5.0.1/24", "dev", "h0")
-    ns.ip("link", "set", "h0", "up")
     ns.ip("link", "set", "h1", "up")
+    ns.ip("link", "set", "h0", "up")
+    ns.ip("addr", "add", "10.5.0.1/24", "dev", "h0")
     wait_until(lambda: state(scheduler, route) is CONFIGURED, timeout=15,
                message="route via the host link configured")
     wait_until(lambda: state(scheduler, macvlan) is CONFIGURED, timeout=15,
