@@ -48,6 +48,7 @@ STAGES: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (20, "l2-domains", ("bd", "bridge-domain")),
     (30, "routes", ("route",)),
 )
+DEFAULT_RETRY = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
 #: Priority of the built-in service that waits for the KvStore's initial sync.
 KVSTORE_SYNC_PRIORITY = 0
 
@@ -70,7 +71,7 @@ class AgentConfig:
     reconnect_backoff_s: tuple[float, float] = (0.5, 30.0)
     # Failed values are retried (exponential backoff from 1 s, 10 tries) before turning FAILED;
     # the periodic downstream resync catches whatever is left.
-    retry: RetryPolicy = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
+    retry: RetryPolicy = DEFAULT_RETRY
 
 
 class Plugin(Protocol):

@@ -278,9 +278,11 @@ def test_agent_announces_itself_in_the_mesh(cluster: Cluster) -> None:
         wait_until(lambda: client.get([agent_key("n2")]).get(agent_key("n2")), timeout=20)
         record = decode_status(client.get([agent_key("n2")])[agent_key("n2")].value)
     assert record is not None and record["http"] == f"127.0.0.1:{cluster.agent.http_port}"
-    # Device state is published too.
-    with KvStoreClient(cluster.n1.cmd_url) as client:
-        wait_until(lambda: client.get(["node/n2/device/linux"]).get("node/n2/device/linux"),
-                   timeout=20)
-        device = decode_status(client.get(["node/n2/device/linux"])["node/n2/device/linux"].value)
-    assert device is not None and device["state"] == "KNOWN"
+    # Device state is published too (RECONCILING first, then KNOWN).
+    def device_state() -> str | None:
+        with KvStoreClient(cluster.n1.cmd_url) as client:
+            found = client.get(["node/n2/device/linux"]).get("node/n2/device/linux")
+        record = decode_status(found.value if found else None)
+        return None if record is None else str(record["state"])
+
+    wait_until(lambda: device_state() == "KNOWN", timeout=20, message="n2's linux KNOWN")
