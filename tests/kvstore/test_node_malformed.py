@@ -185,3 +185,12 @@ def test_invalid_values_are_refused_per_key(node: Node) -> None:
         reasons = response.no_merge_reasons or {}
         assert set(reasons) == {"zero-version", "bad-ttl", "no-originator"}
         assert set(client.dump()) == {"precious", "good"}
+
+
+def test_client_supplied_hash_is_not_trusted(node: Node) -> None:
+    from kvstore.hashing import value_hash
+
+    with node.client() as client:
+        client.set({"h": Value(1, "o", b"v", -2147483648, 0, 12345)})
+        stored = client.hash_dump(prefix="h")["h"]
+    assert stored.hash == value_hash(1, "o", b"v") != 12345
