@@ -474,8 +474,7 @@ class Agent:
     def value_status(self, key: str | None) -> Any:
         if key is not None:
             return self.scheduler.get_value_status(key)
-        return [self.scheduler.get_value_status(v.key)
-                for v in self.scheduler.dump(view="cached")]
+        return self.scheduler.get_value_statuses()
 
     def graph_dot(self) -> str:
         return self.scheduler.graph_dot()
