@@ -6,10 +6,18 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scheduler.api import Dependency, Descriptor, Key, Value, ValueOrigin, ValueState
+from scheduler.api import (
+    Dependency,
+    Descriptor,
+    Key,
+    TxnOperation,
+    Value,
+    ValueOrigin,
+    ValueState,
+)
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.registry import Registry
-from scheduler.walk import MAX_DERIVATION_DEPTH
+from scheduler.walk import MAX_DERIVATION_DEPTH, base_of
 
 log = logging.getLogger("scheduler.refresh")
 
@@ -169,12 +177,7 @@ class Refresher:
         self._set_metadata(node, metadata)
         deps, derived = self._relations(descriptor, node, value)
         graph.set_deps(node, deps)
-        old_derived = {dk for dk, _ in node.derived}
-        node.derived = derived
-        node.relations_of = value
-        new_keys = {dk for dk, _ in derived}
-        for dk in sorted(old_derived - new_keys):
-            self._drop_derived_tree(dk, key)
+        self._set_derived(node, value, derived)
         for dk, dv in derived:
             self._refresh_derived(node, dk, dv)
 
@@ -236,13 +239,62 @@ class Refresher:
             )
         deps, derived = self._relations(descriptor, node, value)
         graph.set_deps(node, deps)
-        old = {dk for dk, _ in node.derived}
-        node.derived = derived
-        node.relations_of = value
-        for dk in sorted(old - {dk for dk, _ in derived}):
-            self._drop_derived_tree(dk, key)
+        self._set_derived(node, value, derived)
         for dk, dv in derived:
             self._refresh_derived(node, dk, dv, depth + 1)
+
+    def _set_derived(self, node: Node, value: Value, derived: DerivedPairs) -> None:
+        """Derived values of ``node`` as computed from its retrieved ``value``; the NB derived
+        values this leaves out (the SB does not have them) are kept when the scheduler still
+        wants them (see ``_not_derived``)."""
+        new_keys = {dk for dk, _ in derived}
+        kept = [
+            pair
+            for dk, _ in node.derived
+            if dk not in new_keys and (pair := self._not_derived(dk, node.key)) is not None
+        ]
+        if kept:
+            node.derived = tuple(sorted(derived + tuple(kept), key=_first))
+            # The derived values are no longer those of ``value``: the walk recomputes them
+            # from the NB value when it next applies the base.
+            node.relations_of = None
+        else:
+            node.derived = derived
+            node.relations_of = value
+
+    def _not_derived(self, key: Key, base_key: Key) -> tuple[Key, Value] | None:
+        """A derived value the retrieved base no longer derives: it does not exist in the SB.
+
+        Dropped, unless NB still wants it and the scheduler knows why it is absent: it waits
+        (PENDING), was refused (INVALID) or its last create/update failed (FAILED, RETRYING),
+        or it was CONFIGURED and vanished (now MISSING). Those stay, unavailable, with their
+        state and error, to be re-attempted (retry, resync) like failed base values. Returns
+        the kept ``(key, value)`` pair.
+        """
+        node = self.graph.get(key)
+        if node is None or node.derived_from != base_key:
+            return None
+        if not self._still_wanted(node):
+            self._remove_tree(node)
+            return None
+        if node.available:
+            self.graph.touch(node)
+            node.available = False
+            if node.state is ValueState.CONFIGURED:
+                node.state = ValueState.MISSING
+            self._mark(key, availability=True)
+            for dk, _ in node.derived:
+                self._drop_derived_tree(dk, key)
+            node.derived = ()
+            node.relations_of = None
+        return key, node.value
+
+    def _still_wanted(self, node: Node) -> bool:
+        if node.origin is not NB or node.state not in _KEPT_WHEN_NOT_FOUND:
+            return False
+        if node.last_op is TxnOperation.DELETE and node.state in _FAILING:
+            return False  # its delete failed, yet it is gone: the goal is reached
+        return base_of(self.graph, node).nb_value is not None
 
     def _relations(
         self, descriptor: Descriptor | None, node: Node, value: Value
@@ -331,6 +383,14 @@ class Refresher:
 
 
 _SETTLED = (ValueState.CONFIGURED, ValueState.OBTAINED, ValueState.DISCOVERED)
+_FAILING = (ValueState.FAILED, ValueState.RETRYING)
+_KEPT_WHEN_NOT_FOUND = (
+    ValueState.CONFIGURED,
+    ValueState.MISSING,
+    ValueState.PENDING,
+    ValueState.INVALID,
+    *_FAILING,
+)
 
 
 def _same(a: object, b: object) -> bool:
