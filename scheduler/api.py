@@ -7,6 +7,7 @@ lives here and is re-exported by the ``scheduler`` package. The engine behind it
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -229,6 +230,10 @@ class TransactionError(Exception):
     """A transaction finished with errors (``errors``: key -> (operation, exception)),
     or could not run at all (``errors`` empty, reason in the message)."""
 
+    # The message lands in logs and status records: it names a few errors, ``errors`` has all.
+    SHOWN_ERRORS = 5
+    SHOWN_ERROR_CHARS = 300
+
     def __init__(
         self,
         message: str,
@@ -238,6 +243,29 @@ class TransactionError(Exception):
         super().__init__(message)
         self.errors: dict[Key, tuple[TxnOperation, BaseException]] = dict(errors or {})
         self.seq = seq
+
+    @classmethod
+    def of_transaction(
+        cls, seq: int, errors: dict[Key, tuple[TxnOperation, BaseException]]
+    ) -> TransactionError:
+        """The error of transaction ``seq`` that ran with ``errors`` (key -> (op, exception)).
+
+        The message names the first ``SHOWN_ERRORS`` errors (each cut to
+        ``SHOWN_ERROR_CHARS`` characters), then "... and N more"; ``errors`` stays complete.
+        """
+        shown = []
+        for key, (op, exc) in itertools.islice(errors.items(), cls.SHOWN_ERRORS):
+            text = str(exc)
+            if len(text) > cls.SHOWN_ERROR_CHARS:
+                text = text[: cls.SHOWN_ERROR_CHARS] + "..."
+            shown.append(f"{key} ({op.value}): {text}")
+        message = f"transaction #{seq} failed: "
+        if len(errors) > 1:
+            message += f"{len(errors)} errors: "
+        message += ", ".join(shown)
+        if len(errors) > len(shown):
+            message += f", ... and {len(errors) - len(shown)} more"
+        return cls(message, errors=errors, seq=seq)
 
 
 class SchedulerClosedError(TransactionError):

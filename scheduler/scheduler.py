@@ -463,12 +463,7 @@ class KVScheduler:
             return -1
         record = outcome.record
         if raise_errors and record.errors:
-            keys = ", ".join(
-                f"{key} ({op.value}): {exc}" for key, (op, exc) in record.errors.items()
-            )
-            raise TransactionError(
-                f"transaction #{record.seq} failed: {keys}", errors=record.errors, seq=record.seq
-            )
+            raise TransactionError.of_transaction(record.seq, record.errors)
         return record.seq
 
     def _next_job(self) -> _Job | None:

@@ -358,3 +358,50 @@ def test_broken_descriptor_callbacks_are_errors_not_crashes(sched: KVScheduler, 
     sched.register_descriptor(prefix_descriptor(sb, "if", IF))
     sched.start_txn().set_value(IF + "ok", {}).commit()
     assert state(sched, IF + "ok") is ValueState.CONFIGURED
+
+
+def test_transaction_error_message_stays_short_with_many_failures(sched: KVScheduler) -> None:
+    def refuse(key: str, value: Any) -> None:
+        raise InvalidValueError(f"refused {key}" + ("!" * 1000 if key == IF + "0000" else ""))
+
+    sched.register_descriptor(
+        Descriptor(name="if", key_selector=lambda k: k.startswith(IF), create=refuse)
+    )
+    txn = sched.start_txn()
+    for n in range(1000):
+        txn.set_value(f"{IF}{n:04}", {})
+    with pytest.raises(TransactionError) as info:
+        txn.commit()
+    errors = info.value.errors
+    assert len(errors) == 1000  # complete
+    assert all(op == "CREATE" for op, _ in errors.values())
+    message = str(info.value)
+    assert message.startswith(f"transaction #{info.value.seq} failed: 1000 errors: ")
+    assert message.endswith(", ... and 995 more")
+    for n in range(5):
+        assert f"{IF}{n:04} (CREATE): refused {IF}{n:04}" in message
+    assert f"{IF}0005" not in message
+    long_error = f"refused {IF}0000"
+    long_error += "!" * (TransactionError.SHOWN_ERROR_CHARS - len(long_error))
+    assert long_error + "..., " in message  # the long error is cut
+    assert len(message) < 1000
+
+
+def test_transaction_error_message_with_few_failures_names_them_all(
+    sched: KVScheduler, sb: MockSB
+) -> None:
+    base_setup(sched, sb)
+    sb.fail_next(IF + "a")
+    with pytest.raises(TransactionError) as info:
+        sched.start_txn().set_value(IF + "a", {}).commit()
+    assert str(info.value) == (
+        f"transaction #{info.value.seq} failed: {IF}a (CREATE): planned failure of {IF}a"
+    )
+    for key in ("b", "c"):
+        sb.fail_next(IF + key)
+    with pytest.raises(TransactionError) as info:
+        sched.start_txn().set_value(IF + "b", {}).set_value(IF + "c", {}).commit()
+    assert str(info.value) == (
+        f"transaction #{info.value.seq} failed: 2 errors: "
+        f"{IF}b (CREATE): planned failure of {IF}b, {IF}c (CREATE): planned failure of {IF}c"
+    )
