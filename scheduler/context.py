@@ -23,6 +23,9 @@ class WalkContext:
     revert: bool = False  # stop and undo at the first failure of a txn value
     retry: RetryPolicy | None = None  # policy given by the NB transaction
     retry_attempt: int = 0  # > 0 in a retry transaction
+    # Re-applied NB values keep the retry policy of the NB transaction that set them (values
+    # of a descriptor registered late): the transaction's own ``retry`` is not applied.
+    keep_retry_policy: bool = False
     txn_keys: set[Key] = field(default_factory=set)
     # Shared between simulation and execution so each descriptor callback runs once per value.
     relations_cache: dict[Key, tuple[Value, tuple[Dependency, ...], DerivedPairs]] = field(
@@ -58,6 +61,16 @@ class WalkContext:
         self.replay_pos = 0
         self._pending_create_op = {}
         self._pending_delete_op = {}
+
+    def retries(self, base_key: Key) -> bool:
+        """Whether this is a retry transaction retrying the values of ``base_key``."""
+        return self.retry_attempt > 0 and base_key in self.txn_keys
+
+    def next_attempt(self, base_key: Key) -> int:
+        """The retry attempt a failure of a value of ``base_key`` leads to. Values failing as a
+        consequence of another value's retry (e.g. dependents it lets be created) start their
+        own count."""
+        return self.retry_attempt + 1 if self.retries(base_key) else 1
 
     def recorded_ops(self) -> list[RecordedOp]:
         return [op for op in self.ops if op is not None]

@@ -91,11 +91,20 @@ class Engine:
         revert: bool = False,
         retry: RetryPolicy | None = None,
         description: str = "",
+        keep_retry_policy: bool = False,
     ) -> TxnOutcome:
+        """An NB transaction. ``keep_retry_policy``: the values keep the retry policy they were
+        last set with (re-application of values that waited for their descriptor)."""
         record = self._new_record(TxnType.NB_TRANSACTION, description)
         record.revert = revert
         record.values = [RecordedValue(k, v, NB) for k, v in values.items()]
-        ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, revert=revert, retry=retry)
+        ctx = WalkContext(
+            seq=record.seq,
+            txn_type=record.txn_type,
+            revert=revert,
+            retry=retry,
+            keep_retry_policy=keep_retry_policy,
+        )
         ctx.txn_keys = set(values)
         ordered = self._order(values)
         return self._process(ctx, record, self._nb_applier(ordered), revert_values=ordered)
@@ -279,7 +288,7 @@ class Engine:
         if extra_touched:
             touched.update(extra_touched)
         changed = self._publish(touched, record)
-        retries = self._retries(ctx, retry_for if retry_for is not None else record.seq)
+        retries = self._retries(ctx, retry_for)
         self.history.add_transaction(record)
         if record.end - self._last_trim > 60.0:
             self._last_trim = record.end
@@ -488,8 +497,10 @@ class Engine:
         self.history.record_nodes(changes, now, record.seq)
         return changed
 
-    def _retries(self, ctx: WalkContext, for_seq: int) -> list[RetryRequest]:
-        groups: dict[tuple[int, float], list[Key]] = {}
+    def _retries(self, ctx: WalkContext, retry_for: int | None) -> list[RetryRequest]:
+        """Retries of the values left RETRYING: for the transaction that first failed them
+        (``retry_for`` for the values this retry transaction retried, else this one)."""
+        groups: dict[tuple[int, int, float], list[Key]] = {}
         for key, attempt in ctx.retry_keys.items():
             node = self.graph.get(key)
             if node is None or node.state is not ValueState.RETRYING:
@@ -498,10 +509,11 @@ class Engine:
             policy = base.retry_policy
             if policy is None:
                 continue
-            groups.setdefault((attempt, policy.delay(attempt)), []).append(base.key)
+            for_seq = retry_for if retry_for is not None and ctx.retries(base.key) else ctx.seq
+            groups.setdefault((for_seq, attempt, policy.delay(attempt)), []).append(base.key)
         return [
             RetryRequest(keys=sorted(set(keys)), for_seq=for_seq, attempt=attempt, delay=delay)
-            for (attempt, delay), keys in sorted(groups.items())
+            for (for_seq, attempt, delay), keys in sorted(groups.items())
         ]
 
     # -- reads -----------------------------------------------------------------------------

@@ -148,7 +148,9 @@ class KVScheduler:
             self._enqueue(
                 _Job(
                     lambda engine: engine.run_nb(
-                        waiting, description=f"values of newly registered {descriptor.name}"
+                        waiting,
+                        description=f"values of newly registered {descriptor.name}",
+                        keep_retry_policy=True,  # the policy they were committed with
                     ),
                     wait=False,
                 )

@@ -610,8 +610,9 @@ class Walker:
         ctx = self.ctx
         descriptor = node.descriptor
         retriable = descriptor.retriable(exc) if descriptor is not None else False
-        policy = self._base(node).retry_policy
-        attempt = ctx.retry_attempt + 1
+        base = self._base(node)
+        policy = base.retry_policy  # of the NB transaction that last set the base value
+        attempt = ctx.next_attempt(base.key)
         to_be_reverted = ctx.revert or ctx.reverting
         if retriable and not to_be_reverted and policy is not None and policy.allows(attempt):
             node.state = ValueState.RETRYING
@@ -658,16 +659,15 @@ class Walker:
     def _set_nb(self, node: Node, value: Value) -> None:
         ctx = self.ctx
         changed = not (node.nb_value is value or node.nb_value == value)
-        policy_changed = ctx.retry_attempt == 0 and (
-            node.retry_policy != ctx.retry or node.retry_attempt != 0
-        )
+        sets_policy = ctx.retry_attempt == 0 and not ctx.keep_retry_policy
+        policy_changed = sets_policy and (node.retry_policy != ctx.retry or node.retry_attempt != 0)
         if not changed and not policy_changed and ctx.retry_attempt == node.retry_attempt:
             return
         self.graph.touch(node)
         if changed:
             node.nb_value = value
             node.nb_seq = ctx.seq
-        if ctx.retry_attempt == 0:
+        if sets_policy:
             node.retry_policy = ctx.retry
         node.retry_attempt = ctx.retry_attempt
 
