@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler import (
     Dependency,
@@ -345,3 +347,69 @@ def test_derived_value_whose_failed_delete_happened_anyway_is_dropped(
     sched.start_txn().set_value(BASE, None).commit()
     assert sb.values == {}
     assert status(sched, BASE).state is ValueState.NONEXISTENT
+
+
+BASES = [A + "b1", A + "b2"]
+ITEMS = [f"{base}/{name}" for base in BASES for name in ("x", "y")]
+items_value = st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 1), max_size=2)
+base_values = st.one_of(st.none(), items_value.map(lambda items: {"items": items}))
+derived_step = st.one_of(
+    st.tuples(st.just("txn"), st.dictionaries(st.sampled_from(BASES), base_values, min_size=1)),
+    st.tuples(
+        st.just("resync"),
+        st.dictionaries(st.sampled_from(BASES), items_value.map(lambda i: {"items": i})),
+    ),
+    st.tuples(st.just("fail"), st.sampled_from(BASES + ITEMS)),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(derived_step, min_size=1, max_size=10))
+def test_derived_values_never_lose_track_of_the_sb(steps: list[tuple[str, Any]]) -> None:
+    """With failing calls on base and derived values and a Retrieve that reports what exists:
+    a derived key is in SB iff its status says so, no call is made twice (the mock refuses double
+    creates and deletes of missing objects), and no derived value NB wants is forgotten while
+    its base is CONFIGURED."""
+    sb = MockSB()
+    with KVScheduler(record_history=False) as sched:
+        register(sched, sb)
+        desired: dict[str, Any] = {}
+        for kind, arg in steps:
+            if kind == "fail":
+                sb.fail_next(arg)
+                continue
+            try:
+                if kind == "txn":
+                    txn = sched.start_txn()
+                    for key, value in arg.items():
+                        txn.set_value(key, value)
+                    txn.commit()
+                else:
+                    sched.resync(arg, kind="full")
+            except TransactionError as exc:
+                assert all(
+                    not isinstance(e, (FileExistsError, LookupError))
+                    for _, e in exc.errors.values()
+                ), exc.errors
+            if kind == "txn":
+                desired.update(arg)
+            else:
+                desired = dict(arg)
+            statuses = {key: sched.get_value_status(key) for key in BASES + ITEMS}
+            in_sb = {
+                key
+                for key, s in statuses.items()
+                if s.state is ValueState.CONFIGURED
+                or (s.state is ValueState.FAILED and s.last_op in ("UPDATE", "DELETE"))
+            }
+            assert set(sb.values) == in_sb, statuses
+            for base, value in desired.items():
+                if value is None or statuses[base].state is not ValueState.CONFIGURED:
+                    continue
+                for name in value["items"]:
+                    assert statuses[f"{base}/{name}"].state is not ValueState.NONEXISTENT, (
+                        base,
+                        statuses,
+                    )
