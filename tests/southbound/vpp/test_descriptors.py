@@ -174,7 +174,9 @@ def test_vpp_errors_are_named_and_not_retried(vpp):
     assert "VNET_API_ERROR_ADDRESS_IN_USE (-105)" in str(exc)
     assert not exc.retriable
     assert vpp.scheduler.stats()["scheduled_retries"] == 0  # a retry cannot fix it
-    assert vpp.state(key) is not ValueState.RETRYING
+    status = vpp.scheduler.get_value_status(key)
+    assert status.state is ValueState.FAILED, "kept FAILED with its error, not retried"
+    assert "ADDRESS_IN_USE" in status.error_message
     assert vpp.state(LO2) is CONFIGURED
     assert vpp.vpp_addresses(vpp.sw_if_index("lo2")) == []
 
