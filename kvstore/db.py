@@ -10,7 +10,8 @@ Storage layout (per key, kept small because a node holds ~1 M keys):
 - `_buckets`: per digest-leaf-bucket lists of keys (~15 keys each at 1 M keys), so the keys of a
   bucket are listed without a scan and removed in O(bucket).
 - `_digests`: the XOR digest tree (`digest.DigestTree`): ~70 k ints whatever the key count; a
-  merge updates one leaf, inner nodes are refreshed when read.
+  merge or removal only flags its key's leaf bucket stale; stale leaves are recomputed from
+  `_buckets` (and the inner nodes above them) when a digest is read.
 - `_expiry`: the TTL queue (`ttl.ExpiryQueue`) for keys with a finite TTL.
 
 Ownership: a stored record is never mutated after it is stored. For a key with an infinite TTL
@@ -108,7 +109,7 @@ class KvStoreDb:
         self._kv: dict[str, Value] = {}
         self._keys: SortedList = SortedList()
         self._buckets: list[list[str] | None] = [None] * NUM_BUCKETS
-        self._digests = DigestTree()
+        self._digests = DigestTree(self._bucket_digest)
         self._expiry = ExpiryQueue()
         self._num_finite = 0
         # Keys removed by merge() because they had already expired: reported by the next expire().
@@ -148,8 +149,7 @@ class KvStoreDb:
         kv = self._kv
         kv_get = kv.get
         buckets = self._buckets
-        leaves = self._digests.leaves
-        dirty_add = self._digests.dirty.add
+        stale = self._digests.stale
         originators = self._originators
         verify = self.verify_hashes
         num_finite = self._num_finite
@@ -191,7 +191,7 @@ class KvStoreDb:
             cur = kv_get(key)
             if cur is not None and cur.ttl_ms != _INF and cur.ttl_ms <= now_ms:
                 # Expired but not yet collected by expire(): it no longer exists.
-                self._remove(key, cur)
+                self._remove(key)
                 self._expired_unreported.append(key)
                 num_finite -= 1
                 cur = None
@@ -283,8 +283,6 @@ class KvStoreDb:
                 stored = Value(version, canon, stored_val, expires, ttl_version, h)
                 num_finite += 1
             bucket = xxh3_64_intdigest(key_utf8) >> _BUCKET_SHIFT
-            # Inlined `hashing.contribution` (two calls per update on the hot path).
-            contrib = xxh3_64_intdigest(key_utf8, (h + ttl_version) & MASK64)
             if cur is None:
                 self._keys.add(key)
                 members = buckets[bucket]
@@ -292,13 +290,10 @@ class KvStoreDb:
                     buckets[bucket] = [key]
                 else:
                     members.append(key)
-            else:
-                if cur.ttl_ms != _INF:
-                    num_finite -= 1
-                contrib ^= xxh3_64_intdigest(key_utf8, (cur.hash + cur.ttl_version) & MASK64)
+            elif cur.ttl_ms != _INF:
+                num_finite -= 1
             kv[key] = stored
-            leaves[bucket] ^= contrib
-            dirty_add(bucket)
+            stale[bucket] = 1  # digest upkeep is lazy: see digest.DigestTree
             delta[key] = new
 
         self._num_finite = num_finite
@@ -314,7 +309,7 @@ class KvStoreDb:
 
     # ------------------------------------------------------------------ removal and TTL
 
-    def _remove(self, key: str, cur: Value) -> None:
+    def _remove(self, key: str) -> None:
         """Drop a stored key from every index (the TTL queue entry goes stale by itself)."""
         del self._kv[key]
         self._keys.remove(key)
@@ -325,8 +320,20 @@ class KvStoreDb:
         members.remove(key)
         if not members:
             self._buckets[bucket] = None
-        assert cur.hash is not None
-        self._digests.toggle(bucket, contribution(key_utf8, cur.hash, cur.ttl_version))
+        self._digests.mark_stale(bucket)
+
+    def _bucket_digest(self, bucket: int) -> int:
+        """Unsigned XOR of the digest contributions of the keys stored in `bucket`."""
+        members = self._buckets[bucket]
+        if members is None:
+            return 0
+        kv = self._kv
+        acc = 0
+        for key in members:
+            cur = kv[key]
+            # Inlined `hashing.contribution`: a sync after a bulk load recomputes every key.
+            acc ^= xxh3_64_intdigest(key.encode(), (cur.hash + cur.ttl_version) & MASK64)
+        return acc
 
     def expire(self, now_ms: int) -> list[str]:
         """Remove and return every key whose TTL has run out (expiry <= now_ms).
@@ -342,7 +349,7 @@ class KvStoreDb:
             cur = kv.get(key)
             # A stale entry (key refreshed, replaced, made infinite or gone) does not match.
             if cur is not None and cur.ttl_ms == expires:
-                self._remove(key, cur)
+                self._remove(key)
                 self._num_finite -= 1
                 expired.append(key)
         if expired:

@@ -6,9 +6,11 @@ leaves are `F**DEPTH` buckets; a key's bucket is the top `DEPTH*log2(F)` bits of
 so bucket b is leaf node `FIRST_LEAF + b` and the path from the root to it spells b's digits.
 
 Every node's digest is the XOR of the contributions (`hashing.contribution`) of all keys beneath
-it. XOR makes updates incremental: a key changing from contribution a to b toggles `a ^ b` into
-its leaf, and removal is the same toggle; inner nodes are refreshed from the changed leaves when
-they are read.
+it. Upkeep is lazy, so that the flood hot path pays one flag store per update: a change only
+marks its key's leaf bucket stale; when a digest is read, each stale leaf is recomputed from the
+keys of its bucket (the owner supplies that function), then the inner nodes above changed leaves.
+The cost moves to read time (anti-entropy, full sync, NODE_INFO) and is bounded by the number of
+buckets changed since the last read times the keys per bucket (~15 at 1 M keys).
 
 `DigestWalk` is the sans-I/O protocol on top: ask the peer for the children of the root, descend
 only into children whose digests differ, and end with the differing leaf buckets, which the
@@ -17,7 +19,7 @@ caller then reconciles with the ordinary 3-way exchange restricted to those buck
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Protocol
 
 from kvstore.gen.kvstore_thrift.constants import DIGEST_DEPTH, DIGEST_FANOUT
@@ -49,6 +51,7 @@ FIRST_LEAF: Final[int] = _LEVEL_START[DEPTH]
 NUM_NODES: Final[int] = _LEVEL_START[DEPTH + 1]
 _BUCKET_SHIFT: Final[int] = 64 - BUCKET_BITS
 _U64: Final[int] = 1 << 64
+_NO_STALE: Final[bytes] = bytes(NUM_BUCKETS)
 _I64_TOP: Final[int] = 1 << 63
 
 
@@ -70,42 +73,48 @@ def _signed(h: int) -> int:
 
 
 class DigestTree:
-    """XOR digests of the whole tree: leaves updated eagerly, inner nodes recomputed lazily.
+    """XOR digests of the whole tree, recomputed lazily from stale leaves (see the module doc).
 
-    A merge only touches one leaf (`toggle`, two cheap list/set operations on the hot path); the
-    inner levels are brought up to date from the dirty leaves when a digest is read, at a cost
-    bounded by the number of inner nodes above them (at most ~70 k XORs for the whole tree).
+    `leaf_digest(bucket)` must return the unsigned XOR of the contributions of the keys currently
+    in `bucket`; it is called only for buckets marked stale since the last read.
     """
 
-    __slots__ = ("_dirty", "_levels")
+    __slots__ = ("_leaf_digest", "_levels", "_stale")
 
-    def __init__(self) -> None:
+    def __init__(self, leaf_digest: Callable[[int], int]) -> None:
         # _levels[d] holds the FANOUT**d unsigned digests of depth d; _levels[DEPTH] are the leaves.
         self._levels: list[list[int]] = [[0] * (FANOUT**d) for d in range(DEPTH + 1)]
-        self._dirty: set[int] = set()
+        self._leaf_digest = leaf_digest
+        # One flag byte per leaf: a store into a bytearray is the cheapest mark for the hot path
+        # (no hashing, no allocation), and finding the marks is a C-speed scan of 64 KiB.
+        self._stale = bytearray(NUM_BUCKETS)
 
     @property
-    def leaves(self) -> list[int]:
-        """The leaf digests (unsigned), indexed by bucket. Mutate only through `toggle`."""
-        return self._levels[DEPTH]
+    def stale(self) -> bytearray:
+        """Per-bucket stale flags, for hot loops that inline `mark_stale` (`stale[b] = 1`)."""
+        return self._stale
 
-    @property
-    def dirty(self) -> set[int]:
-        """Buckets changed since the inner levels were last recomputed (used by hot loops that
-        inline `toggle`: `leaves[b] ^= delta; dirty.add(b)`)."""
-        return self._dirty
-
-    def toggle(self, bucket: int, delta: int) -> None:
-        """XOR `delta` into leaf `bucket` (add or remove a key's contribution)."""
-        self._levels[DEPTH][bucket] ^= delta
-        self._dirty.add(bucket)
+    def mark_stale(self, bucket: int) -> None:
+        """The keys of `bucket` changed: recompute its leaf at the next read."""
+        self._stale[bucket] = 1
 
     def _refresh(self) -> None:
-        dirty = self._dirty
-        if not dirty:
+        stale = self._stale
+        pos = stale.find(1)
+        if pos < 0:
             return
+        leaves = self._levels[DEPTH]
+        leaf_digest = self._leaf_digest
+        changed: set[int] = set()
+        find = stale.find
+        while pos >= 0:
+            digest = leaf_digest(pos)
+            if digest != leaves[pos]:
+                leaves[pos] = digest
+                changed.add(pos)
+            pos = find(1, pos + 1)
+        stale[:] = _NO_STALE  # in place: hot loops may hold the array
         levels = self._levels
-        changed = dirty
         for depth in range(DEPTH, 0, -1):
             below = levels[depth]
             above = levels[depth - 1]
@@ -117,7 +126,6 @@ class DigestTree:
                     acc ^= digest
                 above[parent] = acc
             changed = parents
-        dirty.clear()
 
     def root(self) -> int:
         """Digest of the whole store, as a signed i64."""
