@@ -36,7 +36,7 @@ from xxhash import xxh3_64_intdigest
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
 from kvstore.hashing import MASK64, contribution, value_hash
 from kvstore.ttl import ExpiryQueue
-from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value
+from kvstore.value import I64_MIN, TTL_INFINITY, NoMergeReason, Value, invalid_reason
 
 __all__ = ["KvStoreDb", "MergeResult", "compare_values"]
 
@@ -133,7 +133,9 @@ class KvStoreDb:
 
     # ------------------------------------------------------------------ merge
 
-    def merge(self, key_vals: Mapping[str, Value], now_ms: int) -> MergeResult:
+    def merge(
+        self, key_vals: Mapping[str, Value], now_ms: int, *, wire_decoded: bool = False
+    ) -> MergeResult:
         """Apply incoming key-values by the CRDT rules; return what changed and what did not.
 
         Rules, in order: reject invalid input (ttl <= 0 and not infinite, version < 1, wrong types);
@@ -142,6 +144,11 @@ class KvStoreDb:
         bytes win; with equal values a higher ttl_version updates the TTL only. A TTL-only update
         (value None) applies only to a stored key with the same version and originator and a lower
         ttl_version. A missing `hash` is computed and set on the incoming object.
+
+        `wire_decoded=True` promises that `key_vals` was produced by the Thrift decoder
+        (`kvstore.wire`), which already guarantees every field's type and i64 range and valid
+        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present).
+        Anything built in Python must use the default, which checks every field.
         """
         _check_now(now_ms)
         delta: dict[str, Value] = {}
@@ -159,34 +166,27 @@ class KvStoreDb:
         expiring: dict[int, list[str]] = {}
 
         for key, new in key_vals.items():
-            # ---- validation (inlined `value.invalid_reason`: this loop is the hot path)
-            if type(key) is not str or type(new) is not Value:
-                no_merge[str(key)] = _R.MALFORMED
-                continue
+            if not wire_decoded:
+                reason = _invalid_reason(key, new)
+                if reason is not None:
+                    no_merge[str(key)] = reason
+                    continue
+            # ---- semantic checks (types are right here: decoded or checked above)
             ttl = new.ttl_ms
-            if type(ttl) is not int or not (0 < ttl <= I64_MAX or ttl == _INF):
+            if ttl <= 0 and ttl != _INF:
                 no_merge[key] = _R.INVALID_TTL
                 continue
             version = new.version
-            if type(version) is not int or not 0 < version <= I64_MAX:
+            if version < 1:
                 no_merge[key] = _R.INVALID_VERSION
                 continue
             orig = new.originator_id
-            if type(orig) is not str:
+            if orig is None:
                 no_merge[key] = _R.INVALID_ORIGINATOR
                 continue
             val = new.value
-            if val is not None and type(val) is not bytes:
-                no_merge[key] = _R.INVALID_VALUE
-                continue
             ttl_version = new.ttl_version
-            if type(ttl_version) is not int or not I64_MIN <= ttl_version <= I64_MAX:
-                no_merge[key] = _R.INVALID_TTL_VERSION
-                continue
             h = new.hash
-            if h is not None and (type(h) is not int or not I64_MIN <= h <= I64_MAX):
-                no_merge[key] = _R.INVALID_HASH
-                continue
 
             cur = kv_get(key)
             if cur is not None and cur.ttl_ms != _INF and cur.ttl_ms <= now_ms:
@@ -252,18 +252,8 @@ class KvStoreDb:
                     new.hash = h
             else:
                 if h is None or verify:
-                    try:
-                        h = value_hash(version, canon, val)
-                    except UnicodeEncodeError:
-                        no_merge[key] = _R.INVALID_ORIGINATOR
-                        continue
-                    new.hash = h
+                    h = new.hash = value_hash(version, canon, val)
                 stored_val = val
-            try:
-                key_utf8 = key.encode()
-            except UnicodeEncodeError:
-                no_merge[key] = _R.MALFORMED
-                continue
             if ttl == _INF:
                 if ttl_only:
                     stored = Value(version, canon, stored_val, _INF, ttl_version, h)
@@ -282,7 +272,7 @@ class KvStoreDb:
                     expiring[expires].append(key)
                 stored = Value(version, canon, stored_val, expires, ttl_version, h)
                 num_finite += 1
-            bucket = xxh3_64_intdigest(key_utf8) >> _BUCKET_SHIFT
+            bucket = xxh3_64_intdigest(key.encode()) >> _BUCKET_SHIFT
             if cur is None:
                 self._keys.add(key)
                 members = buckets[bucket]
@@ -657,6 +647,24 @@ def _check_now(now_ms: object) -> None:
     # A float clock would leak into stored expiries and wire TTLs (Thrift i64): fail loudly.
     if type(now_ms) is not int:
         raise TypeError(f"now_ms must be an int (monotonic milliseconds), got {now_ms!r}")
+
+
+def _invalid_reason(key: object, value: object) -> str | None:
+    """Full validation of one key-value built in Python (not by the wire decoder)."""
+    if type(key) is not str:
+        return _R.MALFORMED
+    reason = invalid_reason(value)
+    if reason is not None:
+        return reason
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        return _R.MALFORMED
+    try:
+        value.originator_id.encode()  # type: ignore[attr-defined]
+    except UnicodeEncodeError:
+        return _R.INVALID_ORIGINATOR
+    return None
 
 
 def _check_hash_entry(key: object, value: object) -> None:

@@ -324,7 +324,7 @@ class KvStoreNode:
         self._ingest = {}
         messages = self._ingest_messages
         self._ingest_messages = []
-        delta = self.db.merge(batch, monotonic_ms()).delta
+        delta = self.db.merge(batch, monotonic_ms(), wire_decoded=True).delta
         if delta:
             self.counters["kvstore.updated_key_vals"] += len(delta)
             self.queue_flood(self._ingest_path, delta)
@@ -356,7 +356,7 @@ class KvStoreNode:
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
-        result = self.db.merge(key_vals, monotonic_ms())
+        result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
             self.queue_flood(tuple(node_ids), result.delta)

@@ -456,7 +456,7 @@ class Peering:
         self._advance(link, now)
 
     def _merge_reply(self, link: PeerLink, key_vals: dict[str, Value], now: int) -> None:
-        result = self.db.merge(key_vals, now)
+        result = self.db.merge(key_vals, now, wire_decoded=True)
         self.counters["kvstore.full_sync.received_key_vals"] += len(key_vals)
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kvstore import wire
 from kvstore.db import KvStoreDb, compare_values
+from kvstore.gen.kvstore_thrift.ttypes import Publication
 from kvstore.hashing import value_hash
 from kvstore.value import I64_MAX, TTL_INFINITY, NoMergeReason, Value, invalid_reason
 
@@ -76,6 +78,7 @@ def test_invalid_ttl_is_checked_before_version(db: KvStoreDb) -> None:
         (Value(1, None, b"x"), R.INVALID_ORIGINATOR),
         (Value(1, b"a", b"x"), R.INVALID_ORIGINATOR),
         (Value(1, "\ud800", b"x"), R.INVALID_ORIGINATOR),  # not encodable as UTF-8
+        (Value(1, "\ud800", b"x", TTL_INFINITY, 0, 5), R.INVALID_ORIGINATOR),  # even with a hash
         (Value(1, "a", "text"), R.INVALID_VALUE),
         (Value(1, "a", bytearray(b"x")), R.INVALID_VALUE),
         (Value(1.0, "a", b"x"), R.INVALID_VERSION),
@@ -101,6 +104,50 @@ def test_non_string_or_unencodable_key_is_malformed(db: KvStoreDb) -> None:
     result = db.merge({7: v(), "\udc80": v()}, 0)  # type: ignore[dict-item]
     assert result.no_merge == {"7": R.MALFORMED, "\udc80": R.MALFORMED}
     assert len(db) == 0
+
+
+def decoded(key_vals: dict[str, Value]) -> dict[str, Value]:
+    """`key_vals` as the node gets them: encoded and decoded by the wire codec."""
+    publication = wire.decode_publication(wire.encode(Publication(key_vals=key_vals)))
+    assert publication.key_vals is not None
+    return publication.key_vals
+
+
+def test_wire_decoded_input_still_gets_the_semantic_checks(db: KvStoreDb) -> None:
+    incoming = decoded(
+        {
+            "zero-version": Value(0, "o", b"v"),
+            "bad-ttl": Value(1, "o", b"v", -5),
+            "no-originator": Value(1, None, b"v"),
+            "ok": Value(1, "o", b"v", 5_000, 3, 77),
+            "ttl-only-unknown": Value(1, "o", None, 5_000, 1),
+        }
+    )
+    result = db.merge(incoming, 0, wire_decoded=True)
+    assert result.no_merge == {
+        "zero-version": R.INVALID_VERSION,
+        "bad-ttl": R.INVALID_TTL,
+        "no-originator": R.INVALID_ORIGINATOR,
+        "ttl-only-unknown": R.UNKNOWN_KEY_TTL_UPDATE,
+    }
+    assert list(result.delta) == ["ok"]
+    assert stored(db, "ok") == Value(1, "o", b"v", 5_000, 3, 77)
+
+
+def test_wire_decoded_merge_equals_checked_merge() -> None:
+    batches = [
+        {"a": v(1, "x", b"1"), "b": v(2, "y", b"2", ttl=900), "c": v(1, "x", None)},
+        {"a": v(1, "y", b"0"), "b": v(2, "y", None, ttl=5_000, ttl_version=1), "d": v(3)},
+        {"a": v(1, "y", b"0"), "d": v(2), "e": v(1, "z", b"", ttl=10)},
+    ]
+    checked, trusted = KvStoreDb("c"), KvStoreDb("t")
+    for now, batch in enumerate(batches):
+        r1 = checked.merge(decoded(batch), now)
+        r2 = trusted.merge(decoded(batch), now, wire_decoded=True)
+        assert r1.no_merge == r2.no_merge
+        assert r1.delta == r2.delta
+    assert checked.dump(3) == trusted.dump(3)
+    assert checked.root_digest() == trusted.root_digest()
 
 
 def test_invalid_reason_matches_merge_for_valid_records() -> None:
