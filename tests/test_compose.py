@@ -3,6 +3,7 @@ valid kvmesh command line, and that the cluster it describes is wired consistent
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ def parse_cli(args: list[str]) -> list[str]:
     path = ["kvmesh"]
     command: click.Command = main
     while isinstance(command, click.Group):
-        rest = [*ctx.protected_args, *ctx.args]
+        with warnings.catch_warnings():
+            # Click < 9 keeps the subcommand in `protected_args` (deprecated); Click 9 in `args`.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            rest = [*getattr(ctx, "protected_args", []), *ctx.args]
         if not rest:
             break
         name, sub, rest = command.resolve_command(ctx, rest)
