@@ -26,13 +26,14 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import zmq
 
 from kvstore import wire
 from kvstore.config import NodeConfig
 from kvstore.db import KvStoreDb
+from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestReply,
@@ -108,9 +109,11 @@ class KvStoreNode:
         self._subscriptions = 0
         self.peering: Peering | None = None  # created in start(): it needs the loop
         self._floods: dict[Path, dict[str, Value]] = {}
+        # Per flood path, the peers' publications whose merge produced (part of) that delta.
+        self._flood_received: dict[Path, list[Received]] = {}
         self._ingest: dict[str, Value] = {}  # one-way sets not merged yet (see _ingest_oneway)
         self._ingest_path: Path = ()
-        self._ingest_messages: list[dict[str, Value]] = []
+        self._ingest_messages: list[Received] = []
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -239,7 +242,7 @@ class KvStoreNode:
         except wire.DecodeError as exc:
             self._reply_error(envelope, wire.MALFORMED, str(exc))
             return
-        if request.cmd == Command.KEY_SET and self._ingest_oneway(request):
+        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
             self.counters["kvstore.cmd_key_set"] += 1
             return
         # Anything else sees the one-way sets received before it (read-your-writes).
@@ -277,13 +280,14 @@ class KvStoreNode:
 
     # ------------------------------------------------------------------ one-way KEY_SET batching
 
-    def _ingest_oneway(self, request: Request) -> bool:
+    def _ingest_oneway(self, request: Request, payload: bytes) -> bool:
         """Take a one-way KEY_SET (a flood) into the current batch; False if it is not one.
 
         Consecutive one-way sets with the same flood path are merged as ONE batch: merging
         key-disjoint batches together is the same as merging them one after the other (the merge
         is per key), and it saves the per-call cost for small publications. A set that shares a
-        key with the batch, or comes by another path, closes the batch first.
+        key with the batch, or comes by another path, closes the batch first. A peer's set is
+        kept with its payload until flooded (it may be forwarded as received: `kvstore.forward`).
         """
         params = request.key_set
         if params is None or params.solicit_response is not False or params.key_vals is None:
@@ -310,7 +314,7 @@ class KvStoreNode:
         else:
             batch.update(key_vals)
         if node_ids:
-            self._ingest_messages.append(key_vals)
+            self._ingest_messages.append(Received(payload, request))
         if len(self._ingest) >= INGEST_BATCH:
             self._merge_ingest()
             if self._flood_size() >= INGEST_BATCH:
@@ -327,11 +331,11 @@ class KvStoreNode:
         delta = self.db.merge(batch, monotonic_ms(), wire_decoded=True).delta
         if delta:
             self.counters["kvstore.updated_key_vals"] += len(delta)
-            self.queue_flood(self._ingest_path, delta)
+            self.queue_flood(self._ingest_path, delta, messages)
         # A publication from a peer that changed nothing is redundant (it came by another path).
         redundant = 0
-        for key_vals in messages:
-            if not delta or not any(key in delta for key in key_vals):
+        for message in messages:
+            if not delta or not any(key in delta for key in message.key_vals):
                 redundant += 1
         if redundant:
             self.counters["kvstore.received_redundant_publications"] += redundant
@@ -507,26 +511,33 @@ class KvStoreNode:
 
     # ------------------------------------------------------------------ flooding
 
-    def queue_flood(self, path: Path, delta: dict[str, Value]) -> None:
-        """Collect a merged delta; everything collected in one socket pass goes out together."""
+    def queue_flood(
+        self, path: Path, delta: dict[str, Value], received: Sequence[Received] = ()
+    ) -> None:
+        """Collect a merged delta; everything collected in one socket pass goes out together.
+        `received`: the peer publications it was merged from, if any (see `kvstore.forward`)."""
         pending = self._floods.get(path)
         if pending is None:
             self._floods[path] = delta
         else:
             pending.update(delta)
+        if received:
+            self._flood_received.setdefault(path, []).extend(received)
 
     def flush_floods(self) -> None:
         if not self._floods:
             return
         floods = self._floods
+        received = self._flood_received
         self._floods = {}
+        self._flood_received = {}
         now = monotonic_ms()
         for path, delta in floods.items():
             self._publish(
                 Publication(key_vals=delta, node_ids=[*path, self.name], timestamp_ms=wall_ms())
             )
             if self.peering is not None:
-                self.peering.flood(path, delta, now)
+                self.peering.flood(path, delta, now, received.get(path, ()))
         self._arm_expiry()
 
     # ------------------------------------------------------------------ TTL expiry

@@ -5,7 +5,8 @@ cap, keys pending during a sync; `AntiEntropyTimer`; `kvstore.ratelimit.FloodLim
 moves the messages. Per peer:
 
 - flooding: one-way KEY_SETs carrying the flood path, only to INITIALIZED peers, never to a peer
-  already on the path (which includes the sender);
+  already on the path (which includes the sender); a peer's publication that the store holds
+  exactly as received is forwarded as its own bytes (`kvstore.forward`);
 - full sync (on PEER_ADD, after a failure, and periodically with one random peer): a
   `SyncSession` (digest walk, then 3-way exchange on the differing buckets); replies are matched by
   a correlation-id frame, so a reply to an abandoned sync is recognised and dropped;
@@ -22,7 +23,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +32,7 @@ import zmq
 from kvstore import wire
 from kvstore.config import NodeConfig
 from kvstore.db import KvStoreDb
+from kvstore.forward import MIN_FORWARD_KEYS, Received, envelope_tail, forwarded_payload
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
@@ -249,8 +251,18 @@ class Peering:
 
     # ------------------------------------------------------------------ flooding
 
-    def flood(self, path: Path, delta: Mapping[str, Value], now: int) -> None:
-        """Send a merged delta on to the peers (except those on its flood path)."""
+    def flood(
+        self,
+        path: Path,
+        delta: Mapping[str, Value],
+        now: int,
+        received: Sequence[Received] = (),
+    ) -> None:
+        """Send a merged delta on to the peers (except those on its flood path).
+
+        `received`: peer publications the delta was merged from; those the store holds exactly
+        as received go on as their own bytes (`kvstore.forward`), the rest is encoded anew.
+        """
         targets = self.table.flood_targets(delta, exclude=path)
         if not targets:
             return
@@ -261,9 +273,55 @@ class Peering:
             if release.from_buffer:
                 self._flood_release(release, now)
                 return
+        links = [self.links[n] for n in targets]
+        node_ids = [*path, self.name]
+        if received and self.limiter is None:
+            delta = self._forward_received(links, delta, received, node_ids)
         key_vals = self.db.prepare_flood(delta, now)
         if key_vals:
-            self._send_key_set([self.links[n] for n in targets], key_vals, [*path, self.name])
+            self._send_key_set(links, key_vals, node_ids)
+
+    def _forward_received(
+        self,
+        links: list[PeerLink],
+        delta: Mapping[str, Value],
+        received: Sequence[Received],
+        node_ids: list[str],
+    ) -> Mapping[str, Value]:
+        """Forward the publications that can go on as received; return the rest of `delta`."""
+        tail: bytes | None = None
+        forwarded: list[dict[str, Value]] = []
+        forwarded_keys = 0
+        stored_as_merged = self.db.stored_as_merged
+        counters = self.counters
+        for message in received:
+            key_vals = message.key_vals
+            if len(key_vals) < MIN_FORWARD_KEYS or not stored_as_merged(key_vals):
+                continue
+            end = message.entries_end()
+            if end is None:
+                counters["kvstore.flood.reencoded_layout"] += 1
+                continue
+            if tail is None:
+                tail = envelope_tail(node_ids, wall_ms())
+            frames = [b"", forwarded_payload(message, end, tail)]
+            for link in links:
+                if self._send(link, frames):
+                    counters["kvstore.sent_publications"] += 1
+                    counters["kvstore.sent_key_vals"] += len(key_vals)
+            counters["kvstore.flood.forwarded_publications"] += 1
+            forwarded.append(key_vals)
+            forwarded_keys += len(key_vals)
+        if not forwarded:
+            return delta
+        # Forwarded maps are key-disjoint subsets of the delta (each holds the stored objects).
+        if forwarded_keys == len(delta):
+            return {}
+        return {
+            key: value
+            for key, value in delta.items()
+            if not any(key in key_vals for key_vals in forwarded)
+        }
 
     def _flood_release(self, release: FloodRelease, now: int) -> None:
         # A buffer flush mixes keys from many paths: it goes to every initialized peer with

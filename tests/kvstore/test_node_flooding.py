@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import zmq
+
 from kvstore import wire
 from kvstore.client import make_value
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
+from kvstore.hashing import value_hash
 from tests.kvstore.conftest import Mesh, wait_for_value
 from tests.util import wait_until
 
@@ -143,3 +146,63 @@ def test_rate_limited_node_buffers_and_loses_nothing(mesh: Mesh) -> None:
     assert counters["kvstore.rate_limit_suppress"] >= 1
     # Far fewer publications than updates went out towards c.
     assert counters["kvstore.sent_publications"] < 91
+
+
+def peer_flood(node_ids: list[str], key_vals: dict[str, Value]) -> bytes:
+    return wire.encode(
+        Request(
+            cmd=Command.KEY_SET,
+            key_set=KeySetParams(key_vals=key_vals, solicit_response=False, node_ids=node_ids),
+        )
+    )
+
+
+def test_peer_publication_is_forwarded_as_received_or_reencoded(mesh: Mesh) -> None:
+    _a, b, c = mesh.chain(["a", "b", "c"])
+    plain = {f"fw/{i:02d}": make_value(b"v%d" % i, version=1, originator_id="a") for i in range(40)}
+    finite = {
+        f"fw/ttl/{i:02d}": make_value(b"t", version=1, originator_id="a", ttl_ms=60_000)
+        for i in range(40)
+    }
+    with c.client() as client, client.subscribe(prefix="fw/") as subscription:
+        with b.client() as injector:
+            wait_until(  # the subscription is live (ZeroMQ's slow joiner)
+                lambda: injector.set({"fw/probe": make_value(b"", version=1, originator_id="t")})
+                is not None
+                and subscription.recv(timeout_s=0.2) is not None,
+                message="subscription live",
+            )
+            # As if b's peer a flooded them: b applies them and floods them on to c.
+            peer: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+            try:
+                peer.connect(b.cmd_url)
+                peer.send_multipart([b"", peer_flood(["a"], plain)])
+                peer.send_multipart([b"", peer_flood(["a"], finite)])
+            finally:
+                peer.close(linger=1000)
+
+            seen: dict[str, Value] = {}
+            paths: list[list[str] | None] = []
+
+            def all_published() -> bool:
+                publication = subscription.recv(timeout_s=0.5)
+                key_vals = publication.key_vals if publication is not None else None
+                if publication is not None and key_vals and "fw/probe" not in key_vals:
+                    seen.update(key_vals)
+                    paths.append(publication.node_ids)
+                return set(plain) | set(finite) <= set(seen)
+
+            wait_until(all_published, message="both publications on c")
+        got = client.get(list(plain) + list(finite))
+    # c got them over the flood path a -> b -> c, with the values a set.
+    assert paths and all(path == ["a", "b", "c"] for path in paths)
+    for key, value in plain.items():
+        assert got[key].value == value.value
+        assert got[key].hash == value_hash(1, "a", value.value)
+    for key, value in finite.items():
+        assert got[key].value == value.value and 0 < got[key].ttl_ms < 60_000
+    with b.client() as client:
+        counters = client.counters()
+    # The infinite-TTL publication went on as received; the finite one needed new TTLs.
+    assert counters["kvstore.flood.forwarded_publications"] == 1
+    assert counters["kvstore.sent_key_vals"] >= 80
