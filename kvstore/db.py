@@ -574,6 +574,9 @@ class KvStoreDb:
         dropped = 0
         for key, value in delta.items():
             cur = kv_get(key)
+            if cur is value:  # stored as merged (infinite TTL), so still current
+                out[key] = value
+                continue
             if (
                 cur is None
                 or cur.version != value.version
