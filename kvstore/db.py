@@ -557,7 +557,9 @@ class KvStoreDb:
 
     # ------------------------------------------------------------------ flooding
 
-    def prepare_flood(self, delta: Mapping[str, Value], now_ms: int) -> dict[str, Value]:
+    def prepare_flood(
+        self, delta: Mapping[str, Value], now_ms: int, *, in_place: bool = False
+    ) -> dict[str, Value]:
         """The values of `delta` to send to peers, with the TTL each should carry on the wire.
 
         A finite TTL becomes the key's remaining time minus ttl_decrement_ms. Dropped: keys whose
@@ -565,6 +567,11 @@ class KvStoreDb:
         superseded or expired, and the newer state is flooded by its own merge), keys with no more
         than ttl_decrement_ms left, and keys with less than ttl_threshold_ms left. Infinite-TTL
         values are returned as they are (same objects, read-only).
+
+        Finite-TTL values are returned as copies, unless `in_place`: then the delta's own objects
+        get the wire TTL written into them. A finite-TTL delta value is never a stored record
+        (the store keeps a copy holding the absolute expiry), so this is safe for a caller that
+        owns the delta and is done with the TTL it arrived with (the node, after publishing it).
         """
         _check_now(now_ms)
         out: dict[str, Value] = {}
@@ -592,6 +599,10 @@ class KvStoreDb:
             remaining = expires - now_ms
             if remaining <= decrement or remaining < threshold:
                 dropped += 1
+                continue
+            if in_place:
+                value.ttl_ms = remaining - decrement
+                out[key] = value
                 continue
             out[key] = Value(
                 value.version,

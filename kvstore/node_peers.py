@@ -277,7 +277,7 @@ class Peering:
         node_ids = [*path, self.name]
         if received and self.limiter is None:
             delta = self._forward_received(links, delta, received, node_ids)
-        key_vals = self.db.prepare_flood(delta, now)
+        key_vals = self.db.prepare_flood(delta, now, in_place=True)
         if key_vals:
             self._send_key_set(links, key_vals, node_ids)
 

@@ -164,6 +164,23 @@ def test_prepare_flood_rewrites_ttl_to_remaining_minus_decrement() -> None:
     assert (out["k"].version, out["k"].value, out["k"].hash) == (1, b"x", delta["k"].hash)
 
 
+def test_prepare_flood_in_place_rewrites_the_delta_objects_never_the_store() -> None:
+    db = KvStoreDb("me", ttl_decrement_ms=10)
+    delta = db.merge({"k": v(ttl=5000), "t": v(ttl=8000), "inf": v()}, 0).delta
+    delta.update(db.merge({"t": v(value=None, ttl=9000, ttl_version=1)}, 0).delta)
+    objects = dict(delta)
+    out = db.prepare_flood(delta, 1000, in_place=True)
+    assert {k: x.ttl_ms for k, x in out.items()} == {"k": 3990, "t": 7990, "inf": TTL_INFINITY}
+    assert all(out[k] is objects[k] for k in out)  # no copies
+    # The store keeps its own records: remaining TTLs are untouched.
+    assert {k: x.ttl_ms for k, x in db.get(out, 1000).items()} == {
+        "k": 4000,
+        "t": 8000,
+        "inf": TTL_INFINITY,
+    }
+    assert db.prepare_flood(delta, 2000)["k"].ttl_ms == 2990  # from the store's expiry again
+
+
 def test_prepare_flood_leaves_infinite_untouched(db: KvStoreDb) -> None:
     delta = db.merge({"k": v()}, 0).delta
     assert db.prepare_flood(delta, 10**9)["k"].ttl_ms == TTL_INFINITY
