@@ -103,28 +103,37 @@ class DigestTree:
         pos = stale.find(1)
         if pos < 0:
             return
-        leaves = self._levels[DEPTH]
+        levels = self._levels
+        leaves = levels[DEPTH]
         leaf_digest = self._leaf_digest
-        changed: set[int] = set()
         find = stale.find
+        # Changed nodes are tracked as flags of the level above, not as a set of ints: after a
+        # bulk load every leaf changes, and a 65 k-int set would be megabytes of transient memory
+        # that the allocator keeps.
+        changed = bytearray(FANOUT ** (DEPTH - 1))
         while pos >= 0:
             digest = leaf_digest(pos)
             if digest != leaves[pos]:
                 leaves[pos] = digest
-                changed.add(pos)
+                changed[pos >> _LEVEL_BITS] = 1
             pos = find(1, pos + 1)
         stale[:] = _NO_STALE  # in place: hot loops may hold the array
-        levels = self._levels
-        for depth in range(DEPTH, 0, -1):
-            below = levels[depth]
-            above = levels[depth - 1]
-            parents = {index >> _LEVEL_BITS for index in changed}
-            for parent in parents:
-                first = parent << _LEVEL_BITS
+        for depth in range(DEPTH - 1, -1, -1):
+            below = levels[depth + 1]
+            row = levels[depth]
+            parents = bytearray(FANOUT ** (depth - 1)) if depth > 0 else None
+            index = changed.find(1)
+            while index >= 0:
+                first = index << _LEVEL_BITS
                 acc = 0
                 for digest in below[first : first + FANOUT]:
                     acc ^= digest
-                above[parent] = acc
+                row[index] = acc
+                if parents is not None:
+                    parents[index >> _LEVEL_BITS] = 1
+                index = changed.find(1, index + 1)
+            if parents is None:
+                break
             changed = parents
 
     def root(self) -> int:

@@ -19,7 +19,9 @@ Baselines measured in the same run (ratio = metric / baseline):
   bytes per key: a bare dict {key: 100-byte value} in a fresh process.
 
 Workload details: flooded publications update existing keys with higher versions (steady state),
-values are 100 bytes, peers' hashes are set (as real floods carry them).
+values are 100 bytes, TTLs are infinite, peers' hashes are set (as real floods carry them). With
+infinite TTLs every 100-kv publication qualifies for forwarding as received (kvstore/forward.py);
+1-kv publications are coalesced and re-encoded.
 
 Usage: kvstore_bench.py [--quick] [--json] [--runs N]
   --quick: fewer messages and runs, and 200 k instead of 1 M keys for the two 1 M metrics (their
