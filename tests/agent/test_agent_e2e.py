@@ -257,6 +257,11 @@ def test_rest_endpoints_and_bad_parameters(cluster: Cluster) -> None:
     recon = agent.get_json("/recon/services")
     assert recon["services"][0]["name"] == "kvstore-initial-sync"
     assert recon["devices"]["linux"] == "KNOWN"
+    # The KvStore reported its initial sync done (no timeout), every stage completed.
+    assert {name: st["state"] for name, st in recon["status"]["linux"].items()} == {
+        "kvstore-initial-sync": "COMPLETED", "resync-interfaces": "COMPLETED",
+        "resync-l2-domains": "COMPLETED", "resync-routes": "COMPLETED",
+        "resync-other": "COMPLETED"}
     _status, metrics = agent.get("/metrics")
     names = {f.name for f in text_string_to_metric_families(metrics.decode())}
     assert "kvmesh_recon_successes" in names

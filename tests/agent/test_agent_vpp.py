@@ -150,3 +150,38 @@ def test_vpp_restart_is_reconciled_back(setup: Setup) -> None:
                message="the reconnect ran the reconciliation again")
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
     assert "loop7" in setup.vpp_interfaces(), "reconciliation restored the interface"
+
+
+def test_kvstore_initial_sync_timeout_is_reported_and_tolerated(tmp_path: Path) -> None:
+    """A KvStore still syncing (its only peer never answers) when the timeout expires: the
+    agent loads what the store has, reports the service FAILED, and the device still becomes
+    KNOWN (the service's intent is DO_NOTHING)."""
+    mesh = Mesh(tmp_path)
+    workdir = tempfile.mkdtemp(prefix="kvm-ag-")
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
+    agent: Agent | None = None
+    try:
+        ghost = mesh.allocate("ghost")  # declared as a peer, never started
+        node = mesh.allocate("v1", sync_timeout_ms=60_000)
+        mesh.start(node, peers=[ghost])
+        with KvStoreClient(node.cmd_url) as client:
+            assert not client.counters().get("kvstore.initial_sync_done")
+            client.set_key("config/v1/vpp/interface/loop3", encode_config_value(
+                {"type": "loopback"}))
+        emulator.start()
+        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url,
+                                  vpp_socket=emulator.socket_path, initial_sync_timeout_s=0.5))
+        agent.start()
+        wait_until(lambda: agent is not None
+                   and agent.recon.device_state("vpp") is DeviceState.KNOWN, timeout=30)
+        sync = agent.recon.status("vpp")["vpp"]["kvstore-initial-sync"]
+        assert sync["state"] == "FAILED" and "initial sync not done" in str(sync["last_error"])
+        wait_until(lambda: any(i["tag"] == "kvmesh:loop3"
+                               for i in emulator.control.state()["interfaces"]), timeout=30,
+                   message="desired state loaded despite the timeout")
+    finally:
+        if agent is not None:
+            agent.stop()
+        emulator.stop()
+        mesh.close()
+        shutil.rmtree(workdir, ignore_errors=True)
