@@ -78,6 +78,9 @@ class InterfaceDescriptor:
     def create(self, key: str, value: Any) -> InterfaceMeta:
         v = normalize_interface(key, value)
         sw_if_index = self._make(v)
+        # Known by name before it is configured: VPP's events for it (e.g. admin up) may be
+        # dispatched before this create returns.
+        self.ctx.names_by_index[sw_if_index] = _name(key)
         try:
             self.api.set_tag(sw_if_index, owner_tag(_name(key)))
             if v["vrf"]:
@@ -88,10 +91,10 @@ class InterfaceDescriptor:
                 self.api.set_admin_up(sw_if_index, True)
         except VppError:
             # Leave nothing half-made behind: the scheduler sees a clean failed create.
+            self.ctx.names_by_index.pop(sw_if_index, None)
             with contextlib.suppress(VppError):
                 self._unmake(v, sw_if_index)
             raise
-        self.ctx.names_by_index[sw_if_index] = _name(key)
         return InterfaceMeta(sw_if_index, v["type"])
 
     def _make(self, v: dict[str, Any]) -> int:
