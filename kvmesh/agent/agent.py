@@ -128,6 +128,11 @@ class Agent:
         self._spawn("agent-status", self._status_loop)
         self._spawn("agent-nb", self._nb_loop)
         self._start_southbounds()
+        if not self.devices:
+            # Nothing to reconcile: load the desired state right away (every value will be
+            # reported UNIMPLEMENTED, which tells the operator what is missing).
+            log.warning("no southbound enabled (--linux, --linux-netns, --vpp-socket)")
+            self._spawn("agent-load", self._load_without_devices)
         if self.config.http is not None:
             from kvmesh.agent.http_api import HttpApi
 
@@ -271,6 +276,12 @@ class Agent:
                                f"store as it is")
         return True
 
+    def _load_without_devices(self) -> None:
+        try:
+            self._svc_kvstore_sync("-", CancelToken())
+        except TimeoutError as exc:
+            log.warning("%s", exc)
+
     def _stage_resync(self, stage: str) -> Callable[[str, CancelToken], bool]:
         def run(device: str, token: CancelToken) -> bool:
             dev = self.devices.get(device)
@@ -316,7 +327,13 @@ class Agent:
     # -- northbound -------------------------------------------------------------------------------
 
     def _device_known(self, model_key: str) -> bool:
-        return self.recon.device_state(device_of(model_key)) is DeviceState.KNOWN
+        """May a change of `model_key` be applied now? Held back only while its device is
+        being (re)connected; a model with no southbound on this node goes through, and the
+        scheduler reports it UNIMPLEMENTED (visible in its status) instead of it waiting."""
+        device = device_of(model_key)
+        if device not in self.devices:
+            return True
+        return self.recon.device_state(device) is DeviceState.KNOWN
 
     def _load_dump(self, client: KvStoreClient) -> None:
         dump = client.dump(prefix=config_prefix(self.config.node))

@@ -20,6 +20,7 @@ from kvmesh.agent.recon import (
     ReconciliationService,
     ResultIntent,
 )
+from kvmesh.agent.status import decode_status
 from kvmesh.vppemu import EmulatorProcess
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Mesh, Node
@@ -185,3 +186,45 @@ def test_kvstore_initial_sync_timeout_is_reported_and_tolerated(tmp_path: Path) 
         emulator.stop()
         mesh.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_model_without_a_southbound_here_is_reported_unimplemented(setup: Setup) -> None:
+    setup.agent.start()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
+    setup.set_config("linux/interface/br0", {"type": "bridge"})  # no Linux southbound here
+
+    def state() -> str | None:
+        with KvStoreClient(setup.node.cmd_url) as client:
+            found = client.get(["status/v1/linux/interface/br0"]).get(
+                "status/v1/linux/interface/br0")
+        record = decode_status(found.value if found else None)
+        return None if record is None else str(record["state"])
+
+    wait_until(lambda: state() == "UNIMPLEMENTED", timeout=30,
+               message="status says no descriptor handles it")
+    assert "linux/interface/br0" not in setup.agent.desired.pending
+
+
+def test_agent_without_southbounds_still_reports_statuses(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    agent: Agent | None = None
+    try:
+        (node,) = mesh.chain(["v1"])
+        with KvStoreClient(node.cmd_url) as client:
+            client.set_key("config/v1/vpp/interface/loop1",
+                           encode_config_value({"type": "loopback"}))
+        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url))
+        agent.start()
+        key = "status/v1/vpp/interface/loop1"
+
+        def state() -> str | None:
+            with KvStoreClient(node.cmd_url) as client:
+                found = client.get([key]).get(key)
+            record = decode_status(found.value if found else None)
+            return None if record is None else str(record["state"])
+
+        wait_until(lambda: state() == "UNIMPLEMENTED", timeout=30)
+    finally:
+        if agent is not None:
+            agent.stop()
+        mesh.close()
