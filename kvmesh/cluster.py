@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.node_ports import free_tcp_port
 
 DEFAULT_RUN_DIR = Path(os.environ.get("KVMESH_RUN_DIR", "/tmp/kvmesh-cluster"))
 TOPOLOGIES = ("chain", "ring", "mesh")
@@ -69,13 +69,6 @@ class ClusterState:
         raw = json.loads(path.read_text())
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
         return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def peers_of(names: list[str], topology: str) -> dict[str, list[str]]:
@@ -171,8 +164,9 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     state = ClusterState(str(run_dir), topology, {})
     for name in names:
         state.nodes[name] = NodeInfo(
-            cmd_url=f"tcp://127.0.0.1:{free_port()}", pub_url=f"tcp://127.0.0.1:{free_port()}",
-            netns=f"{netns_prefix}-{name}" if use_netns else None, http=f"127.0.0.1:{free_port()}",
+            cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
+            pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
+            netns=f"{netns_prefix}-{name}" if use_netns else None, http=f"127.0.0.1:{free_tcp_port()}",
             vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
             peers=peering[name])
     state.save()

@@ -24,18 +24,30 @@ def _ephemeral_start() -> int:
         return _FALLBACK_EPHEMERAL_START
 
 
+# Ports already handed out by this process: a port is free until its node binds it, so two
+# calls in a row could otherwise return the same one (seen in a test: two nodes, one port).
+_handed_out: set[int] = set()
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that can be bound on `host` now, outside the ephemeral range when possible."""
+    """A port that can be bound on `host` now, outside the ephemeral range when possible, and
+    never one this process was given before."""
     high = _ephemeral_start()
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(_LOWEST, high) if high > _LOWEST + 1000 else 0
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
+            found = int(s.getsockname()[1])
+        if found in _handed_out:
+            continue
+        _handed_out.add(found)
+        return found
     raise OSError("no free TCP port found")
 
 
