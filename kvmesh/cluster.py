@@ -166,7 +166,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
         state.nodes[name] = NodeInfo(
             cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
             pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
-            netns=f"{netns_prefix}-{name}" if use_netns else None, http=f"127.0.0.1:{free_tcp_port()}",
+            netns=f"{netns_prefix}-{name}" if use_netns else None,
+            http=f"127.0.0.1:{free_tcp_port()}",
             vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
             peers=peering[name])
     state.save()
