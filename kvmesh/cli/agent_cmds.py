@@ -337,9 +337,10 @@ def recon_status(node: str | None) -> None:
     data = http_json(agent_http(node), "/recon/services")
     lines = [f"{'DEVICE':<8} {'STATE':<13} {'SERVICE':<26} {'SVC STATE':<10} "
              f"{'OK':>4} {'FAIL':>4} LAST ERROR"]
+    order = {s["name"]: i for i, s in enumerate(data["services"])}  # priority order
     for device, services in sorted(data["status"].items()):
         dev_state = data["devices"].get(device, "")
-        for name, st in services.items():
+        for name, st in sorted(services.items(), key=lambda kv: order.get(kv[0], len(order))):
             lines.append(f"{device:<8} {dev_state:<13} {name:<26} {st['state']:<10} "
                          f"{st['successes']:>4} {st['failures']:>4} {st['last_error']}")
     emit({"devices": data["devices"], "status": data["status"]}, "\n".join(lines))
