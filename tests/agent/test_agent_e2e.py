@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,3 +292,28 @@ def test_agent_announces_itself_in_the_mesh(cluster: Cluster) -> None:
         return None if record is None else str(record["state"])
 
     wait_until(lambda: device_state() == "KNOWN", timeout=20, message="n2's linux KNOWN")
+
+
+def test_cli_views_of_a_remote_agent(cluster: Cluster, tmp_path: Path) -> None:
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/br3", json.dumps({"type": "bridge"}))
+    wait_until(lambda: cluster.state_from_n1("linux/interface/br3") == "CONFIGURED", timeout=20)
+    values = json.loads(kvmesh(url, "--json", "values", "--node", "n2").stdout)
+    assert {"key": "linux/interface/br3", "state": "CONFIGURED"}.items() <= next(
+        v for v in values if v["key"] == "linux/interface/br3").items()
+    history = kvmesh(url, "history", "--node", "n2").stdout
+    assert "linux/interface/br3" in history and "executed operations" in history
+    kvmesh(url, "graph", "--node", "n2", "--out", str(tmp_path / "g.dot"))
+    assert "br3" in (tmp_path / "g.dot").read_text()
+    kvmesh(url, "report", "--node", "n2", "--out", str(tmp_path / "r.zip"))
+    with zipfile.ZipFile(tmp_path / "r.zip") as zf:
+        names = set(zf.namelist())
+        assert {"txn-history.txt", "dump-SB.json", "status.json", "metrics.txt",
+                "kvstore-counters.json"} <= names
+        assert "linux/interface/br3" in zf.read("dump-NB.json").decode()
+    services = json.loads(kvmesh(url, "--json", "recon", "services", "--node", "n2").stdout)
+    assert [s["priority"] for s in services] == sorted(s["priority"] for s in services)
+    status = kvmesh(url, "recon", "status", "n2").stdout.splitlines()
+    assert [line.split()[2] for line in status[1:]] == [s["name"] for s in services]
+    missing = kvmesh(url, "values", "--node", "nobody", check=False)
+    assert missing.returncode == 1 and "no agent" in missing.stderr
