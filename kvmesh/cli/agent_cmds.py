@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -267,9 +268,16 @@ def history(seq: int | None, node: str | None) -> None:
 def resync(retry: bool, node: str | None) -> None:
     """Downstream resync: re-read the southbound and repair drift."""
     base = agent_http(node)
+    click.echo(f"downstream resync of {node or 'the local node'} running (agent at {base})...",
+               err=True)
+    started = time.monotonic()
     result = http_json(base, "/scheduler/downstream-resync",
                        {"retry": "true" if retry else "false", "verbose": "true"}, "POST")
-    emit(result, f"downstream resync done (transaction {result.get('seq', '?')})")
+    executed = result.get("executed") or []
+    errors = result.get("errors") or {}
+    emit(result, f"downstream resync done (transaction {result.get('seq', '?')}): "
+                 f"{len(executed)} operation(s), {len(errors)} error(s) in "
+                 f"{time.monotonic() - started:.2f}s")
 
 
 @click.command("graph", cls=KvCommand)

@@ -206,8 +206,9 @@ def test_drift_is_repaired_by_downstream_resync(cluster: Cluster) -> None:
     cluster.ns2.ip("route", "del", "10.99.0.0/24")
     assert routes_to(cluster.ns2, "10.99.0.0/24") == []
     # From n1, through n2's agent REST API found in the mesh.
-    kvmesh(url, "resync", "--node", "n2")
+    out = kvmesh(url, "resync", "--node", "n2").stdout
     assert routes_to(cluster.ns2, "10.99.0.0/24"), "downstream resync restored the route"
+    assert "1 operation(s), 0 error(s)" in out, out
 
 
 def test_restarted_agent_resyncs_without_duplicates(cluster: Cluster) -> None:
