@@ -172,6 +172,10 @@ class Agent:
             self._unwatch()
         self.scheduler.close()
 
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._lock:  # the NB and status threads both count
+            self.counters[name] += amount
+
     def wait_stopped(self, timeout: float | None = None) -> bool:
         return self._stop.wait(timeout)
 
@@ -364,7 +368,7 @@ class Agent:
                         next_downstream = now + cfg.downstream_resync_s
                         self._periodic_downstream_resync()
                 except KvStoreError as exc:
-                    self.counters["kvstore_errors"] += 1
+                    self._count("kvstore_errors")
                     log.warning("KvStore %s: %s (retrying)", cfg.kv_url, exc)
                     if sub is not None:
                         sub.close()
@@ -419,13 +423,13 @@ class Agent:
         txn = self.scheduler.start_txn()
         for key, value in batch.items():
             txn.set_value(key, value)
-        self.counters["nb_transactions"] += 1
-        self.counters["nb_values_applied"] += len(batch)
+        self._count("nb_transactions")
+        self._count("nb_values_applied", len(batch))
         try:
             txn.commit(retry=self.config.retry,
                        description=f"northbound: {len(batch)} value(s) from the KvStore")
         except TransactionError as exc:
-            self.counters["nb_transaction_errors"] += 1
+            self._count("nb_transaction_errors")
             log.warning("northbound transaction: %s", exc)
 
     def _periodic_downstream_resync(self) -> None:
@@ -436,7 +440,7 @@ class Agent:
                                   description="periodic downstream resync")
         except TransactionError as exc:
             log.warning("periodic downstream resync: %s", exc)
-        self.counters["downstream_resyncs"] += 1
+        self._count("downstream_resyncs")
 
     # -- status publication -----------------------------------------------------------------------
 
@@ -454,9 +458,9 @@ class Agent:
                     out = self.publisher.take(time.monotonic())
                     if out:
                         client.set(out)
-                        self.counters["statuses_published"] += len(out)
+                        self._count("statuses_published", len(out))
                 except KvStoreError as exc:
-                    self.counters["kvstore_errors"] += 1
+                    self._count("kvstore_errors")
                     log.warning("publishing statuses: %s (retrying)", exc)
                     self._stop.wait(1.0)
         finally:
