@@ -37,7 +37,13 @@ from kvmesh.agent.recon import (
 )
 from kvmesh.agent.status import StatusPublisher
 from kvstore.client import KvStoreClient, KvStoreError
-from scheduler import KVScheduler, RetryPolicy, TransactionError, ValueStatus
+from scheduler import (
+    KVScheduler,
+    RetryPolicy,
+    SchedulerClosedError,
+    TransactionError,
+    ValueStatus,
+)
 
 log = logging.getLogger("kvmesh.agent")
 
@@ -63,6 +69,7 @@ class AgentConfig:
     http: tuple[str, int] | None = None
     coalesce_s: float = 0.05  # longest a change waits for others to join its transaction
     quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
+    repair_delay_s: float = 0.2  # drift reported by a southbound is repaired this much later
     max_batch: int = 5000
     redump_s: float = 60.0
     downstream_resync_s: float = 300.0
@@ -106,7 +113,7 @@ class Agent:
         self.counters: dict[str, int] = {
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
-            "statuses_published": 0,
+            "statuses_published": 0, "drift_repairs": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters
         self._status_queue: queue.SimpleQueue[tuple[str, dict[str, Any] | ValueStatus]] = (
@@ -116,6 +123,7 @@ class Agent:
         self._initial_load_done = threading.Event()
         self._http: Any = None
         self._failures: dict[str, int] = {}  # consecutive failed reconciliations per device
+        self._repairs_pending: set[str] = set()
         self._unwatch: Callable[[], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -218,6 +226,10 @@ class Agent:
             vpp: Any = device.plugin
             device.reconnect = getattr(vpp, "reconnect", None)
             vpp.on_connect(lambda: self._connect_device("vpp"))
+            # VPP deleting one of kvmesh's interfaces is drift: repair it without waiting for
+            # the periodic resync.
+            vpp.on_interface_event(
+                lambda event: self._repair_soon("vpp") if event.deleted and event.name else None)
             vpp.on_disconnect(lambda: self.recon.device_disconnected("vpp"))
             if getattr(vpp, "connected", False):
                 self._connect_device("vpp")
@@ -431,6 +443,34 @@ class Agent:
         except TransactionError as exc:
             self._count("nb_transaction_errors")
             log.warning("northbound transaction: %s", exc)
+
+    def _repair_soon(self, device: str) -> None:
+        """A southbound reported drift: run a downstream resync of that device shortly, once
+        for a burst of reports."""
+        with self._lock:
+            if device in self._repairs_pending or self._stop.is_set():
+                return
+            self._repairs_pending.add(device)
+        timer = threading.Timer(self.config.repair_delay_s, self._repair, args=(device,))
+        timer.daemon = True
+        timer.start()
+
+    def _repair(self, device: str) -> None:
+        with self._lock:
+            self._repairs_pending.discard(device)
+        dev = self.devices.get(device)
+        if (dev is None or self._stop.is_set()
+                or self.recon.device_state(device) is not DeviceState.KNOWN):
+            return  # a device being reconciled is resynced by its reconciliation
+        try:
+            self.scheduler.resync(kind="downstream", descriptors=list(dev.descriptor_names),
+                                  retry=self.config.retry,
+                                  description=f"repair {device}: drift reported by the southbound")
+        except TransactionError as exc:
+            log.warning("repairing %s: %s", device, exc)
+        except SchedulerClosedError:
+            return
+        self._count("drift_repairs")
 
     def _periodic_downstream_resync(self) -> None:
         if any(self.recon.device_state(d) is not DeviceState.KNOWN for d in self.devices):

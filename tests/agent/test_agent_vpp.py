@@ -24,6 +24,7 @@ from kvmesh.agent.status import decode_status
 from kvmesh.vppemu import EmulatorProcess
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Mesh, Node
+from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
 
 
@@ -228,3 +229,25 @@ def test_agent_without_southbounds_still_reports_statuses(tmp_path: Path) -> Non
         if agent is not None:
             agent.stop()
         mesh.close()
+
+
+def test_interface_deleted_behind_kvmeshs_back_is_repaired(setup: Setup) -> None:
+    agent = setup.agent
+    agent.start()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
+    setup.set_config("vpp/interface/loop5", {"type": "loopback", "addresses": ["10.5.0.1/24"]})
+    wait_until(lambda: "loop5" in setup.vpp_interfaces(), timeout=30)
+    index = next(i["sw_if_index"] for i in setup.emulator.control.state()["interfaces"]
+                 if i["tag"] == "kvmesh:loop5")
+    papi = connect(setup.emulator.socket_path)  # an operator's own client
+    try:
+        assert papi.api.delete_loopback(sw_if_index=index).retval == 0
+    finally:
+        papi.disconnect()
+    wait_until(lambda: agent.counters["drift_repairs"] >= 1, timeout=30,
+               message="the deletion event triggered a repair")
+    wait_until(lambda: "loop5" in setup.vpp_interfaces(), timeout=30,
+               message="the interface is back, without waiting for the periodic resync")
+    restored = next(i for i in setup.emulator.control.state()["interfaces"]
+                    if i["tag"] == "kvmesh:loop5")
+    assert [a.split("/")[0] for a in map(str, restored["addresses"])] == ["10.5.0.1"]
