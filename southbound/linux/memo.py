@@ -42,6 +42,18 @@ class ParseCache(Generic[S]):
             for oldest in list(entries)[: len(entries) - self._size]:
                 entries.pop(oldest, None)
 
+    def validate(self, key: str, value: object) -> None:
+        """A descriptor's ``validate``: parse (and cache) or raise the field-level error."""
+        self.get(key, value)
+
+    def equivalent(self, key: str, a: object, b: object) -> bool:
+        """A descriptor's ``value_comparator``: equal canonical forms (raw equality when either
+        side does not parse)."""
+        first, second = self.try_get(key, a), self.try_get(key, b)
+        if first is None or second is None:
+            return bool(a == b)
+        return first == second
+
     def try_get(self, key: str, value: object) -> S | None:
         """The parsed value, or None when the value is invalid."""
         try:

@@ -71,13 +71,13 @@ class LinuxPlugin:
                        key_selector=self.host_addresses.key_selector),
             Descriptor(
                 name=interfaces.name, key_selector=interfaces.key_selector,
-                key_label=interfaces.key_label, validate=interfaces.validate,
+                key_label=interfaces.key_label, validate=interfaces.specs.validate,
                 create=interfaces.create, delete=interfaces.delete, update=interfaces.update,
                 update_with_recreate=interfaces.update_with_recreate,
                 retrieve=interfaces.retrieve, is_retriable_failure=retriable,
                 derived_values=interfaces.derived_values,
                 dependencies=interfaces.dependencies,
-                value_comparator=interfaces.value_comparator, with_metadata=True,
+                value_comparator=interfaces.specs.equivalent, with_metadata=True,
                 # Host links first: their Retrieve takes the dump the others reuse.
                 retrieve_dependencies=(hosts.name,),
             ),
@@ -93,10 +93,10 @@ class LinuxPlugin:
                 is_retriable_failure=retriable,
             ),
             Descriptor(
-                name=routes.name, key_selector=routes.key_selector, validate=routes.validate,
+                name=routes.name, key_selector=routes.key_selector, validate=routes.specs.validate,
                 create=routes.create, delete=routes.delete, update=routes.update,
                 update_with_recreate=routes.update_with_recreate, retrieve=routes.retrieve,
-                dependencies=routes.dependencies, value_comparator=routes.value_comparator,
+                dependencies=routes.dependencies, value_comparator=routes.specs.equivalent,
                 is_retriable_failure=retriable, retrieve_dependencies=(interfaces.name,),
             ),
         ]

@@ -44,15 +44,6 @@ class RouteDescriptor:
     def key_selector(key: str) -> bool:
         return key.startswith(keys.ROUTE_PREFIX)
 
-    def validate(self, key: str, value: Any) -> None:
-        self.specs.get(key, value)
-
-    def value_comparator(self, key: str, a: Any, b: Any) -> bool:
-        first, second = self.specs.try_get(key, a), self.specs.try_get(key, b)
-        if first is None or second is None:
-            return bool(a == b)
-        return first == second
-
     def dependencies(self, key: str, value: Any) -> list[Dependency]:
         spec = self.specs.try_get(key, value)
         if spec is None:
