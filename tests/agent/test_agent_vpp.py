@@ -3,12 +3,14 @@ framework's KNOWN gate, cancel on disconnect, DISCONNECT with reconnect, and a V
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,25 +54,45 @@ class Setup:
         return self.agent.recon.device_state("vpp")
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
+def status_state(node_url: str, node: str, model_key: str) -> str | None:
+    """The state `node`'s agent published for `model_key`, read from the mesh."""
+    key = f"status/{node}/{model_key}"
+    with KvStoreClient(node_url) as client:
+        found = client.get([key]).get(key)
+    record = decode_status(found.value if found else None)
+    return None if record is None else str(record["state"])
+
+
+@contextlib.contextmanager
+def rig(tmp_path: Path, start_node: Callable[[Mesh], Node] = lambda m: m.chain(["v1"])[0],
+        vpp: bool = True, **config: Any) -> Iterator[Setup]:
+    """A KvStore node v1, a VPP emulator (optional) and an agent for v1 (not started); all
+    stopped and removed afterwards."""
     mesh = Mesh(tmp_path)
     workdir = tempfile.mkdtemp(prefix="kvm-ag-")  # short: unix socket paths are limited
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
     agent: Agent | None = None
     try:
-        (node,) = mesh.chain(["v1"])
-        emulator.start()
-        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url,
-                                  vpp_socket=emulator.socket_path, coalesce_s=0.01,
-                                  initial_sync_timeout_s=5, reconnect_backoff_s=(0.1, 1.0)))
+        node = start_node(mesh)
+        if vpp:
+            emulator.start()
+            config["vpp_socket"] = emulator.socket_path
+        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url, **config))
         yield Setup(node, emulator, agent)
     finally:
         if agent is not None:
             agent.stop()
-        emulator.stop()
+        if vpp:
+            emulator.stop()
         mesh.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    with rig(tmp_path, coalesce_s=0.01, initial_sync_timeout_s=5,
+             reconnect_backoff_s=(0.1, 1.0)) as prepared:
+        yield prepared
 
 
 def test_config_is_held_back_until_vpp_is_known_and_disconnect_cancels(setup: Setup) -> None:
@@ -158,77 +180,39 @@ def test_kvstore_initial_sync_timeout_is_reported_and_tolerated(tmp_path: Path) 
     """A KvStore still syncing (its only peer never answers) when the timeout expires: the
     agent loads what the store has, reports the service FAILED, and the device still becomes
     KNOWN (the service's intent is DO_NOTHING)."""
-    mesh = Mesh(tmp_path)
-    workdir = tempfile.mkdtemp(prefix="kvm-ag-")
-    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
-    agent: Agent | None = None
-    try:
+
+    def node_with_a_silent_peer(mesh: Mesh) -> Node:
         ghost = mesh.allocate("ghost")  # declared as a peer, never started
-        node = mesh.allocate("v1", sync_timeout_ms=60_000)
-        mesh.start(node, peers=[ghost])
-        with KvStoreClient(node.cmd_url) as client:
+        return mesh.start(mesh.allocate("v1", sync_timeout_ms=60_000), peers=[ghost])
+
+    with rig(tmp_path, node_with_a_silent_peer, initial_sync_timeout_s=0.5) as setup:
+        with KvStoreClient(setup.node.cmd_url) as client:
             assert not client.counters().get("kvstore.initial_sync_done")
-            client.set_key("config/v1/vpp/interface/loop3", encode_config_value(
-                {"type": "loopback"}))
-        emulator.start()
-        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url,
-                                  vpp_socket=emulator.socket_path, initial_sync_timeout_s=0.5))
+        setup.set_config("vpp/interface/loop3", {"type": "loopback"})
+        agent = setup.agent
         agent.start()
-        wait_until(lambda: agent is not None
-                   and agent.recon.device_state("vpp") is DeviceState.KNOWN, timeout=30)
+        wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
         sync = agent.recon.status("vpp")["vpp"]["kvstore-initial-sync"]
         assert sync["state"] == "FAILED" and "initial sync not done" in str(sync["last_error"])
-        wait_until(lambda: any(i["tag"] == "kvmesh:loop3"
-                               for i in emulator.control.state()["interfaces"]), timeout=30,
+        wait_until(lambda: "loop3" in setup.vpp_interfaces(), timeout=30,
                    message="desired state loaded despite the timeout")
-    finally:
-        if agent is not None:
-            agent.stop()
-        emulator.stop()
-        mesh.close()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_model_without_a_southbound_here_is_reported_unimplemented(setup: Setup) -> None:
     setup.agent.start()
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
     setup.set_config("linux/interface/br0", {"type": "bridge"})  # no Linux southbound here
-
-    def state() -> str | None:
-        with KvStoreClient(setup.node.cmd_url) as client:
-            found = client.get(["status/v1/linux/interface/br0"]).get(
-                "status/v1/linux/interface/br0")
-        record = decode_status(found.value if found else None)
-        return None if record is None else str(record["state"])
-
-    wait_until(lambda: state() == "UNIMPLEMENTED", timeout=30,
-               message="status says no descriptor handles it")
+    wait_until(lambda: status_state(setup.node.cmd_url, "v1", "linux/interface/br0")
+               == "UNIMPLEMENTED", timeout=30, message="status says no descriptor handles it")
     assert "linux/interface/br0" not in setup.agent.desired.pending
 
 
 def test_agent_without_southbounds_still_reports_statuses(tmp_path: Path) -> None:
-    mesh = Mesh(tmp_path)
-    agent: Agent | None = None
-    try:
-        (node,) = mesh.chain(["v1"])
-        with KvStoreClient(node.cmd_url) as client:
-            client.set_key("config/v1/vpp/interface/loop1",
-                           encode_config_value({"type": "loopback"}))
-        agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url))
-        agent.start()
-        key = "status/v1/vpp/interface/loop1"
-
-        def state() -> str | None:
-            with KvStoreClient(node.cmd_url) as client:
-                found = client.get([key]).get(key)
-            record = decode_status(found.value if found else None)
-            return None if record is None else str(record["state"])
-
-        wait_until(lambda: state() == "UNIMPLEMENTED", timeout=30)
-    finally:
-        if agent is not None:
-            agent.stop()
-        mesh.close()
+    with rig(tmp_path, vpp=False) as setup:
+        setup.set_config("vpp/interface/loop1", {"type": "loopback"})
+        setup.agent.start()
+        wait_until(lambda: status_state(setup.node.cmd_url, "v1", "vpp/interface/loop1")
+                   == "UNIMPLEMENTED", timeout=30)
 
 
 def test_interface_deleted_behind_kvmeshs_back_is_repaired(setup: Setup) -> None:
