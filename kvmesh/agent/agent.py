@@ -322,15 +322,16 @@ class Agent:
         return run
 
     def _snapshot_for(self, device: str, descriptor_names: list[str]) -> dict[str, Model]:
-        """Desired values of `device` owned by the given descriptors; drops their pending copies
-        (the resync applies them)."""
+        """Desired values of `device` owned by the given descriptors; drops their pending
+        changes (the resync applies the current desired state, deletions included)."""
         selectors = self._selectors(descriptor_names)
-        values = {k: v for k, v in self.desired.desired.items()
-                  if device_of(k) == device and any(sel(k) for sel in selectors)}
-        for key in [k for k in self.desired.pending if k in values or (
-                device_of(k) == device and any(sel(k) for sel in selectors))]:
+
+        def in_scope(key: str) -> bool:
+            return device_of(key) == device and any(sel(key) for sel in selectors)
+
+        for key in [k for k in self.desired.pending if in_scope(k)]:
             del self.desired.pending[key]
-        return values
+        return {k: v for k, v in self.desired.desired.items() if in_scope(k)}
 
     def _selectors(self, descriptor_names: list[str]) -> list[Callable[[str], bool]]:
         wanted = set(descriptor_names)
