@@ -29,6 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import starmap
 from pathlib import Path
 from typing import Final, Literal
 
@@ -151,15 +152,21 @@ class DurableStore:
         conn = self._conn
         assert conn is not None
         try:
-            cursor = conn.execute("SELECT key, version, originator, value, ttl_version FROM kv")
+            # Keys and records by two scans of the same index (the same order): the records
+            # are then built by `starmap` in C, not by a Python loop unpacking every row.
+            keys = conn.execute("SELECT key FROM kv ORDER BY key")
+            records = conn.execute(
+                "SELECT version, originator, value, ?, ttl_version FROM kv ORDER BY key",
+                (TTL_INFINITY,),
+            )
             while True:
-                rows = cursor.fetchmany(LOAD_CHUNK)
-                if not rows:
+                chunk_keys = [row[0] for row in keys.fetchmany(LOAD_CHUNK)]
+                if not chunk_keys:
                     return
-                yield [
-                    (key, Value(version, originator, value, TTL_INFINITY, ttl_version))
-                    for key, version, originator, value, ttl_version in rows
-                ]
+                chunk = list(starmap(Value, records.fetchmany(LOAD_CHUNK)))
+                if len(chunk) != len(chunk_keys):
+                    raise sqlite3.DatabaseError("the table changed while it was read")
+                yield list(zip(chunk_keys, chunk, strict=True))
         except sqlite3.DatabaseError as exc:
             raise CorruptStateError(f"corrupt database {self.path}: {exc}") from exc
 
@@ -356,6 +363,10 @@ class DurableStore:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if self._conn is not None:
+            # Fold the WAL into the database file: the next start reads one file.
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._close_conn()
         if self._lock_fd is not None:
             os.close(self._lock_fd)

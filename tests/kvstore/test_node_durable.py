@@ -22,7 +22,6 @@ from tests.kvstore.conftest import REPO, Mesh, Node
 from tests.util import wait_until
 
 
-
 def durable_node(mesh: Mesh, name: str, data_dir: Path, **config: object) -> Node:
     return mesh.allocate(name, data_dir=str(data_dir), **config)
 
