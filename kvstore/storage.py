@@ -137,7 +137,8 @@ class DurableStore:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
-            raise StorageError(f"cannot create data dir {self.data_dir}: {exc.strerror}") from exc
+            raise StorageError(f"cannot create data dir {self.data_dir}: {exc.strerror} (give "
+                               f"--data-dir DIR, or --ephemeral to keep nothing)") from exc
         self._lock_fd = _lock_data_dir(self.data_dir)
         try:
             self._guarded(self._connect_and_check)
