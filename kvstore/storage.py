@@ -276,7 +276,12 @@ class DurableStore:
                 batch = self._pending
                 ticket = self._submitted
                 self._pending = {}
-            error = self._write(batch)
+            try:
+                error = self._write(batch)
+            except Exception as exc:  # a bug: keep the writer (and every waiting reply) alive
+                log.exception("writer failed on %s", self.path)
+                self.counters["kvstore.storage.errors"] += 1
+                error = self.last_error = f"internal error writing {self.path}: {exc}"
             if error is not None:
                 with self._cond:
                     # Newer changes of the same keys win over the failed ones.
