@@ -44,7 +44,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
-from kvstore.node_peers import Peering
+from kvstore.node_peers import Peering, charge_transit
 
 log = logging.getLogger("kvstore.node")
 
@@ -303,6 +303,7 @@ class KvStoreNode:
                 return True
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
+        charge_transit(key_vals, params.timestamp_ms, self.config, counters)
         path = tuple(node_ids)
         batch = self._ingest
         if batch and (path != self._ingest_path or not batch.keys().isdisjoint(key_vals)):
@@ -360,6 +361,7 @@ class KvStoreNode:
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
+        charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
         result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
@@ -393,10 +395,13 @@ class KvStoreNode:
                 send, want = self.db.dump_difference(
                     params.key_val_hashes, now, prefix, originators, buckets
                 )
-                publication = Publication(key_vals=send, tobe_updated_keys=want)
+                publication = Publication(
+                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_ms()
+                )
             else:
                 publication = Publication(
-                    key_vals=self.db.dump(now, prefix, originators, buckets)
+                    key_vals=self.db.dump(now, prefix, originators, buckets),
+                    timestamp_ms=wall_ms(),
                 )
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
