@@ -68,3 +68,26 @@ def test_key_delayed_in_transit_keeps_only_the_ttl_it_has_left(mesh: Mesh) -> No
     # Without aging b would hold ~8000 ms; it must hold no more than a has left (plus a little
     # for the two reads not being simultaneous).
     assert left_b <= left_a + 200, (left_a, left_b)
+
+
+def test_client_set_queued_towards_a_paused_node_does_not_outlive_its_ttl(mesh: Mesh) -> None:
+    """Clients stamp their sets too: one that waits in a queue for a paused node is aged."""
+    a, b = mesh.chain(["a", "b"])
+    assert b.proc is not None
+    with b.client() as client_b, a.client() as client_a:
+        client_b.node_info(refresh=True)  # connected (handshake done) before the pause
+        b.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: _frozen(b), message="b stopped")
+            client_b.send_oneway(
+                {"late": make_value(b"x", version=1, originator_id="t", ttl_ms=TTL_MS)})
+            # A twin written on a (not paused) at the same time: once it is gone, so is the
+            # TTL of the queued one.
+            client_a.set({"twin": make_value(b"x", version=1, originator_id="t", ttl_ms=TTL_MS)})
+            wait_for_value([a], "twin", lambda v: v is None, timeout=10)
+        finally:
+            b.proc.send_signal(signal.SIGCONT)
+        # Same connection, so processed after `late`.
+        client_b.set({"marker": make_value(b"m", version=1, originator_id="t")})
+        assert "late" not in client_b.get(["late"])
+        assert client_b.counters()["kvstore.ttl.expired_in_transit"] >= 1
