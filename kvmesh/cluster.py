@@ -290,6 +290,16 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     return state
 
 
+def respawn(state: ClusterState, name: str, role: str = "node") -> int:
+    """Start a process of the cluster again with the command it was started with (after a
+    crash or a stop); records and returns its new pid."""
+    info = state.nodes[name]
+    suffix = "" if role == "node" else f"-{role}"
+    info.pids[role] = _spawn(info.commands[role], Path(state.run_dir) / f"{name}{suffix}.log")
+    state.save()
+    return info.pids[role]
+
+
 def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
     state = ClusterState.load(run_dir)
     if state is None:
