@@ -11,8 +11,9 @@ is *acknowledged* when the node answered the solicited KEY_SET; one that timed o
 - A finite-TTL key (written once, then refreshed TTL-only with higher ttl_versions) must be gone
   everywhere once the latest moment any of its writes could still be alive has passed: the end of
   the attempt (acknowledged or not) plus its TTL, plus `bound_ms` (the documented clock bound
-  plus measurement slack). While the latest acknowledged write still has more than
-  `present_margin_ms` to live, it must be present everywhere (after convergence).
+  plus measurement slack). While the write with the highest ttl_version (whose TTL the merge
+  keeps), if acknowledged, still has more than `present_margin_ms` to live, the key must be
+  present everywhere (after convergence).
 
 The same model checks the real cluster (`kvmesh.chaos.run`) and the simulation (`kvmesh.chaos.sim`).
 """
@@ -89,6 +90,7 @@ class WriteLog:
     def expectations(self) -> dict[str, KeyExpectation]:
         out: dict[str, KeyExpectation] = {}
         uncertain: dict[str, list[Value]] = {}
+        top_ttl_version: dict[str, int] = {}
         for write in self.snapshot():
             exp = out.setdefault(write.key, KeyExpectation())
             value = write.value
@@ -96,9 +98,12 @@ class WriteLog:
                 exp.finite = True
                 until = write.done_ms + value.ttl_ms
                 exp.alive_until_ms = max(exp.alive_until_ms or until, until)
-                if write.acked:
-                    least = write.sent_ms + value.ttl_ms
-                    exp.present_until_ms = max(exp.present_until_ms or least, least)
+                # The TTL that stays is the one of the highest ttl_version (the merge rule),
+                # not the longest: only an acknowledged top write makes presence certain.
+                if write.value.ttl_version >= top_ttl_version.get(write.key, -1):
+                    top_ttl_version[write.key] = write.value.ttl_version
+                    exp.present_until_ms = (write.sent_ms + value.ttl_ms if write.acked
+                                            else None)
             if value.value is None:
                 continue  # a TTL-only refresh: it changes no winner
             if write.acked:
