@@ -22,7 +22,7 @@ __all__ = ["Writer", "monotonic_ms"]
 
 SHARED_KEYS = 8
 BULK_KEYS = 30
-WRITE_TIMEOUT_S = 1.0
+WRITE_TIMEOUT_S = 0.5
 
 
 def monotonic_ms() -> int:
