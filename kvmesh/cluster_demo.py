@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,5 +123,6 @@ def run_cluster_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             _say("taking the cluster down")
-            stopped = cluster.down(run_dir)
+            stopped = cluster.down(run_dir, purge=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
             print(f"{stopped} processes stopped, namespaces removed")

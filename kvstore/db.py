@@ -115,6 +115,8 @@ class KvStoreDb:
         # Keys removed by merge() because they had already expired: reported by the next expire().
         self._expired_unreported: list[str] = []
         self._originators: dict[str, str] = {}
+        # Changes of the durable part of the store (see `enable_journal`); None: not kept.
+        self._journal: dict[str, Value | None] | None = None
 
     # ------------------------------------------------------------------ basic container protocol
 
@@ -130,6 +132,30 @@ class KvStoreDb:
         if not prefix:
             return iter(self._keys)
         return self._prefix_keys(prefix)
+
+    # ------------------------------------------------------------------ durable part
+
+    def enable_journal(self) -> None:
+        """From now on, record every change of the durable part of the store: the key-values
+        with an infinite TTL. `take_journal()` returns them as key -> the stored record (which
+        is never mutated), or None when the key left the durable part (it turned finite).
+        Finite-TTL keys are not recorded: their owners refresh them."""
+        if self._journal is None:
+            self._journal = {}
+
+    def take_journal(self) -> dict[str, Value | None]:
+        """The durable changes since the last call (latest per key); empty if not enabled."""
+        journal = self._journal
+        if not journal:
+            return {}
+        self._journal = {}
+        return journal
+
+    def durable_records(self) -> Iterator[tuple[str, Value]]:
+        """Every stored key-value with an infinite TTL (the stored records, read-only)."""
+        for key, record in self._kv.items():
+            if record.ttl_ms == _INF:
+                yield key, record
 
     # ------------------------------------------------------------------ merge
 
@@ -159,6 +185,7 @@ class KvStoreDb:
         stale = self._digests.stale
         originators = self._originators
         verify = self.verify_hashes
+        journal = self._journal
         num_finite = self._num_finite
         # Finite-TTL keys of this batch by TTL: one shared expiry int per distinct TTL, and the
         # keys are queued in bulk after the loop.
@@ -283,6 +310,11 @@ class KvStoreDb:
             elif cur.ttl_ms != _INF:
                 num_finite -= 1
             kv[key] = stored
+            if journal is not None:
+                if ttl == _INF:
+                    journal[key] = stored
+                elif cur is not None and cur.ttl_ms == _INF:
+                    journal[key] = None  # turned finite: it leaves the durable part
             stale[bucket] = 1  # digest upkeep is lazy: see digest.DigestTree
             delta[key] = new
 

@@ -85,6 +85,9 @@ def agent_options(fn: Any) -> Any:
         click.option("--http", default=None, help="Serve the REST API on ADDR:PORT."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
+        click.option("--assume-current", is_flag=True,
+                     help="Treat the KvStore as current even before a peer sync completed: "
+                     "the agent may delete what it does not find there (docs/agent.md)."),
     )):
         fn = option(fn)
     return fn
