@@ -65,6 +65,9 @@ class WriteLog:
         # Writes sent and not answered yet, as uncertain writes ending at their deadline: a
         # store may already hold them while their outcome is unknown.
         self._in_flight: dict[int, list[Write]] = {}
+        # Finite-TTL keys are not durable (docs/kvstore.md): after every node restarted at
+        # once, those written before are legitimately gone.
+        self.volatile_lost_ms: int | None = None
 
     def add(self, write: Write) -> None:
         with self._lock:
@@ -79,6 +82,10 @@ class WriteLog:
             self.writes.extend(writes)
             if token is not None:
                 self._in_flight.pop(token, None)
+
+    def all_restarted(self, now_ms: int) -> None:
+        """Every node restarted at `now_ms`: finite-TTL writes before it need not survive."""
+        self.volatile_lost_ms = now_ms
 
     def snapshot(self) -> list[Write]:
         with self._lock:
@@ -102,8 +109,10 @@ class WriteLog:
                 # not the longest: only an acknowledged top write makes presence certain.
                 if write.value.ttl_version >= top_ttl_version.get(write.key, -1):
                     top_ttl_version[write.key] = write.value.ttl_version
-                    exp.present_until_ms = (write.sent_ms + value.ttl_ms if write.acked
-                                            else None)
+                    lost = self.volatile_lost_ms is not None and (
+                        write.sent_ms <= self.volatile_lost_ms)
+                    exp.present_until_ms = (write.sent_ms + value.ttl_ms
+                                            if write.acked and not lost else None)
             if value.value is None:
                 continue  # a TTL-only refresh: it changes no winner
             if write.acked:
