@@ -371,7 +371,12 @@ class KvStoreNode:
         self._send_reply(envelope, wire.error_response(code, message))
 
     def _send_reply(self, envelope: list[bytes], payload: bytes) -> None:
-        assert self._cmd is not None
+        if self._cmd is None:
+            # Closed: a durable acknowledgement can land after the sockets are gone (the writer
+            # committed during shutdown). The requester never hears; count it, do not crash.
+            self.counters["kvstore.send_failures"] += 1
+            self.counters["kvstore.send_failure.reply"] += 1
+            return
         try:
             self._cmd.send_multipart([*envelope, payload], zmq.NOBLOCK)
         except zmq.ZMQError:  # requester gone (ROUTER_MANDATORY) or its queue is full
