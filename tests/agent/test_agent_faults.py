@@ -1,10 +1,13 @@
-"""The agent under faults (issue 10): a storm of VPP disconnects during reconciliation, and the
-KvStore node killed under a running agent. Device states stay truthful, nothing kvmesh made is
-deleted on the strength of not knowing, and VPP converges to the desired state."""
+"""The agent under faults (issue 10): a storm of VPP disconnects during reconciliation, the
+agent killed in the middle of a transaction, and the KvStore node killed under a running agent.
+Device states stay truthful, nothing kvmesh made is deleted on the strength of not knowing, and
+VPP converges to the desired state."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -109,3 +112,51 @@ def test_kvstore_node_killed_under_a_running_agent_deletes_nothing(tmp_path: Pat
             watcher.join(5)
         assert not missing, f"interfaces deleted while the store was gone: {missing[:3]}"
         assert setup.vpp_state() is DeviceState.KNOWN
+
+
+def _agent_process(node_url: str, vpp_socket: str, log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kvmesh", "--url", node_url, "agent", "run", "--name", "v1",
+             "--vpp-socket", vpp_socket, "--assume-current"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def test_agent_killed_in_the_middle_of_a_transaction_leaves_nothing_half_applied(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL while VPP holds the reply to an interface's address: the interface exists, its
+    address does not (yet). The restarted agent completes it: one interface, with its address."""
+    with rig(tmp_path) as setup:
+        control = setup.emulator.control
+        agent = _agent_process(setup.node.cmd_url, setup.emulator.socket_path,
+                               tmp_path / "agent.log")
+        try:
+            wait_until(lambda: (device_record(setup.node.cmd_url, "vpp") or {}).get("state")
+                       == "KNOWN", timeout=60, message="agent up")
+            control.delay("sw_interface_add_del_address", seconds=30)
+            setup.set_config("vpp/interface/loop5", {"type": "loopback",
+                                                     "addresses": ["10.5.0.1/24"]})
+            wait_until(lambda: "loop5" in setup.vpp_interfaces(), timeout=30,
+                       message="the transaction is under way")
+            half = [i for i in control.state()["interfaces"] if i["tag"] == "kvmesh:loop5"]
+            assert half and not half[0]["addresses"], "killed mid-transaction: no address yet"
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(10)
+            control.clear_faults()
+            agent = _agent_process(setup.node.cmd_url, setup.emulator.socket_path,
+                                   tmp_path / "agent.log")
+
+            def converged() -> bool:
+                tagged = [i for i in control.state()["interfaces"]
+                          if i["tag"] == "kvmesh:loop5"]
+                return len(tagged) == 1 and len(tagged[0]["addresses"]) == 1
+
+            wait_until(converged, timeout=60, message="the restarted agent completed loop5 "
+                       f"({(tmp_path / 'agent.log').read_text(errors='replace')[-2000:]})")
+            tagged = [i for i in control.state()["interfaces"] if i["tag"] == "kvmesh:loop5"]
+            assert "10.5.0.1" in str(tagged[0]["addresses"])
+            assert setup.vpp_interfaces() == {"loop5"}
+        finally:
+            agent.kill()
+            agent.wait(10)
