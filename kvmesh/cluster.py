@@ -2,6 +2,9 @@
 
 Each node is a KvStore process supervising its agent process (`kvmesh node run --agent`), plus,
 with `vpp_emulator`, a VPP emulator.
+With `isolated`, every node (KvStore, agent, emulator) runs inside its own network namespace, and
+the nodes reach each other over veth links to a bridge, with addresses from 198.18.0.0/15
+(`kvmesh.netlab`); never over loopback.
 When run as root, each agent's Linux southbound works in its own namespace `kvmesh-<node>`, made
 by `up` and removed by `down`. The processes run in the background, in their own session, so the
 cluster outlives the command that started it; everything needed to find and stop them is kept in
@@ -19,16 +22,19 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+from kvmesh import netlab
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.node_ports import free_tcp_port
 
 DEFAULT_RUN_DIR = Path(os.environ.get("KVMESH_RUN_DIR", "/tmp/kvmesh-cluster"))
-TOPOLOGIES = ("chain", "ring", "mesh")
+TOPOLOGIES = ("chain", "ring", "mesh", "random")
+# Ports inside an isolated node's namespace (each namespace has its own port space).
+ISOLATED_CMD_PORT, ISOLATED_PUB_PORT, ISOLATED_HTTP_PORT = 60002, 60001, 8080
 STATE_FILE = "cluster.json"
 
 Progress = Callable[[str], None]
@@ -48,6 +54,8 @@ class NodeInfo:
     data_dir: str | None = None  # the node's durable store (kept by `down`, see `purge`)
     pids: dict[str, int] = field(default_factory=dict)
     peers: list[str] = field(default_factory=list)
+    # How each process was started (role -> argv), so a fault injector can restart it.
+    commands: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,6 +64,7 @@ class ClusterState:
     topology: str
     nodes: dict[str, NodeInfo]
     namespaces_made: list[str] = field(default_factory=list)
+    lab: dict[str, object] | None = None  # netlab.Lab.to_json() of an isolated cluster
 
     def save(self) -> None:
         path = Path(self.run_dir) / STATE_FILE
@@ -70,17 +79,28 @@ class ClusterState:
             return None
         raw = json.loads(path.read_text())
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
-        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []))
+        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
+                   raw.get("lab"))
+
+    def isolated_lab(self) -> netlab.Lab | None:
+        return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
 
 
-def peers_of(names: list[str], topology: str) -> dict[str, list[str]]:
-    """Peering for a topology (declared on both sides, as the KvStore expects)."""
+def peers_of(names: list[str], topology: str, degree: int = 3,
+             seed: int = 0) -> dict[str, list[str]]:
+    """Peering for a topology (declared on both sides, as the KvStore expects). `random` is a
+    connected graph where each node has at least `degree` peers, the same for the same seed."""
     if topology not in TOPOLOGIES:
         raise ClusterError(f"unknown topology {topology!r}; use one of {', '.join(TOPOLOGIES)}")
     links: set[tuple[str, str]] = set()
     n = len(names)
     if topology == "mesh":
         links = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
+    elif topology == "random":
+        try:
+            links = netlab.random_peers(names, degree, seed)
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from exc
     else:
         links = {(names[i], names[i + 1]) for i in range(n - 1)}
         if topology == "ring" and n > 2:
@@ -90,6 +110,45 @@ def peers_of(names: list[str], topology: str) -> dict[str, list[str]]:
         peers[a].append(b)
         peers[b].append(a)
     return peers
+
+
+def node_command(name: str, state: ClusterState, *, agent: bool = True,
+                 config_path: Path | None = None) -> list[str]:
+    """The argv of node `name` (the one place node arguments are built: adapt it here)."""
+    info = state.nodes[name]
+    args = [sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
+            "--cmd-url", info.cmd_url, "--pub-url", info.pub_url]
+    if info.data_dir:
+        args += ["--data-dir", str(info.data_dir)]
+    for peer in info.peers:
+        args += ["--peer", f"{peer}={state.nodes[peer].cmd_url}"]
+    if config_path is not None:
+        args += ["--config", str(config_path)]
+    if agent:
+        args += ["--agent", "--http", str(info.http)]
+        if state.lab is not None:
+            args.append("--linux")  # the agent runs inside the node's namespace
+        elif info.netns:
+            args += ["--linux-netns", info.netns]
+        if info.vpp_socket:
+            args += ["--vpp-socket", info.vpp_socket]
+    if state.lab is not None and info.netns:
+        args = ["ip", "netns", "exec", info.netns, *args]
+    return args
+
+
+def write_node_config(path: Path, values: Mapping[str, object]) -> None:
+    """A node's TOML configuration file (flat table of ints, floats, strings and booleans)."""
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = json.dumps(str(value))
+        lines.append(f"{key} = {text}\n")
+    path.write_text("".join(lines))
 
 
 def _spawn(args: list[str], log_path: Path) -> int:
@@ -150,8 +209,14 @@ def _exec(netns: str, *args: str) -> None:
 def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
        run_dir: Path = DEFAULT_RUN_DIR, namespaces: bool | None = None,
        progress: Progress = lambda _msg: None, timeout: float = 60.0,
-       netns_prefix: str = "kvmesh") -> ClusterState:
-    """Start a cluster and return once every node (and agent) answers."""
+       netns_prefix: str = "kvmesh", *, isolated: bool = False, degree: int = 3,
+       seed: int = 0, agents: bool = True,
+       node_config: Mapping[str, object] | None = None) -> ClusterState:
+    """Start a cluster and return once every node (and agent) answers.
+
+    `isolated`: every node in its own namespace on a bridge (see the module doc; needs root).
+    `agents=False` runs KvStore nodes only. `node_config`: TOML knobs for every node.
+    `degree`/`seed`: the `random` topology."""
     if nodes < 1:
         raise ClusterError("a cluster needs at least one node")
     existing = ClusterState.load(run_dir)
@@ -159,58 +224,86 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                                     for p in n.pids.values()):
         raise ClusterError(f"a cluster is already running from {run_dir} "
                            f"(kvmesh cluster down first)")
+    if isolated and os.geteuid() != 0:
+        raise ClusterError("an isolated cluster needs root (network namespaces)")
     run_dir.mkdir(parents=True, exist_ok=True)
     use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
     names = [f"n{i}" for i in range(1, nodes + 1)]
-    peering = peers_of(names, topology)
+    peering = peers_of(names, topology, degree, seed)
     state = ClusterState(str(run_dir), topology, {})
-    for name in names:
-        state.nodes[name] = NodeInfo(
-            cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
-            pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
-            netns=f"{netns_prefix}-{name}" if use_netns else None,
-            http=f"127.0.0.1:{free_tcp_port()}",
-            vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
-            data_dir=str(run_dir / "data" / name),
-            peers=peering[name])
-    state.save()
-    exe = [sys.executable, "-m", "kvmesh"]
+    config_path: Path | None = None
+    if node_config:
+        config_path = run_dir / "node.toml"
+        write_node_config(config_path, node_config)
     try:
+        if isolated:
+            progress(f"isolated network for {nodes} nodes")
+            lab = netlab.create_lab(names)
+            state.lab = lab.to_json()
+            state.save()
+            for name in names:
+                address = lab.address(name)
+                state.nodes[name] = NodeInfo(
+                    cmd_url=f"tcp://{address}:{ISOLATED_CMD_PORT}",
+                    pub_url=f"tcp://{address}:{ISOLATED_PUB_PORT}",
+                    netns=lab.namespaces[name],
+                    http=f"{address}:{ISOLATED_HTTP_PORT}" if agents else None,
+                    vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+                    data_dir=str(run_dir / "data" / name),
+                    peers=peering[name])
+        else:
+            for name in names:
+                state.nodes[name] = NodeInfo(
+                    cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
+                    pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
+                    netns=f"{netns_prefix}-{name}" if use_netns else None,
+                    http=f"127.0.0.1:{free_tcp_port()}" if agents else None,
+                    vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+                    data_dir=str(run_dir / "data" / name),
+                    peers=peering[name])
+        state.save()
+        exe = [sys.executable, "-m", "kvmesh"]
         for name, info in state.nodes.items():
-            if info.netns:
+            if info.netns and not isolated:
                 progress(f"namespace {info.netns}")
                 _netns("add", info.netns)
                 state.namespaces_made.append(info.netns)
                 _exec(info.netns, "ip", "link", "set", "lo", "up")
             if info.vpp_socket:
                 progress(f"{name}: VPP emulator on {info.vpp_socket}")
-                info.pids["vpp"] = _spawn([*exe, "vpp-emulator", "--socket", info.vpp_socket],
-                                          run_dir / f"{name}-vpp.log")
-            peer_args = [a for p in info.peers
-                         for a in ("--peer", f"{p}={state.nodes[p].cmd_url}")]
-            agent_args = ["--agent", "--http", str(info.http)]
-            if info.netns:
-                agent_args += ["--linux-netns", info.netns]
-            if info.vpp_socket:
+                vpp = [*exe, "vpp-emulator", "--socket", info.vpp_socket]
+                if isolated and info.netns:
+                    vpp = ["ip", "netns", "exec", info.netns, *vpp]
+                info.commands["vpp"] = vpp
+                info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
                 _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
-                agent_args += ["--vpp-socket", info.vpp_socket]
-            progress(f"{name}: KvStore node on {info.cmd_url}, agent REST on "
-                     f"http://{info.http}")
-            info.pids["node"] = _spawn(
-                [*exe, "node", "run", "--name", name, "--cmd-url", info.cmd_url,
-                 "--pub-url", info.pub_url, "--data-dir", str(info.data_dir), *peer_args,
-                 *agent_args],
-                run_dir / f"{name}.log")
+            where = f", agent REST on http://{info.http}" if agents else ""
+            progress(f"{name}: KvStore node on {info.cmd_url}{where}")
+            info.commands["node"] = node_command(name, state, agent=agents,
+                                                 config_path=config_path)
+            info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
             state.save()
         for name, info in state.nodes.items():
             _wait(partial(_node_answers, info.cmd_url), timeout, f"node {name}")
         for name, info in state.nodes.items():
-            _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")
+            if info.http:
+                _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")
             progress(f"{name}: ready")
     except BaseException:
+        state.save()
         down(run_dir)
         raise
     return state
+
+
+def respawn(state: ClusterState, name: str, role: str = "node") -> int:
+    """Start a process of the cluster again with the command it was started with (after a
+    crash or a stop); records and returns its new pid."""
+    info = state.nodes[name]
+    suffix = "" if role == "node" else f"-{role}"
+    info.pids[role] = _spawn(info.commands[role], Path(state.run_dir) / f"{name}{suffix}.log")
+    state.save()
+    return info.pids[role]
 
 
 def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
@@ -261,6 +354,10 @@ def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
     for netns in state.namespaces_made:
         progress(f"removing namespace {netns}")
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+    lab = state.isolated_lab()
+    if lab is not None:
+        progress(f"removing isolated network {lab.tag} (bridge namespace {lab.bridge_ns})")
+        netlab.destroy_lab(lab)
     for info in state.nodes.values():
         if info.vpp_socket:
             Path(info.vpp_socket).unlink(missing_ok=True)

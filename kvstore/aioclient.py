@@ -37,13 +37,13 @@ from kvstore.client import (
     KvStoreTimeout,
     check_response,
     filter_publication,
+    key_set_request,
 )
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     KeyDumpParams,
     KeyGetParams,
-    KeySetParams,
     NodeInfo,
     PeerAddParams,
     PeerDelParams,
@@ -156,12 +156,7 @@ class AsyncKvStoreClient:
         return dict(response.publication.key_vals or {}) if response.publication else {}
 
     async def set(self, key_vals: Mapping[str, Value]) -> dict[str, str]:
-        response = await self.request(
-            Request(
-                cmd=Command.KEY_SET,
-                key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=True, node_ids=[]),
-            )
-        )
+        response = await self.request(key_set_request(key_vals, solicit_response=True))
         return dict(response.no_merge_reasons or {})
 
     async def dump(

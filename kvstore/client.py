@@ -78,6 +78,17 @@ def connect_socket(context: Context, kind: int, url: str) -> zmq.Socket[bytes]:
     return sock
 
 
+def key_set_request(key_vals: Mapping[str, Value], solicit_response: bool) -> Request:
+    """A client's KEY_SET, stamped with this host's wall clock (`timestamp_ms`): a set that
+    waits in a queue (a paused or unreachable node) has the wait taken off its TTLs when it
+    arrives (docs/kvstore.md, "Time in transit"), rather than starting the TTL afresh."""
+    return Request(
+        cmd=Command.KEY_SET,
+        key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=solicit_response,
+                             node_ids=[], timestamp_ms=int(time.time() * 1000)),
+    )
+
+
 def make_value(
     value: bytes | None,
     *,
@@ -162,10 +173,7 @@ class KvStoreClient:
 
     def send_oneway(self, key_vals: Mapping[str, Value]) -> None:
         """KEY_SET without a reply (as peers flood). Delivery is not confirmed."""
-        request = Request(
-            cmd=Command.KEY_SET,
-            key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=False, node_ids=[]),
-        )
+        request = key_set_request(key_vals, solicit_response=False)
         self._socket().send_multipart([b"", wire.encode(request)])
 
     # -- commands -------------------------------------------------------------------------------
@@ -184,12 +192,7 @@ class KvStoreClient:
 
     def set(self, key_vals: Mapping[str, Value]) -> dict[str, str]:
         """Solicited KEY_SET; returns the keys that were not applied, with the reason."""
-        response = self.request(
-            Request(
-                cmd=Command.KEY_SET,
-                key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=True, node_ids=[]),
-            )
-        )
+        response = self.request(key_set_request(key_vals, solicit_response=True))
         return dict(response.no_merge_reasons or {})
 
     def set_key(

@@ -37,6 +37,10 @@ class NodeConfig:
     # flooded (they would expire in flight and bounce).
     ttl_decrement_ms: int = 1
     ttl_threshold_ms: int = 500
+    # Wall-clock offset between nodes taken as normal: a peer's timestamp further ahead than this
+    # is counted as a clock problem (kvstore.ttl.clock_ahead). Transit time is charged to TTLs
+    # whatever the value (kvstore/transit.py).
+    max_clock_skew_ms: int = 1_000
     # Anti-entropy: one full sync with a random peer every interval (+-20 % jitter); 0 disables.
     sync_interval_s: float = 60.0
     # A sync step not answered within this time fails the sync (peer back to IDLE, backoff).
@@ -108,6 +112,7 @@ class NodeConfig:
 _INT_MINIMUMS: dict[str, int] = {
     "ttl_decrement_ms": 0,
     "ttl_threshold_ms": 0,
+    "max_clock_skew_ms": 0,
     "sync_timeout_ms": 1,
     "sync_initial_backoff_ms": 1,
     "sync_max_backoff_ms": 1,

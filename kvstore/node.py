@@ -45,7 +45,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
-from kvstore.node_peers import Peering
+from kvstore.node_peers import Peering, charge_transit
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
 
@@ -367,7 +367,12 @@ class KvStoreNode:
         self._send_reply(envelope, wire.error_response(code, message))
 
     def _send_reply(self, envelope: list[bytes], payload: bytes) -> None:
-        assert self._cmd is not None
+        if self._cmd is None:
+            # Closed: a durable acknowledgement can land after the sockets are gone (the writer
+            # committed during shutdown). The requester never hears; count it, do not crash.
+            self.counters["kvstore.send_failures"] += 1
+            self.counters["kvstore.send_failure.reply"] += 1
+            return
         try:
             self._cmd.send_multipart([*envelope, payload], zmq.NOBLOCK)
         except zmq.ZMQError:  # requester gone (ROUTER_MANDATORY) or its queue is full
@@ -399,6 +404,7 @@ class KvStoreNode:
                 return True
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
+        charge_transit(key_vals, params.timestamp_ms, self.config, counters)
         path = tuple(node_ids)
         batch = self._ingest
         if batch and (path != self._ingest_path or not batch.keys().isdisjoint(key_vals)):
@@ -462,6 +468,7 @@ class KvStoreNode:
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
+        charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
         result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
@@ -503,10 +510,13 @@ class KvStoreNode:
                 send, want = self.db.dump_difference(
                     params.key_val_hashes, now, prefix, originators, buckets
                 )
-                publication = Publication(key_vals=send, tobe_updated_keys=want)
+                publication = Publication(
+                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_ms()
+                )
             else:
                 publication = Publication(
-                    key_vals=self.db.dump(now, prefix, originators, buckets)
+                    key_vals=self.db.dump(now, prefix, originators, buckets),
+                    timestamp_ms=wall_ms(),
                 )
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc

@@ -45,6 +45,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.ratelimit import FloodLimiter, FloodRelease
+from kvstore.transit import age_in_transit
 
 log = logging.getLogger("kvstore.node")
 
@@ -63,6 +64,27 @@ def monotonic_ms() -> int:
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def charge_transit(
+    key_vals: dict[str, Value],
+    sent_wall_ms: int | None,
+    config: NodeConfig,
+    counters: Counter[str],
+) -> None:
+    """Take the time a peer's message spent in transit off its TTLs (`kvstore.transit`), in
+    place, and count what that did. Key-values whose TTL ran out on the way are removed."""
+    if sent_wall_ms is None or not key_vals:
+        return
+    aging = age_in_transit(key_vals, sent_wall_ms, wall_ms(), config.max_clock_skew_ms)
+    if aging.expired:
+        counters["kvstore.ttl.expired_in_transit"] += len(aging.expired)
+        log.debug("%d key(s) expired in transit (%d ms)", len(aging.expired), aging.age_ms)
+    if aging.clock_ahead_ms:
+        counters["kvstore.ttl.clock_ahead"] += 1
+        log.debug("peer timestamp %d ms in the future", aging.clock_ahead_ms)
+    if aging.age_ms > counters["kvstore.ttl.transit_age_ms_max"]:
+        counters["kvstore.ttl.transit_age_ms_max"] = aging.age_ms
 
 
 class FloodSink(Protocol):
@@ -510,6 +532,10 @@ class Peering:
             else:
                 publication = session.on_dump_reply(corr, response)
                 if publication.key_vals:
+                    charge_transit(
+                        publication.key_vals, publication.timestamp_ms, self.config, self.counters
+                    )
+                if publication.key_vals:
                     self._merge_reply(link, publication.key_vals, now)
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
             self.counters["kvstore.full_sync.bad_replies"] += 1
@@ -586,4 +612,4 @@ class Peering:
         self.update_initial_sync()
 
 
-__all__ = ["SYNCING", "PeerLink", "Peering"]
+__all__ = ["SYNCING", "PeerLink", "Peering", "charge_transit"]

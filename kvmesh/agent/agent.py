@@ -389,6 +389,10 @@ class Agent:
                 # Value-level failures are visible in statuses (and retried); they are not a
                 # reason to drop the device. Anything else propagates and fails the stage.
                 log.warning("reconcile %s/%s: %s", device, stage, exc)
+            # A connection lost during the stage made its reads fail (the scheduler then works
+            # from what it could read): the device must not become KNOWN on that.
+            if not getattr(dev.plugin, "connected", True):
+                raise ConnectionError(f"connection to {device} lost while reconciling {stage}")
             return True
 
         return run

@@ -18,13 +18,14 @@ hold back northbound transactions for that device (see `wait_known`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 log = logging.getLogger("kvmesh.recon")
@@ -57,17 +58,35 @@ class ReconciliationCancelled(Exception):
 
 
 class CancelToken:
-    """Lets a long-running service notice that its device disconnected."""
+    """Lets a long-running service notice that its device disconnected (or that it timed out:
+    each service call gets a child token of its run's token, cancelled on either)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         # Completed on cancel so the orchestrator can wait on services and cancellation at once.
         self.fired: Future[None] = Future()
+        self._children: list[CancelToken] = []
+        self._children_lock = threading.Lock()
+
+    def child(self) -> CancelToken:
+        """A token cancelled with this one, and cancellable on its own."""
+        token = CancelToken()
+        with self._children_lock:
+            self._children.append(token)
+            cancelled = self._event.is_set()
+        if cancelled:
+            token.cancel()
+        return token
 
     def cancel(self) -> None:
-        self._event.set()
+        with self._children_lock:
+            self._event.set()
+            children, self._children = self._children, []
         if not self.fired.done():
-            self.fired.set_result(None)
+            with contextlib.suppress(InvalidStateError):  # cancelled from two threads at once
+                self.fired.set_result(None)
+        for token in children:
+            token.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -172,6 +191,15 @@ class ReconciliationManager:
         self._runs: dict[str, _DeviceRun] = {}
         self._listeners: list[DeviceListener] = []
         self._known = threading.Condition(self._lock)
+        # Listeners are told a device's state under this lock, reading the state when they are
+        # told: notifications never overtake each other, and the last one a listener hears is
+        # the device's current state.
+        self._notify_lock = threading.RLock()
+        self._notified: dict[str, DeviceState] = {}
+        # The last call of each (device, service): a new run waits for it to return before it
+        # calls the service again, so a timed-out or cancelled call that ignores its token never
+        # runs alongside the next one.
+        self._calls: dict[tuple[str, str], Future[bool | None]] = {}
         # Service bodies run here; run orchestration runs on its own thread per device so a
         # level's services can use every pool worker.
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="recon-svc")
@@ -225,10 +253,15 @@ class ReconciliationManager:
         return future
 
     def device_disconnected(self, device: str) -> None:
-        """Cancel a run in progress (calling every end callback in order) and forget the device."""
+        """Cancel a run in progress (calling every end callback in order) and forget the device.
+
+        The run is dropped and the device marked DISCONNECTED in one step under the lock, so a
+        run ending at the same moment cannot mark it KNOWN afterwards (it finds itself no longer
+        the device's run)."""
         with self._lock:
             run = self._runs.pop(device, None)
             services = [s for level in self.registered_services().values() for s in level]
+            self._store_state(device, DeviceState.DISCONNECTED)
         if run is not None and not run.future.done():
             run.token.cancel()
             for svc in services:
@@ -238,7 +271,7 @@ class ReconciliationManager:
                     svc.end(device)
                 except Exception:  # a broken end callback must not stop the others
                     log.exception("end-of-reconciliation callback of %s failed", svc.name)
-        self._set_device_state(device, DeviceState.DISCONNECTED)
+        self._notify(device)
 
     def device_state(self, device: str) -> DeviceState:
         with self._lock:
@@ -285,18 +318,36 @@ class ReconciliationManager:
             st = self._status[key] = ServiceStatus()
         return st
 
-    def _set_device_state(self, device: str, state: DeviceState) -> None:
+    def _store_state(self, device: str, state: DeviceState) -> None:
+        """Record a state; the caller holds the lock and calls `_notify` after releasing it."""
+        self._devices[device] = state
+        self._known.notify_all()
+
+    def _set_device_state(self, device: str, state: DeviceState,
+                          run: CancelToken | None = None) -> None:
+        """Set and announce a state; with `run`, only if that run is still the device's run
+        (checked and set in one step: a disconnect cannot land in between)."""
         with self._lock:
-            if self._devices.get(device) is state:
-                return
-            self._devices[device] = state
-            listeners = list(self._listeners)
-            self._known.notify_all()
-        for listener in listeners:
-            try:
-                listener(device, state)
-            except Exception:
-                log.exception("device-state listener failed")
+            if run is not None:
+                current = self._runs.get(device)
+                if current is None or current.token is not run:
+                    return
+            self._store_state(device, state)
+        self._notify(device)
+
+    def _notify(self, device: str) -> None:
+        with self._notify_lock:
+            with self._lock:
+                state = self._devices.get(device, DeviceState.DISCONNECTED)
+                if self._notified.get(device) is state:
+                    return
+                self._notified[device] = state
+                listeners = list(self._listeners)
+            for listener in listeners:
+                try:
+                    listener(device, state)
+                except Exception:
+                    log.exception("device-state listener failed")
 
     def _run_device(self, device: str, token: CancelToken, future: Future[RunOutcome]) -> None:
         outcome = RunOutcome(device=device, state=DeviceState.KNOWN)
@@ -319,11 +370,7 @@ class ReconciliationManager:
         if token.cancelled:
             outcome.cancelled = True
             outcome.state = DeviceState.DISCONNECTED
-        with self._lock:
-            current = self._runs.get(device)
-            still_current = current is not None and current.token is token
-        if still_current:
-            self._set_device_state(device, outcome.state)
+        self._set_device_state(device, outcome.state, run=token)
         future.set_result(outcome)
 
     @staticmethod
@@ -336,6 +383,7 @@ class ReconciliationManager:
         """Run one priority level in parallel; returns {service: error} of those that failed."""
         futures: dict[Future[bool | None], ReconciliationService] = {}
         deadlines: dict[str, float] = {}
+        call_tokens: dict[str, CancelToken] = {}
         now = time.monotonic()
         with self._lock:
             for svc in level:
@@ -344,7 +392,12 @@ class ReconciliationManager:
                 st.last_start = time.time()
                 deadlines[svc.name] = math.inf if svc.timeout_s is None else now + svc.timeout_s
         for svc in level:
-            futures[self._pool.submit(svc.start, device, token)] = svc
+            call_token = call_tokens[svc.name] = token.child()
+            with self._lock:
+                previous = self._calls.get((device, svc.name))
+                fut = self._pool.submit(self._call, svc, device, call_token, previous)
+                self._calls[(device, svc.name)] = fut
+            futures[fut] = svc
         failures: dict[str, str] = {}
         pending: set[Future[bool | None]] = set(futures)
         while pending:
@@ -370,12 +423,23 @@ class ReconciliationManager:
             expired = {f for f in pending if deadlines[futures[f].name] <= time.monotonic()}
             for fut in expired:
                 svc = futures[fut]
-                fut.cancel()  # best effort: a started thread cannot be interrupted
+                fut.cancel()  # best effort: a started thread cannot be interrupted...
+                call_tokens[svc.name].cancel()  # ...but it is told to stop
                 error = f"timed out after {svc.timeout_s:g}s"
                 self._finish(device, svc, error, token)
                 failures[svc.name] = error
             pending -= expired
         return failures
+
+    @staticmethod
+    def _call(svc: ReconciliationService, device: str, token: CancelToken,
+              previous: Future[bool | None] | None) -> bool | None:
+        """Call the service once its previous call for this device has returned."""
+        if previous is not None and not previous.done():
+            wait({previous, token.fired}, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+            if not previous.done():
+                raise ReconciliationCancelled()
+        return svc.start(device, token)
 
     @staticmethod
     def _result_error(fut: Future[bool | None]) -> str | None:

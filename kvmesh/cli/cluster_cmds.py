@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kvmesh import cluster
+from kvmesh import cluster, netlab
 from kvmesh.cli.common import KvGroup, cli_context, fail
 
 run_dir_option = click.option(
@@ -18,7 +18,7 @@ run_dir_option = click.option(
 
 @click.group("cluster", cls=KvGroup)
 def cluster_group() -> None:
-    """A local cluster of real kvmesh processes on loopback."""
+    """A local cluster of real kvmesh processes (on loopback, or isolated in namespaces)."""
 
 
 @cluster_group.command("up")
@@ -28,15 +28,24 @@ def cluster_group() -> None:
 @click.option("--vpp-emulator", is_flag=True, help="Give each node a VPP emulator.")
 @click.option("--no-netns", is_flag=True, help="Do not make a namespace per node (the Linux "
               "southbound is then off).")
+@click.option("--isolated", is_flag=True, help="Every node in its own network namespace, "
+              "linked to a bridge over veth (addresses from 198.18.0.0/15; needs root).")
+@click.option("--degree", type=click.IntRange(2, 63), default=3, show_default=True,
+              help="Peers per node at least, for --topology random.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of --topology random (same seed, same graph).")
 @run_dir_option
 def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
-               run_dir: Path) -> None:
+               isolated: bool, degree: int, seed: int, run_dir: Path) -> None:
     """Start the cluster; returns once every node and agent is ready."""
+    if isolated and no_netns:
+        fail("--isolated and --no-netns exclude each other", code=2)
     try:
         state = cluster.up(nodes, topology, vpp_emulator, run_dir,
                            namespaces=False if no_netns else None,
-                           progress=lambda msg: click.echo(f"  {msg}", err=True))
-    except (cluster.ClusterError, OSError) as exc:
+                           progress=lambda msg: click.echo(f"  {msg}", err=True),
+                           isolated=isolated, degree=degree, seed=seed)
+    except (cluster.ClusterError, netlab.LabError, OSError) as exc:
         fail(str(exc))
     click.echo(f"cluster of {len(state.nodes)} nodes ({topology}) is up; state in {run_dir}")
 

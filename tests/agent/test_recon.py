@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,15 +15,6 @@ from kvmesh.agent.recon import (
     ServiceState,
 )
 from tests.util import wait_until
-
-
-@pytest.fixture()
-def manager() -> Iterator[ReconciliationManager]:
-    mgr = ReconciliationManager()
-    try:
-        yield mgr
-    finally:
-        mgr.close()
 
 
 def recorder(log: list[str], name: str, result: bool = True):

@@ -1,0 +1,345 @@
+"""A chaos run on an isolated cluster: rounds of workload + faults, heal, check, report.
+
+Per round (all choices from one seeded RNG, so a seed reproduces the schedule):
+1. writers start on random nodes (`kvmesh.chaos.workload`);
+2. after 1 s, one or two faults of the enabled kinds are injected on random targets
+   (`kvmesh.faults`) and held for `duration` seconds;
+3. everything is healed and the writers stop; the clock for convergence starts;
+4. the checker polls until every node answers, all root digests are equal and every node's dump
+   passes `kvmesh.chaos.model.check_store` (or fails the round after `converge_timeout`);
+5. then: no node died that was not killed, no unexpected error counter, no traceback in a log.
+
+All through the run a monitor dumps `ttl/` keys from every node every 0.5 s and records any key
+that will live past its latest legitimate expiry by more than the bound. The report gives per
+round the convergence time after heal, nftables drop counts, flood redundancy (key-values
+received per key-value written, per node) and every problem found; a failure prints the seed and
+the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kvmesh import cluster, faults, netlab
+from kvmesh.chaos.model import WriteLog, check_store, ttl_overrun_ms
+from kvmesh.chaos.workload import Writer, monotonic_ms
+from kvstore.client import KvStoreClient, KvStoreError
+
+__all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
+
+ALL_FAULTS = ("partition", "loss", "pause", "crash", "link", "restart-all")
+# restart-all keeps acknowledged writes thanks to the durable store (issue 9): every node runs
+# with a data dir; finite-TTL keys are not durable and the checker does not expect them back.
+DEFAULT_FAULTS = ALL_FAULTS
+ERROR_COUNTER_PREFIXES = ("kvstore.errors.", "kvstore.no_merge.INVALID", "kvstore.ttl.clock_ahead")
+ERROR_COUNTERS = ("kvstore.malformed_requests", "kvstore.full_sync.bad_replies")
+BOUND_MS = 250  # documented bound (wall-clock offset: 0, one kernel) + measurement slack
+PRESENT_MARGIN_MS = 2000  # ttl_threshold_ms + transit + polling slack
+
+
+@dataclass
+class ChaosConfig:
+    nodes: int = 5
+    seed: int = 1
+    rounds: int = 2
+    faults: tuple[str, ...] = DEFAULT_FAULTS
+    duration: float = 5.0
+    writers: int = 3
+    topology: str = "random"
+    degree: int = 3
+    sync_interval_s: float = 3.0
+    converge_timeout: float = 60.0
+    run_dir: Path = Path("/tmp/kvmesh-chaos")
+
+    def command(self) -> str:
+        return (f"tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
+                f"--faults {','.join(self.faults)} --duration {self.duration:g} "
+                f"--writers {self.writers} --topology {self.topology} --degree {self.degree}")
+
+    def node_config(self) -> dict[str, object]:
+        return {"sync_interval_s": self.sync_interval_s, "sync_timeout_ms": 2000,
+                "sync_initial_backoff_ms": 200, "sync_max_backoff_ms": 2000}
+
+
+@dataclass
+class RoundReport:
+    index: int
+    faults: list[str] = field(default_factory=list)
+    drops: dict[str, int] = field(default_factory=dict)
+    acknowledged: int = 0
+    uncertain: int = 0
+    convergence_s: float | None = None
+    redundancy: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+class TtlMonitor(threading.Thread):
+    """Dumps the finite-TTL keys of every node twice a second; records overruns."""
+
+    def __init__(self, state: cluster.ClusterState, log: WriteLog) -> None:
+        super().__init__(name="ttl-monitor", daemon=True)
+        self.state, self.log = state, log
+        self.stop_event = threading.Event()
+        self.worst: dict[str, tuple[int, str]] = {}  # key -> (overrun ms, node)
+        self.samples = 0
+
+    def run(self) -> None:
+        clients = {n: KvStoreClient(i.cmd_url, timeout_s=0.5) for n, i in self.state.nodes.items()}
+        try:
+            while not self.stop_event.wait(0.5):
+                for name, client in clients.items():
+                    asked = monotonic_ms()
+                    try:
+                        dump = client.dump("ttl/")
+                    except KvStoreError:
+                        continue
+                    self.samples += 1
+                    expected = self.log.expectations()
+                    for key, value in dump.items():
+                        exp = expected.get(key)
+                        if exp is None:
+                            continue
+                        over = ttl_overrun_ms(exp, asked, value.ttl_ms)
+                        if over > BOUND_MS and over > self.worst.get(key, (0, ""))[0]:
+                            self.worst[key] = (over, name)
+        finally:
+            for client in clients.values():
+                client.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+
+def _pick_faults(rng: random.Random, config: ChaosConfig, state: cluster.ClusterState,
+                 lab: netlab.Lab) -> list[faults.Fault]:
+    names = sorted(state.nodes)
+    kinds = list(config.faults)
+    if "restart-all" in kinds and rng.random() < 1 / len(kinds):
+        return [faults.RestartAll(state)]
+    kinds = [k for k in kinds if k != "restart-all"] or kinds
+    chosen = rng.sample(kinds, k=min(len(kinds), rng.choice((1, 2))))
+    spare = names[:]
+    rng.shuffle(spare)
+    out: list[faults.Fault] = []
+    for kind in chosen:
+        if kind == "partition":
+            side = spare[: max(1, len(names) // 2 - rng.randrange(0, max(1, len(names) // 4)))]
+            out.append(faults.Partition(lab, side, [n for n in names if n not in side]))
+        elif kind == "loss":
+            out.append(faults.Loss(lab, rng.sample(names, k=min(3, len(names))),
+                                   rng.choice((10, 20, 30))))
+        elif kind == "restart-all":
+            out.append(faults.RestartAll(state))
+        elif spare:
+            node = spare.pop()
+            if kind == "pause":
+                out.append(faults.Pause(state, node))
+            elif kind == "crash":
+                out.append(faults.Crash(state, node))
+            elif kind == "link":
+                out.append(faults.LinkDown(lab, node))
+    return out
+
+
+def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, info in state.nodes.items():
+        try:
+            with KvStoreClient(info.cmd_url, timeout_s=2) as client:
+                out[name] = client.counters()
+        except KvStoreError:
+            out[name] = {}
+    return out
+
+
+def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> list[str]:
+    """Poll until all digests are equal and every dump checks out; [] then, else the problems."""
+    deadline = time.monotonic() + timeout
+    problems = ["never polled"]
+    clients = {n: KvStoreClient(i.cmd_url, timeout_s=2) for n, i in state.nodes.items()}
+    try:
+        while time.monotonic() < deadline:
+            problems = []
+            expected = log.expectations()
+            digests = set()
+            for name, client in clients.items():
+                try:
+                    digests.add(client.node_info(refresh=True).digest)
+                    now = monotonic_ms()
+                    store = client.dump()
+                except KvStoreError as exc:
+                    problems.append(f"{name}: no answer ({exc})")
+                    continue
+                problems += check_store(name, store, expected, now,
+                                        present_margin_ms=PRESENT_MARGIN_MS, bound_ms=BOUND_MS)
+            if len(digests) > 1:
+                problems.append(f"{len(digests)} different digests")
+            if not problems:
+                return []
+            time.sleep(0.1)
+        return problems
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
+            after: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for name, info in state.nodes.items():
+        pid = info.pids["node"]
+        if not cluster._alive(pid):
+            problems.append(f"{name}: node process {pid} died")
+        for counter, value in after.get(name, {}).items():
+            unexpected = counter in ERROR_COUNTERS or counter.startswith(ERROR_COUNTER_PREFIXES)
+            if unexpected and value > before.get(name, {}).get(counter, 0):
+                problems.append(f"{name}: {counter} = {value}")
+        log_path = Path(state.run_dir) / f"{name}.log"
+        if log_path.exists() and "Traceback" in log_path.read_text(errors="replace"):
+            problems.append(f"{name}: traceback in {log_path}")
+    return problems
+
+
+def _redundancy(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+                written: int, restarted: set[str]) -> dict[str, float]:
+    if written <= 0:
+        return {}
+    out = {}
+    for name, counters in after.items():
+        if name in restarted or name not in before:
+            continue
+        received = counters.get("kvstore.received_key_vals", 0) - before[name].get(
+            "kvstore.received_key_vals", 0)
+        out[name] = round(received / written, 2)
+    return out
+
+
+def run(config: ChaosConfig, say: Callable[[str], None] = print,
+        summary: dict[str, object] | None = None) -> list[RoundReport]:
+    """Run the rounds; a failed check raises nothing (it is in the reports). `summary`, if
+    given, is filled with the run's figures."""
+    rng = random.Random(config.seed)
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
+    say(f"chaos: {config.command()}")
+    state = cluster.up(config.nodes, config.topology, run_dir=run_dir, isolated=True,
+                       agents=False, degree=config.degree, seed=config.seed,
+                       node_config=config.node_config(), timeout=120)
+    lab = state.isolated_lab()
+    assert lab is not None
+    log = WriteLog()
+    monitor = TtlMonitor(state, log)
+    monitor.start()
+    book = faults.FaultBook()
+    reports: list[RoundReport] = []
+    urls = [info.cmd_url for info in state.nodes.values()]
+    try:
+        for index in range(1, config.rounds + 1):
+            report = RoundReport(index)
+            reports.append(report)
+            before = _counters(state)
+            acked_before = log.acknowledged()
+            writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30))
+                           for i in range(1, config.writers + 1)]
+            for writer in writers:
+                writer.start()
+            time.sleep(1.0)
+            round_faults = _pick_faults(rng, config, state, lab)
+            try:
+                for fault in round_faults:
+                    report.faults.append(fault.describe())
+                    book.inject(fault)
+                    if isinstance(fault, faults.RestartAll):
+                        log.all_restarted(monotonic_ms())
+                time.sleep(config.duration)
+            finally:
+                for fault in round_faults:
+                    fault.heal()
+                healed = time.monotonic()
+                for writer in writers:
+                    writer.stop()
+                for writer in writers:
+                    writer.join(timeout=10)
+            for fault in round_faults:
+                if fault.drops():
+                    report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
+            report.acknowledged = log.acknowledged() - acked_before
+            report.uncertain = sum(w.uncertain for w in writers)
+            problems = _converge(state, log, config.converge_timeout)
+            if not problems:
+                report.convergence_s = round(time.monotonic() - healed, 2)
+            report.problems += problems
+            after = _counters(state)
+            report.problems += _health(state, before, after)
+            restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
+            if any(isinstance(f, faults.RestartAll) for f in round_faults):
+                restarted = set(state.nodes)
+            report.redundancy = _redundancy(before, after, report.acknowledged, restarted)
+            say(_round_line(report))
+    finally:
+        monitor.stop()
+        monitor.join(timeout=5)
+        try:
+            book.heal_all()
+        finally:
+            cluster.down(run_dir, purge=True)
+    for key, (over, node) in sorted(monitor.worst.items()):
+        problem = f"{node}: {key} outlived its TTL by {over} ms (monitor)"
+        reports[-1].problems.append(problem)
+        say(f"  PROBLEM {problem}")
+    figures = summarize(config, reports, log, monitor)
+    if summary is not None:
+        summary.update(figures)
+    say(json.dumps({k: v for k, v in figures.items() if k != "rounds_detail"}, sort_keys=True))
+    if any(r.problems for r in reports):
+        say(f"FAILED (seed {config.seed}); reproduce with: {config.command()}")
+    return reports
+
+
+def _round_line(report: RoundReport) -> str:
+    converged = "no" if report.convergence_s is None else f"{report.convergence_s:.2f}s"
+    line = (f"round {report.index}: {'; '.join(report.faults) or 'no fault'}; "
+            f"drops {report.drops or {}}; acked {report.acknowledged}, uncertain "
+            f"{report.uncertain}; converged after heal: {converged}")
+    if report.redundancy:
+        line += f"; redundancy {statistics.median(report.redundancy.values()):.2f} (median)"
+    for problem in report.problems[:20]:
+        line += f"\n  PROBLEM {problem}"
+    return line
+
+
+def summarize(config: ChaosConfig, reports: list[RoundReport], log: WriteLog,
+              monitor: TtlMonitor) -> dict[str, object]:
+    times = [r.convergence_s for r in reports if r.convergence_s is not None]
+    drops: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for report in reports:
+        for kind, count in report.drops.items():
+            drops[kind] = drops.get(kind, 0) + count
+        for text in report.faults:
+            kind = text.split()[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    lost = sum(1 for r in reports for p in r.problems if " lost " in p or "holds v" in p)
+    return {
+        "command": config.command(),
+        "rounds": len(reports),
+        "faults": kinds,
+        "nft_drops": drops,
+        "writes_acknowledged": log.acknowledged(),
+        "writes_lost": lost,
+        "convergence_s_p50": statistics.median(times) if times else None,
+        "convergence_s_max": max(times) if times else None,
+        "convergence_target_s": config.sync_interval_s + 2,
+        "ttl_overruns_beyond_bound": len(monitor.worst) + sum(
+            1 for r in reports for p in r.problems if "outlives its TTL" in p),
+        "ttl_monitor_samples": monitor.samples,
+        "failed_rounds": sum(1 for r in reports if r.problems),
+        "rounds_detail": [asdict(r) for r in reports],
+    }

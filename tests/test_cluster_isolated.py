@@ -1,0 +1,99 @@
+"""`kvmesh cluster up --isolated`: one namespace per node, veth to a bridge, never loopback."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import networkx
+import pytest
+
+from kvmesh import cluster
+from kvstore.client import KvStoreClient, make_value
+from tests.netns import list_netns, netns_available
+from tests.util import wait_until
+
+needs_netns = pytest.mark.skipif(not netns_available(), reason="needs root and iproute2")
+
+
+def _host_links() -> str:
+    return subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+
+
+def _lab_links() -> set[str]:
+    return {line.split()[0].split("@")[0] for line in _host_links().splitlines()
+            if line.startswith("kvh")}
+
+
+def test_random_topology_is_connected_has_the_degree_and_follows_the_seed() -> None:
+    names = [f"n{i}" for i in range(1, 17)]
+    for degree in (2, 3, 5):
+        peers = cluster.peers_of(names, "random", degree=degree, seed=7)
+        graph = networkx.Graph([(a, b) for a, bs in peers.items() for b in bs])
+        assert networkx.is_connected(graph) and set(graph) == set(names)
+        assert min(len(p) for p in peers.values()) >= degree
+        assert all(a in peers[b] for a, bs in peers.items() for b in bs)  # both sides
+        assert cluster.peers_of(names, "random", degree=degree, seed=7) == peers
+    assert cluster.peers_of(names, "random", seed=1) != cluster.peers_of(names, "random", seed=2)
+    assert len(cluster.peers_of(["a", "b", "c"], "random", degree=5, seed=0)["a"]) == 2
+    with pytest.raises(cluster.ClusterError, match="degree"):
+        cluster.peers_of(names, "random", degree=1)
+
+
+@pytest.mark.netns
+@needs_netns
+def test_isolated_cluster_talks_over_the_bridge_and_down_removes_everything(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    state = None
+    try:
+        state = cluster.up(3, "chain", run_dir=run_dir, isolated=True, timeout=90)
+        lab = state.isolated_lab()
+        assert lab is not None
+        for name, info in state.nodes.items():
+            address = lab.address(name)
+            assert address.startswith("198.18.") and address in info.cmd_url
+            assert info.netns in list_netns()
+        # n1 and n3 are not peers: the key goes n1 -> n2 -> n3 over the bridge.
+        with KvStoreClient(state.nodes["n1"].cmd_url) as client:
+            client.set({"k": make_value(b"v", version=1, originator_id="t")})
+
+        def on_n3() -> bool:
+            with KvStoreClient(state.nodes["n3"].cmd_url) as client:
+                return "k" in client.get(["k"])
+
+        wait_until(on_n3, timeout=20, message="key flooded to n3")
+        # n2's peer connections are between namespace addresses, none over loopback.
+        n2 = state.nodes["n2"]
+        sockets = subprocess.run(["ip", "netns", "exec", str(n2.netns), "ss", "-Htn", "state",
+                                  "established"], capture_output=True, text=True).stdout
+        peer_ports = {f":{cluster.ISOLATED_CMD_PORT}"}
+        to_peers = [line.split()[-1] for line in sockets.splitlines()
+                    if any(line.split()[-1].endswith(p) for p in peer_ports)]
+        assert {lab.address("n1"), lab.address("n3")} <= {a.rsplit(":", 1)[0] for a in to_peers}
+        # The agent runs in the node's namespace and answers on its address.
+        assert str(n2.http).startswith(lab.address("n2"))
+        assert cluster._http_answers(str(n2.http))
+        assert lab.host_link in _host_links()
+    finally:
+        cluster.down(run_dir)
+    assert state is not None
+    lab = state.isolated_lab()
+    assert lab is not None
+    left = set(list_netns()) & {*lab.namespaces.values(), lab.bridge_ns}
+    assert not left, left
+    assert lab.host_link not in _host_links()
+
+
+@pytest.mark.netns
+@needs_netns
+def test_isolated_cluster_that_fails_to_start_cleans_up(tmp_path: Path) -> None:
+    before = set(list_netns())
+    links_before = _lab_links()
+    with pytest.raises(cluster.ClusterError, match="timed out"):
+        # An unknown configuration key: every node exits at once with code 2.
+        cluster.up(2, "chain", run_dir=tmp_path / "run", isolated=True, agents=False,
+                   timeout=3, node_config={"no_such_knob": 1})
+    assert {ns for ns in set(list_netns()) - before if ns.startswith(("kvn-", "kvb-"))} == set()
+    assert _lab_links() <= links_before
