@@ -6,6 +6,11 @@ When run as root, each agent's Linux southbound works in its own namespace `kvme
 by `up` and removed by `down`. The processes run in the background, in their own session, so the
 cluster outlives the command that started it; everything needed to find and stop them is kept in
 `<run dir>/cluster.json`.
+
+The cluster runs secured (CurveZMQ, docs/security.md): `up` makes a key pair per node and one for
+the operator under `<run dir>/keys` (kept across runs), and an authorized-keys directory
+`<run dir>/authorized-keys` (every node a `peer`, the operator an `operator`); `client_env` gives
+the operator's `KVMESH_URL`, `KVMESH_KEY_FILE` and `KVMESH_SERVER_KEY` (`kvmesh cluster env`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,20 @@ from functools import partial
 from pathlib import Path
 
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.curve import (
+    KEY_FILE_ENV,
+    SERVER_KEY_ENV,
+    ClientCurve,
+    generate,
+    load_key_pair,
+    load_public_key,
+)
 from kvstore.node_ports import free_tcp_port
 
 DEFAULT_RUN_DIR = Path(os.environ.get("KVMESH_RUN_DIR", "/tmp/kvmesh-cluster"))
 TOPOLOGIES = ("chain", "ring", "mesh")
 STATE_FILE = "cluster.json"
+OPERATOR_KEY = "operator"
 
 Progress = Callable[[str], None]
 
@@ -46,6 +60,8 @@ class NodeInfo:
     vpp_socket: str | None = None
     pids: dict[str, int] = field(default_factory=dict)
     peers: list[str] = field(default_factory=list)
+    key_file: str | None = None  # the node's secret key (None: an insecure cluster)
+    public_key: str | None = None
 
 
 @dataclass
@@ -54,6 +70,7 @@ class ClusterState:
     topology: str
     nodes: dict[str, NodeInfo]
     namespaces_made: list[str] = field(default_factory=list)
+    operator_key: str | None = None  # the operator's secret key file
 
     def save(self) -> None:
         path = Path(self.run_dir) / STATE_FILE
@@ -68,7 +85,47 @@ class ClusterState:
             return None
         raw = json.loads(path.read_text())
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
-        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []))
+        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
+                   raw.get("operator_key"))
+
+    def curve(self, node: str) -> ClientCurve | None:
+        """The operator's keys for talking to `node` (None: insecure cluster)."""
+        info = self.nodes[node]
+        if self.operator_key is None or info.public_key is None:
+            return None
+        return ClientCurve(load_key_pair(self.operator_key), load_public_key(info.public_key))
+
+
+def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
+    """Key pairs for the operator and each node under run_dir/keys (made once, then reused),
+    and run_dir/authorized-keys: each node a peer, the operator an operator."""
+    keys = run_dir / "keys"
+    auth = run_dir / "authorized-keys"
+    secrets: dict[str, Path] = {}
+    for name in [OPERATOR_KEY, *names]:
+        secret = keys / f"{name}.key_secret"
+        if not secret.exists():
+            (keys / f"{name}.key").unlink(missing_ok=True)
+            generate(name, keys)
+        secrets[name] = secret
+    for role, name, file_name in [("operator", OPERATOR_KEY, OPERATOR_KEY),
+                                  *(("peer", n, n) for n in names)]:
+        (auth / role).mkdir(parents=True, exist_ok=True)
+        (auth / role / f"{file_name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    return auth, secrets
+
+
+def client_env(run_dir: Path = DEFAULT_RUN_DIR, node: str = "n1") -> dict[str, str]:
+    """The environment of the cluster's operator talking to `node` (`kvmesh cluster env`)."""
+    state = ClusterState.load(run_dir)
+    if state is None or node not in state.nodes:
+        raise ClusterError(f"no cluster with a node {node!r} in {run_dir} (kvmesh cluster up)")
+    info = state.nodes[node]
+    env = {"KVMESH_URL": info.cmd_url}
+    if state.operator_key and info.public_key:
+        env[KEY_FILE_ENV] = state.operator_key
+        env[SERVER_KEY_ENV] = info.public_key
+    return env
 
 
 def peers_of(names: list[str], topology: str) -> dict[str, list[str]]:
@@ -120,9 +177,9 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _node_answers(url: str) -> bool:
+def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
     try:
-        with KvStoreClient(url, timeout_s=0.5) as client:
+        with KvStoreClient(url, timeout_s=0.5, curve=curve) as client:
             client.node_info(refresh=True)
         return True
     except KvStoreError:
@@ -161,9 +218,12 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = peers_of(names, topology)
-    state = ClusterState(str(run_dir), topology, {})
+    auth, secrets = make_keys(run_dir, names)
+    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]))
     for name in names:
         state.nodes[name] = NodeInfo(
+            key_file=str(secrets[name]),
+            public_key=str(secrets[name].with_suffix(".key")),
             cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
             pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
             netns=f"{netns_prefix}-{name}" if use_netns else None,
@@ -195,11 +255,13 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                      f"http://{info.http}")
             info.pids["node"] = _spawn(
                 [*exe, "node", "run", "--name", name, "--cmd-url", info.cmd_url,
-                 "--pub-url", info.pub_url, *peer_args, *agent_args],
+                 "--pub-url", info.pub_url, "--key-file", str(info.key_file),
+                 "--authorized-keys", str(auth), *peer_args, *agent_args],
                 run_dir / f"{name}.log")
             state.save()
         for name, info in state.nodes.items():
-            _wait(partial(_node_answers, info.cmd_url), timeout, f"node {name}")
+            _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout,
+                  f"node {name}")
         for name, info in state.nodes.items():
             _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")
             progress(f"{name}: ready")

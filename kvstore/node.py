@@ -130,6 +130,7 @@ class KvStoreNode:
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
         self.security = security
         self._monitors: list[zmq.Socket[bytes]] = []
+        self._monitor_drains: list[Callable[[], None]] = []
         self._keys_checked_at = time.monotonic()
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -216,6 +217,7 @@ class KvStoreNode:
                 sock.close(linger=0)
         self._cmd = self._pub = None
         self._monitors = []
+        self._monitor_drains = []
         if self.security is not None:
             self.security.stop()
 
@@ -241,6 +243,7 @@ class KvStoreNode:
 
         assert self._loop is not None
         self._loop.add_reader(monitor.fileno(), on_event)
+        self._monitor_drains.append(on_event)  # the tick's safety net (edge-triggered fds)
 
     def _identity(self, user_id: str | None) -> Identity | None:
         if self.security is None:
@@ -679,6 +682,8 @@ class KvStoreNode:
         assert self._loop is not None
         try:
             self._check_keys()
+            for drain in self._monitor_drains:
+                drain()
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.

@@ -30,5 +30,22 @@ def keys_generate(name: str, out_dir: Path) -> None:
          f"{public}\n{secret}\nfingerprint {fp}")
 
 
+@keys_group.command("cluster")
+@click.argument("nodes", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="DIR/keys (key pairs) and DIR/authorized-keys (every node a peer, the "
+              "operator an operator).")
+def keys_cluster(nodes: tuple[str, ...], out_dir: Path) -> None:
+    """Keys for a cluster of NODES and its operator (existing pairs are kept: idempotent)."""
+    from kvmesh.cluster import make_keys
+
+    try:
+        auth, secrets = make_keys(out_dir, list(nodes))
+    except (CurveError, OSError) as exc:
+        fail(str(exc), code=2)
+    emit({"authorized_keys": str(auth), "secrets": {k: str(v) for k, v in secrets.items()}},
+         f"authorized keys in {auth}; key pairs in {out_dir / 'keys'}")
+
+
 def register(group: click.Group) -> None:
     group.add_command(keys_group)

@@ -122,9 +122,12 @@ class Keyring:
         return self.keys / f"{name}.key"
 
     def authorize(self, name: str, role: str, node: str | None = None) -> Path:
-        directory = self.auth / role / (node or "")
+        if role == "peer":  # peer/<node>.key
+            directory, file_name = self.auth / role, f"{node or name}.key"
+        else:  # <role>/[<node>/]<name>.key
+            directory, file_name = self.auth / role / (node or ""), f"{name}.key"
         directory.mkdir(parents=True, exist_ok=True)
-        target = directory / (f"{node}.key" if role == "peer" and node else f"{name}.key")
+        target = directory / file_name
         target.write_bytes(self.public(name).read_bytes())
         return target
 

@@ -10,6 +10,11 @@ Metrics (targets from the KvStore issue; 2-core machine):
                            PEER_ADD until both stores agree                     <= 150
   full_sync_1m_10diff_ms   the same with 1 M keys, 10 differ                    <= 100
   bytes_per_key_1m         node RSS growth per key, 1 M keys of 100-byte values <= 520
+  flood_curve_kv_per_s     flood_kv_per_s with every socket on CurveZMQ (the driver and the sink
+                           authenticated as peers); flood_curve_ratio = over the plaintext node
+                           of the same run                                      ratio >= 0.7
+  hop_latency_curve_p50_us hop_latency_p50_us on a secured chain; hop_latency_curve_ratio = over
+                           the plaintext chain of the same run                  ratio <= 1.3
 
 Baselines measured in the same run (ratio = metric / baseline):
   flood / single-key rate, hop latency: a raw pyzmq pipe with the same topology and the same
@@ -53,8 +58,16 @@ sys.path.insert(0, str(REPO))
 
 import zmq  # noqa: E402
 
+from kvmesh.cluster import OPERATOR_KEY, make_keys  # noqa: E402
 from kvstore import wire  # noqa: E402
 from kvstore.client import KvStoreClient  # noqa: E402
+from kvstore.curve import (  # noqa: E402
+    ClientCurve,
+    KeyPair,
+    apply_client,
+    load_key_pair,
+    load_public_key,
+)
 from kvstore.gen.kvstore_thrift.constants import DIGEST_FANOUT, TTL_INFINITY  # noqa: E402
 from kvstore.gen.kvstore_thrift.ttypes import (  # noqa: E402
     Command,
@@ -109,9 +122,17 @@ class NodeProc:
     pub_url: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    curve: ClientCurve | None = None  # the operator's keys for this node (secured cluster)
 
     def client(self, timeout_s: float = 60.0) -> KvStoreClient:
-        return KvStoreClient(self.cmd_url, timeout_s=timeout_s)
+        return KvStoreClient(self.cmd_url, timeout_s=timeout_s, curve=self.curve)
+
+    def as_peer(self, name: str) -> ClientCurve | None:
+        """Keys to talk to this node as peer `name` (None: plaintext)."""
+        if self.curve is None:
+            return None
+        keys = self.log_path.parent / "keys"
+        return ClientCurve(load_key_pair(keys / f"{name}.key_secret"), self.curve.server_key)
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -121,10 +142,32 @@ class NodeProc:
 
 
 @dataclass
+class BenchKeys:
+    """CurveZMQ keys for a secured bench cluster: every name a peer, plus the operator."""
+
+    workdir: Path
+    names: list[str]
+
+    def __post_init__(self) -> None:
+        self.auth, self.secrets = make_keys(self.workdir, self.names)
+
+    def pair(self, name: str) -> KeyPair:
+        return load_key_pair(self.secrets[name])
+
+    def public(self, name: str) -> bytes:
+        return load_public_key(str(self.secrets[name].with_suffix(".key")))
+
+
+@dataclass
 class Cluster:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kvbench-")))
     nodes: list[NodeProc] = field(default_factory=list)
     helpers: list[mp.process.BaseProcess] = field(default_factory=list)
+    keys: BenchKeys | None = None  # None: plaintext nodes (--insecure)
+
+    def secure(self, names: list[str]) -> BenchKeys:
+        self.keys = BenchKeys(self.workdir, names)
+        return self.keys
 
     def start_node(
         self, name: str, peers: dict[str, str] | None = None, cmd_url: str | None = None
@@ -138,10 +181,17 @@ class Cluster:
         ]  # fmt: skip
         for peer, peer_url in (peers or {}).items():
             args += ["--peer", f"{peer}={peer_url}"]
+        curve = None
+        if self.keys is None:
+            args.append("--insecure")
+        else:
+            args += ["--key-file", str(self.keys.secrets[name]),
+                     "--authorized-keys", str(self.keys.auth)]
+            curve = ClientCurve(self.keys.pair(OPERATOR_KEY), self.keys.public(name))
         log_path = self.workdir / f"{name}.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        node = NodeProc(name, cmd_url, pub_url, proc, log_path)
+        node = NodeProc(name, cmd_url, pub_url, proc, log_path, curve)
         self.nodes.append(node)
         return node
 
@@ -151,7 +201,7 @@ class Cluster:
             if node.proc.poll() is not None:
                 raise RuntimeError(f"{node.name} exited:\n{node.log_path.read_text()}")
             try:
-                with KvStoreClient(node.cmd_url, timeout_s=0.5) as c:
+                with KvStoreClient(node.cmd_url, timeout_s=0.5, curve=node.curve) as c:
                     info = c.node_info(refresh=True)
                     if info.initial_sync_done or not initial_sync:
                         return
@@ -196,12 +246,17 @@ def cluster() -> Iterator[Cluster]:
 # ---------------------------------------------------------------------- helper processes
 
 
-def sink_main(bind_url: str, conn: Connection) -> None:
+def sink_main(bind_url: str, curve_pair: KeyPair | None, conn: Connection) -> None:
     """A fake peer: answers sync requests as an empty store would, and reports (by pipe) the
-    monotonic time at which a KEY_SET containing each requested marker arrives."""
+    monotonic time at which a KEY_SET containing each requested marker arrives. With
+    `curve_pair`, a CurveZMQ server (no ZAP: it takes any client key)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.RCVHWM, 0)
+    if curve_pair is not None:
+        sock.curve_secretkey = curve_pair.secret
+        sock.curve_publickey = curve_pair.public
+        sock.curve_server = True
     sock.bind(bind_url)
     conn.send("ready")
     marker: bytes | None = None
@@ -307,12 +362,20 @@ def flood_messages(n_msgs: int, kv_per_msg: int, run: int, marker: str) -> list[
     return messages
 
 
-def drive(target_url: str, messages: list[bytes], sink: Connection, marker: str) -> float:
+def drive(
+    target_url: str,
+    messages: list[bytes],
+    sink: Connection,
+    marker: str,
+    curve: ClientCurve | None = None,
+) -> float:
     """Send every message to `target_url`; return seconds until the sink saw the marker."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        apply_client(sock, curve.key_pair, curve.server_key)
     sock.connect(target_url)
     try:
         time.sleep(0.05)  # let the connection come up, so the first sends are not queued
@@ -328,29 +391,37 @@ def drive(target_url: str, messages: list[bytes], sink: Connection, marker: str)
         sock.close(linger=0)
 
 
-def bench_flood(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
-    """(node rate, raw pipe rate) in key-values per second, medians of `runs`."""
+def bench_flood(
+    kv_per_msg: int, n_msgs: int, runs: int, secure: bool = False
+) -> tuple[float, float]:
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. `secure`: the
+    node, the driver (peer "src") and the sink (peer "sink") on CurveZMQ, no raw baseline."""
     total = n_msgs * kv_per_msg
     with cluster() as c:
         sink_url = url()
-        sink = start_helper(c, sink_main, sink_url)
+        keys = c.secure(["subject", "src", "sink"]) if secure else None
+        sink = start_helper(c, sink_main, sink_url, keys.pair("sink") if keys else None)
         node = c.start_node("subject", peers={"sink": sink_url})
         c.wait_ready(node)
+        src = node.as_peer("src")
         node_rates = []
         # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
         warmup = flood_messages(n_msgs, kv_per_msg, 0, "~end~warmup")
-        drive(node.cmd_url, warmup, sink, "~end~warmup")
+        drive(node.cmd_url, warmup, sink, "~end~warmup", src)
         for run in range(1, runs + 1):
             marker = f"~end~node~{run}"
             messages = flood_messages(n_msgs, kv_per_msg, run, marker)
             with node.client() as client:
                 sent_before = client.counters().get("kvstore.sent_key_vals", 0)
-            seconds = drive(node.cmd_url, messages, sink, marker)
+            seconds = drive(node.cmd_url, messages, sink, marker, src)
             node_rates.append(total / seconds)
             with node.client() as client:
                 sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
             if sent != total + 1:
                 raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
+        if secure:
+            sink.send(None)
+            return median(node_rates), float("nan")
         relay_url = url()
         start_helper(c, relay_main, relay_url, sink_url, False)
         raw_rates = []
@@ -382,15 +453,19 @@ def chain_latency(
     samples: int,
     hops: int,
     version_of: Callable[[bytes], int | None] = publication_version,
+    curves: tuple[ClientCurve | None, ClientCurve | None] = (None, None),
 ) -> float:
     """p50 per-hop latency (µs) of one-key publications sent in at `entry_url` and seen on
-    `pub_url`, one at a time."""
+    `pub_url`, one at a time. `curves`: the sender's and the subscriber's keys (secured)."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sender = ctx.socket(zmq.DEALER)
     sender.setsockopt(zmq.LINGER, 0)
-    sender.connect(entry_url)
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
+    for sock, curve in zip((sender, sub), curves, strict=True):
+        if curve is not None:
+            apply_client(sock, curve.key_pair, curve.server_key)
+    sender.connect(entry_url)
     sub.connect(pub_url)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     payload = value_of(7)
@@ -443,17 +518,23 @@ def chain_latency(
         sub.close(linger=0)
 
 
-def bench_latency(n_nodes: int, samples: int) -> tuple[float, float]:
+def bench_latency(n_nodes: int, samples: int, secure: bool = False) -> tuple[float, float]:
+    """(node chain p50, raw relay chain p50) per hop; `secure`: CurveZMQ nodes, no raw run."""
     hops = n_nodes - 1
     with cluster() as c:
         urls = [url() for _ in range(n_nodes)]
+        if secure:
+            c.secure([f"n{i}" for i in range(n_nodes)])
         nodes = []
         for i in range(n_nodes):
             peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
             nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
         for node in nodes:
             c.wait_ready(node)
-        node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops)
+        node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops,
+                                 curves=(nodes[0].curve, nodes[-1].curve))
+        if secure:
+            return node_p50, float("nan")
         relay_urls = [url() for _ in range(n_nodes)]
         raw_pub = url()
         for i in range(n_nodes):
@@ -605,9 +686,20 @@ def main() -> int:
     progress("flood (1-kv publications)...")
     node, raw = bench_flood(1, 10_000 if quick else 50_000, runs)
     metrics.append(Metric("single_key_pub_per_s", node, 60_000, True, "raw pyzmq relay", raw))
+    progress("flood on CurveZMQ (100-kv publications)...")
+    plain_flood = metrics[0].value
+    curve_flood, _ = bench_flood(100, 500 if quick else 2_000, runs, secure=True)
+    metrics.append(Metric("flood_curve_kv_per_s", curve_flood, 0.7 * plain_flood, True,
+                          "plaintext node (flood_kv_per_s)", plain_flood))
     progress("16-node chain latency...")
     node, raw = bench_latency(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_p50_us", node, 250, False, "raw pyzmq relay chain", raw))
+    progress("16-node chain latency on CurveZMQ...")
+    curve_p50, _ = bench_latency(16, 50 if quick else 300, secure=True)
+    metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * node, False,
+                          "plaintext chain (hop_latency_p50_us)", node))
+    # The issue's names for the two CurveZMQ ratios.
+    extra = {"flood_curve_ratio": metrics[-3].ratio, "hop_latency_curve_ratio": metrics[-1].ratio}
     progress("full sync 100k / 1%...")
     node, naive = bench_full_sync(100_000, 1_000, runs)
     metrics.append(
@@ -630,6 +722,7 @@ def main() -> int:
             out[m.name] = round(m.value, 1)
             out[f"{m.name}_baseline"] = round(m.baseline, 1)
             out[f"{m.name}_ratio"] = round(m.ratio, 3)
+        out.update({name: round(value, 3) for name, value in extra.items()})
         print(json.dumps(out))
         return 0
     rows = [
