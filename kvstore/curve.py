@@ -391,8 +391,11 @@ def parse_host(url: str) -> str | None:
 
 def is_loopback_url(url: str) -> bool:
     host = parse_host(url)
-    if host is None:
-        return True
+    return host is None or is_loopback_host(host)
+
+
+def is_loopback_host(host: str) -> bool:
+    """localhost or a loopback IP address (a name that resolves elsewhere is not)."""
     if host == "localhost":
         return True
     try:

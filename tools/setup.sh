@@ -8,6 +8,7 @@ need_apt=()
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v thrift >/dev/null || need_apt+=(thrift-compiler)
 command -v dot >/dev/null || need_apt+=(graphviz)
+command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for the REST API
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive

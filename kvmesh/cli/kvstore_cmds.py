@@ -26,6 +26,7 @@ from kvmesh.cli.common import (
     client_for,
     emit,
     fail,
+    http_security_args,
     parse_http,
     run_client,
 )
@@ -99,6 +100,9 @@ def node_run(
     linux: bool,
     vpp_socket: str | None,
     http: str | None,
+    http_cert: str | None,
+    http_key: str | None,
+    http_token_file: str | None,
     downstream_resync_s: float,
 ) -> None:
     """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
@@ -117,6 +121,7 @@ def node_run(
         fail("agent options (--linux, --linux-netns, --vpp-socket, --http) need --agent", code=2)
     if http is not None:
         parse_http(http)  # reject a bad ADDR:PORT before anything starts
+    agent_args += http_security_args(http, http_cert, http_key, http_token_file)
 
     try:
         config = load_config(config_path)

@@ -391,46 +391,77 @@ def drive(
         sock.close(linger=0)
 
 
-def bench_flood(
-    kv_per_msg: int, n_msgs: int, runs: int, secure: bool = False
-) -> tuple[float, float]:
-    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. `secure`: the
-    node, the driver (peer "src") and the sink (peer "sink") on CurveZMQ, no raw baseline."""
+@dataclass
+class FloodSubject:
+    """A node flooded by a driver (as peer "src") and re-flooding to a sink (peer "sink")."""
+
+    node: NodeProc
+    sink: Connection
+    sink_url: str
+    src: ClientCurve | None
+
+
+def flood_subject(c: Cluster, secure: bool) -> FloodSubject:
+    """`secure`: the node, the driver and the sink on CurveZMQ (all three authenticated)."""
+    sink_url = url()
+    keys = c.secure(["subject", "src", "sink"]) if secure else None
+    sink = start_helper(c, sink_main, sink_url, keys.pair("sink") if keys else None)
+    node = c.start_node("subject", peers={"sink": sink_url})
+    c.wait_ready(node)
+    return FloodSubject(node, sink, sink_url, node.as_peer("src"))
+
+
+def flood_run(subject: FloodSubject, kv_per_msg: int, n_msgs: int, run: int) -> float:
+    """One run's rate (key-values per second); run 0 inserts the keys (the warm-up)."""
+    total = n_msgs * kv_per_msg
+    node = subject.node
+    marker = f"~end~node~{run}"
+    messages = flood_messages(n_msgs, kv_per_msg, run, marker)
+    with node.client() as client:
+        sent_before = client.counters().get("kvstore.sent_key_vals", 0)
+    seconds = drive(node.cmd_url, messages, subject.sink, marker, subject.src)
+    with node.client() as client:
+        sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
+    if sent != total + 1:
+        raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
+    return total / seconds
+
+
+def bench_flood(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`."""
     total = n_msgs * kv_per_msg
     with cluster() as c:
-        sink_url = url()
-        keys = c.secure(["subject", "src", "sink"]) if secure else None
-        sink = start_helper(c, sink_main, sink_url, keys.pair("sink") if keys else None)
-        node = c.start_node("subject", peers={"sink": sink_url})
-        c.wait_ready(node)
-        src = node.as_peer("src")
-        node_rates = []
+        subject = flood_subject(c, secure=False)
         # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
-        warmup = flood_messages(n_msgs, kv_per_msg, 0, "~end~warmup")
-        drive(node.cmd_url, warmup, sink, "~end~warmup", src)
-        for run in range(1, runs + 1):
-            marker = f"~end~node~{run}"
-            messages = flood_messages(n_msgs, kv_per_msg, run, marker)
-            with node.client() as client:
-                sent_before = client.counters().get("kvstore.sent_key_vals", 0)
-            seconds = drive(node.cmd_url, messages, sink, marker, src)
-            node_rates.append(total / seconds)
-            with node.client() as client:
-                sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
-            if sent != total + 1:
-                raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
-        if secure:
-            sink.send(None)
-            return median(node_rates), float("nan")
+        flood_run(subject, kv_per_msg, n_msgs, 0)
+        node_rates = [flood_run(subject, kv_per_msg, n_msgs, run) for run in range(1, runs + 1)]
         relay_url = url()
-        start_helper(c, relay_main, relay_url, sink_url, False)
+        start_helper(c, relay_main, relay_url, subject.sink_url, False)
         raw_rates = []
         for run in range(runs):
             marker = f"~end~raw~{run}"
             messages = flood_messages(n_msgs, kv_per_msg, run, marker)
-            raw_rates.append(total / drive(relay_url, messages, sink, marker))
-        sink.send(None)
+            raw_rates.append(total / drive(relay_url, messages, subject.sink, marker))
+        subject.sink.send(None)
     return median(node_rates), median(raw_rates)
+
+
+def bench_flood_curve(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """(plaintext node rate, CurveZMQ node rate): both set up side by side and measured in
+    alternation, so that load from elsewhere on a shared machine hits both alike."""
+    with cluster() as plain_cluster, cluster() as curve_cluster:
+        plain = flood_subject(plain_cluster, secure=False)
+        curve = flood_subject(curve_cluster, secure=True)
+        for subject in (plain, curve):
+            flood_run(subject, kv_per_msg, n_msgs, 0)
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for run in range(1, runs + 1):
+            order = (plain, curve) if run % 2 else (curve, plain)
+            for subject in order:
+                rates[subject is curve].append(flood_run(subject, kv_per_msg, n_msgs, run))
+        for subject in (plain, curve):
+            subject.sink.send(None)
+    return median(rates[False]), median(rates[True])
 
 
 # ---------------------------------------------------------------------- hop latency
@@ -447,15 +478,20 @@ def request_version(data: bytes) -> int | None:
     return None if value is None else value.version
 
 
-def chain_latency(
+def chain_latency(*args: Any, **kwargs: Any) -> float:
+    """p50 per-hop latency (µs): the median of `chain_latencies`."""
+    return median(chain_latencies(*args, **kwargs))
+
+
+def chain_latencies(
     entry_url: str,
     pub_url: str,
     samples: int,
     hops: int,
     version_of: Callable[[bytes], int | None] = publication_version,
     curves: tuple[ClientCurve | None, ClientCurve | None] = (None, None),
-) -> float:
-    """p50 per-hop latency (µs) of one-key publications sent in at `entry_url` and seen on
+) -> list[float]:
+    """Per-hop latencies (µs) of one-key publications sent in at `entry_url` and seen on
     `pub_url`, one at a time. `curves`: the sender's and the subscriber's keys (secured)."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sender = ctx.socket(zmq.DEALER)
@@ -504,7 +540,7 @@ def chain_latency(
             version += 1
             if version > first + 100:
                 raise RuntimeError("no publication came out of the chain")
-        latencies = []
+        latencies: list[float] = []
         for _ in range(samples):
             version += 1
             start = time.perf_counter()
@@ -512,29 +548,31 @@ def chain_latency(
             if not wait_for(version, 5000):
                 raise RuntimeError("publication lost in the chain")
             latencies.append((time.perf_counter() - start) * 1e6 / hops)
-        return median(latencies)
+        return latencies
     finally:
         sender.close(linger=0)
         sub.close(linger=0)
 
 
-def bench_latency(n_nodes: int, samples: int, secure: bool = False) -> tuple[float, float]:
-    """(node chain p50, raw relay chain p50) per hop; `secure`: CurveZMQ nodes, no raw run."""
+def start_chain(c: Cluster, n_nodes: int, secure: bool = False) -> list[NodeProc]:
+    urls = [url() for _ in range(n_nodes)]
+    if secure:
+        c.secure([f"n{i}" for i in range(n_nodes)])
+    nodes = []
+    for i in range(n_nodes):
+        peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
+        nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
+    for node in nodes:
+        c.wait_ready(node)
+    return nodes
+
+
+def bench_latency(n_nodes: int, samples: int) -> tuple[float, float]:
+    """(node chain p50, raw relay chain p50) per hop."""
     hops = n_nodes - 1
     with cluster() as c:
-        urls = [url() for _ in range(n_nodes)]
-        if secure:
-            c.secure([f"n{i}" for i in range(n_nodes)])
-        nodes = []
-        for i in range(n_nodes):
-            peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
-            nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
-        for node in nodes:
-            c.wait_ready(node)
-        node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops,
-                                 curves=(nodes[0].curve, nodes[-1].curve))
-        if secure:
-            return node_p50, float("nan")
+        nodes = start_chain(c, n_nodes)
+        node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops)
         relay_urls = [url() for _ in range(n_nodes)]
         raw_pub = url()
         for i in range(n_nodes):
@@ -542,6 +580,23 @@ def bench_latency(n_nodes: int, samples: int, secure: bool = False) -> tuple[flo
             start_helper(c, relay_main, relay_urls[i], raw_pub if last else relay_urls[i + 1], last)
         raw_p50 = chain_latency(relay_urls[0], raw_pub, samples, hops, request_version)
     return node_p50, raw_p50
+
+
+def bench_latency_curve(n_nodes: int, samples: int, rounds: int = 5) -> tuple[float, float]:
+    """(plaintext chain p50, CurveZMQ chain p50) per hop: two chains side by side, sampled in
+    alternating rounds (see bench_flood_curve)."""
+    hops = n_nodes - 1
+    with cluster() as plain_cluster, cluster() as curve_cluster:
+        chains = {False: start_chain(plain_cluster, n_nodes),
+                  True: start_chain(curve_cluster, n_nodes, secure=True)}
+        latencies: dict[bool, list[float]] = {False: [], True: []}
+        for round_ in range(rounds):
+            for secure in ((False, True) if round_ % 2 else (True, False)):
+                nodes = chains[secure]
+                latencies[secure] += chain_latencies(
+                    nodes[0].cmd_url, nodes[-1].pub_url, max(1, samples // rounds), hops,
+                    curves=(nodes[0].curve, nodes[-1].curve))
+    return median(latencies[False]), median(latencies[True])
 
 
 # ---------------------------------------------------------------------- full sync
@@ -686,18 +741,17 @@ def main() -> int:
     progress("flood (1-kv publications)...")
     node, raw = bench_flood(1, 10_000 if quick else 50_000, runs)
     metrics.append(Metric("single_key_pub_per_s", node, 60_000, True, "raw pyzmq relay", raw))
-    progress("flood on CurveZMQ (100-kv publications)...")
-    plain_flood = metrics[0].value
-    curve_flood, _ = bench_flood(100, 500 if quick else 2_000, runs, secure=True)
+    progress("flood, plaintext and CurveZMQ side by side (100-kv publications)...")
+    plain_flood, curve_flood = bench_flood_curve(100, 500 if quick else 2_000, runs + 1)
     metrics.append(Metric("flood_curve_kv_per_s", curve_flood, 0.7 * plain_flood, True,
-                          "plaintext node (flood_kv_per_s)", plain_flood))
+                          "plaintext node, same rounds", plain_flood))
     progress("16-node chain latency...")
     node, raw = bench_latency(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_p50_us", node, 250, False, "raw pyzmq relay chain", raw))
-    progress("16-node chain latency on CurveZMQ...")
-    curve_p50, _ = bench_latency(16, 50 if quick else 300, secure=True)
-    metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * node, False,
-                          "plaintext chain (hop_latency_p50_us)", node))
+    progress("16-node chains, plaintext and CurveZMQ side by side...")
+    plain_p50, curve_p50 = bench_latency_curve(16, 50 if quick else 300)
+    metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * plain_p50, False,
+                          "plaintext chain, same rounds", plain_p50))
     # The issue's names for the two CurveZMQ ratios.
     extra = {"flood_curve_ratio": metrics[-3].ratio, "hop_latency_curve_ratio": metrics[-1].ratio}
     progress("full sync 100k / 1%...")
