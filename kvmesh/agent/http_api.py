@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from kvmesh.agent.http_server import GuardedHttpServer, HttpLimits, HttpSecurity
 from kvmesh.agent.jsonable import to_jsonable
+from kvmesh.agent.metrics import flat_counters, render
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -261,7 +262,12 @@ class HttpApi:
 
         def respond(method: str, target: str, body: bytes) -> tuple[int, bytes, str]:
             resp = dispatch(backend, method, target)
-            return resp.status, resp.body, resp.content_type
+            payload = resp.body
+            if resp.status == 200 and urllib.parse.urlsplit(target).path == "/metrics":
+                # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
+                payload += render(flat_counters("kvmesh_agent_http", self.counters,
+                                                help_prefix="REST server: ")).encode()
+            return resp.status, payload, resp.content_type
 
         self.security = security or HttpSecurity()
         self._server = GuardedHttpServer((host, port), respond, self.security,

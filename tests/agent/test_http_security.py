@@ -33,6 +33,9 @@ class StubBackend:
     def stats(self) -> Any:
         return {"ok": True}
 
+    def metrics_text(self) -> str:
+        return "# backend metrics\n"
+
     def downstream_resync(self, retry: bool) -> Any:
         self.resyncs += 1
         return self.resyncs
@@ -105,6 +108,12 @@ def test_token_is_required_on_every_request_when_configured(api_factory: Any,
     good = {"Authorization": f"Bearer {TOKEN}"}
     assert call(api, "GET", "/scheduler/stats", good)[:2] == (200, {"ok": True})
     assert call(api, "POST", "/scheduler/downstream-resync", good)[:2] == (200, {"seq": 1})
+    host, port = api.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("GET", "/metrics", headers=good)
+    metrics = conn.getresponse().read().decode()
+    conn.close()
+    assert "kvmesh_agent_http_unauthorized_total 6" in metrics
 
 
 def test_loopback_without_token_answers_everyone(api_factory: Any) -> None:

@@ -282,3 +282,38 @@ def test_refused_request_gets_no_reply_on_one_way_and_node_keeps_serving(
     finally:
         sock.close()
     assert node.answers()
+
+
+def test_asyncio_client_and_subscription_on_a_secured_node(secure_mesh: Mesh) -> None:
+    import asyncio
+
+    from kvstore.aioclient import AsyncKvStoreClient
+
+    node = secure_mesh.start(secure_mesh.allocate("a"))
+    keyring = secure_mesh.keyring
+    assert keyring is not None
+
+    async def scenario() -> None:
+        async with AsyncKvStoreClient(node.cmd_url, curve=keyring.curve("op", "a")) as client:
+            stream = await client.subscribe(prefix="as/")
+            try:
+                # Until the subscription is attached (it takes a handshake), sets may be missed.
+                for version in range(1, 100):
+                    await client.set({"as/k": make_value(b"v", version=version,
+                                                         originator_id="a")})
+                    try:
+                        publication = await asyncio.wait_for(stream.recv(), 0.2)
+                        break
+                    except TimeoutError:
+                        continue
+                assert "as/k" in (publication.key_vals or {})
+                assert (await client.get(["as/k"]))["as/k"].value == b"v"
+            finally:
+                stream.close()
+        started = time.monotonic()
+        async with AsyncKvStoreClient(node.cmd_url, curve=None, timeout_s=10) as plain:
+            with pytest.raises(KvStoreAuthError, match="no key"):
+                await plain.node_info()
+        assert time.monotonic() - started < 5
+
+    asyncio.run(scenario())
