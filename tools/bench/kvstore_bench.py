@@ -15,6 +15,11 @@ Metrics (targets from the KvStore issue; 2-core machine):
                            of the same run                                      ratio >= 0.7
   hop_latency_curve_p50_us hop_latency_p50_us on a secured chain; hop_latency_curve_ratio = over
                            the plaintext chain of the same run                  ratio <= 1.3
+  recv_user_id_ns_per_msg  receiving a small command on a CurveZMQ ROUTER and reading its ZAP
+                           User-Id (what a secured node does per message), against the same
+                           receive without it (the baseline)
+The CurveZMQ pairs (plaintext and secured) run side by side in alternating rounds, so load from
+elsewhere on a shared machine falls on both alike.
 
 Baselines measured in the same run (ratio = metric / baseline):
   flood / single-key rate, hop latency: a raw pyzmq pipe with the same topology and the same
@@ -687,6 +692,53 @@ def start_helper_noready(c: Cluster, target: Callable[..., None], *args: Any) ->
     return parent
 
 
+# ---------------------------------------------------------------------- ZAP User-Id cost
+
+
+def bench_user_id_cost(n_msgs: int, runs: int) -> tuple[float, float]:
+    """(ns per message received with the ZAP User-Id looked up, ns without): the per-message
+    part of authorising commands on a secured node, on one in-process CurveZMQ ROUTER."""
+    from kvstore.curve import NodeSecurity
+    from kvstore.node import _recv_frames_user
+
+    workdir = Path(tempfile.mkdtemp(prefix="kvbench-zap-"))
+    keys = BenchKeys(workdir, ["server", "client"])
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    security = NodeSecurity(str(keys.secrets["server"]), str(keys.auth), "server")
+    security.start(ctx)
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVHWM, 0)
+    security.make_server(router)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.SNDHWM, 0)
+    apply_client(dealer, keys.pair("client"), keys.public("server"))
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    payload = b"x" * 200
+    timings: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for run in range(runs * 2):
+            with_user = bool(run % 2)
+            for _ in range(n_msgs):
+                dealer.send_multipart([b"", payload])
+            received = 0
+            start = time.perf_counter()
+            while received < n_msgs:
+                router.poll(1000)
+                while (
+                    (_recv_frames_user(router) if with_user else wire.recv_frames(router))
+                    is not None
+                ):
+                    received += 1
+            timings[with_user].append((time.perf_counter() - start) * 1e9 / n_msgs)
+    finally:
+        dealer.close(linger=0)
+        router.close(linger=0)
+        security.stop()
+        ctx.term()
+    return median(timings[True]), median(timings[False])
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -752,8 +804,14 @@ def main() -> int:
     plain_p50, curve_p50 = bench_latency_curve(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * plain_p50, False,
                           "plaintext chain, same rounds", plain_p50))
+    progress("ZAP User-Id per message...")
+    with_user, without = bench_user_id_cost(50_000 if quick else 200_000, runs)
+    metrics.append(Metric("recv_user_id_ns_per_msg", with_user, 1.2 * without, False,
+                          "the same receive without User-Id", without))
     # The issue's names for the two CurveZMQ ratios.
-    extra = {"flood_curve_ratio": metrics[-3].ratio, "hop_latency_curve_ratio": metrics[-1].ratio}
+    by_name = {m.name: m for m in metrics}
+    extra = {"flood_curve_ratio": by_name["flood_curve_kv_per_s"].ratio,
+             "hop_latency_curve_ratio": by_name["hop_latency_curve_p50_us"].ratio}
     progress("full sync 100k / 1%...")
     node, naive = bench_full_sync(100_000, 1_000, runs)
     metrics.append(
