@@ -195,9 +195,12 @@ def test_peer_key_rotation_reconnects_the_peer(secure_mesh: Mesh) -> None:
         (keyring.keys / f"b{suffix}").unlink()
     keyring.authorize("b", "peer", node="b")  # a new pair, replacing the old public key
     secure_mesh.start(b)
-    with b.client() as client:
-        client.set({"after": make_value(b"1", version=1, originator_id="b")})
-    wait_for_value([a], "after", lambda v: v is not None, timeout=20)
+    secure_mesh.wait_ready(b)
+    # a floods to b over its own connection, which needs b's new public key as server key (b's
+    # initial sync already pulled what a had).
+    with a.client() as client:
+        client.set({"after": make_value(b"1", version=1, originator_id="a")})
+    wait_for_value([b], "after", lambda v: v is not None, timeout=20)
     assert counter(secure_mesh, "a", "kvstore.auth.peer_key_changes") >= 1
 
 
