@@ -9,6 +9,11 @@ When run as root, each agent's Linux southbound works in its own namespace `kvme
 by `up` and removed by `down`. The processes run in the background, in their own session, so the
 cluster outlives the command that started it; everything needed to find and stop them is kept in
 `<run dir>/cluster.json`.
+
+The cluster runs secured (CurveZMQ, docs/security.md): `up` makes a key pair per node and one for
+the operator under `<run dir>/keys` (kept across runs), and an authorized-keys directory
+`<run dir>/authorized-keys` (every node a `peer`, the operator an `operator`); `client_env` gives
+the operator's `KVMESH_URL`, `KVMESH_KEY_FILE` and `KVMESH_SERVER_KEY` (`kvmesh cluster env`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ from pathlib import Path
 
 from kvmesh import netlab
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.curve import (
+    KEY_FILE_ENV,
+    SERVER_KEY_ENV,
+    ClientCurve,
+    generate,
+    load_key_pair,
+    load_public_key,
+)
 from kvstore.node_ports import free_tcp_port
 
 DEFAULT_RUN_DIR = Path(os.environ.get("KVMESH_RUN_DIR", "/tmp/kvmesh-cluster"))
@@ -36,6 +49,7 @@ TOPOLOGIES = ("chain", "ring", "mesh", "random")
 # Ports inside an isolated node's namespace (each namespace has its own port space).
 ISOLATED_CMD_PORT, ISOLATED_PUB_PORT, ISOLATED_HTTP_PORT = 60002, 60001, 8080
 STATE_FILE = "cluster.json"
+OPERATOR_KEY = "operator"
 
 Progress = Callable[[str], None]
 
@@ -56,6 +70,8 @@ class NodeInfo:
     peers: list[str] = field(default_factory=list)
     # How each process was started (role -> argv), so a fault injector can restart it.
     commands: dict[str, list[str]] = field(default_factory=dict)
+    key_file: str | None = None  # the node's secret key (None: an insecure cluster)
+    public_key: str | None = None
 
 
 @dataclass
@@ -65,6 +81,7 @@ class ClusterState:
     nodes: dict[str, NodeInfo]
     namespaces_made: list[str] = field(default_factory=list)
     lab: dict[str, object] | None = None  # netlab.Lab.to_json() of an isolated cluster
+    operator_key: str | None = None  # the operator's secret key file
 
     def save(self) -> None:
         path = Path(self.run_dir) / STATE_FILE
@@ -80,10 +97,49 @@ class ClusterState:
         raw = json.loads(path.read_text())
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
         return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
-                   raw.get("lab"))
+                   lab=raw.get("lab"), operator_key=raw.get("operator_key"))
 
     def isolated_lab(self) -> netlab.Lab | None:
         return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
+
+    def curve(self, node: str) -> ClientCurve | None:
+        """The operator's keys for talking to `node` (None: insecure cluster)."""
+        info = self.nodes[node]
+        if self.operator_key is None or info.public_key is None:
+            return None
+        return ClientCurve(load_key_pair(self.operator_key), load_public_key(info.public_key))
+
+
+def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
+    """Key pairs for the operator and each node under run_dir/keys (made once, then reused),
+    and run_dir/authorized-keys: each node a peer, the operator an operator."""
+    keys = run_dir / "keys"
+    auth = run_dir / "authorized-keys"
+    secrets: dict[str, Path] = {}
+    for name in [OPERATOR_KEY, *names]:
+        secret = keys / f"{name}.key_secret"
+        if not secret.exists():
+            (keys / f"{name}.key").unlink(missing_ok=True)
+            generate(name, keys)
+        secrets[name] = secret
+    for role, name, file_name in [("operator", OPERATOR_KEY, OPERATOR_KEY),
+                                  *(("peer", n, n) for n in names)]:
+        (auth / role).mkdir(parents=True, exist_ok=True)
+        (auth / role / f"{file_name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    return auth, secrets
+
+
+def client_env(run_dir: Path = DEFAULT_RUN_DIR, node: str = "n1") -> dict[str, str]:
+    """The environment of the cluster's operator talking to `node` (`kvmesh cluster env`)."""
+    state = ClusterState.load(run_dir)
+    if state is None or node not in state.nodes:
+        raise ClusterError(f"no cluster with a node {node!r} in {run_dir} (kvmesh cluster up)")
+    info = state.nodes[node]
+    env = {"KVMESH_URL": info.cmd_url}
+    if state.operator_key and info.public_key:
+        env[KEY_FILE_ENV] = state.operator_key
+        env[SERVER_KEY_ENV] = info.public_key
+    return env
 
 
 def peers_of(names: list[str], topology: str, degree: int = 3,
@@ -120,6 +176,11 @@ def node_command(name: str, state: ClusterState, *, agent: bool = True,
             "--cmd-url", info.cmd_url, "--pub-url", info.pub_url]
     if info.data_dir:
         args += ["--data-dir", str(info.data_dir)]
+    if info.key_file:
+        args += ["--key-file", info.key_file,
+                 "--authorized-keys", str(Path(state.run_dir) / "authorized-keys")]
+    else:
+        args.append("--insecure")
     for peer in info.peers:
         args += ["--peer", f"{peer}={state.nodes[peer].cmd_url}"]
     if config_path is not None:
@@ -181,9 +242,9 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _node_answers(url: str) -> bool:
+def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
     try:
-        with KvStoreClient(url, timeout_s=0.5) as client:
+        with KvStoreClient(url, timeout_s=0.5, curve=curve) as client:
             client.node_info(refresh=True)
         return True
     except KvStoreError:
@@ -230,7 +291,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = peers_of(names, topology, degree, seed)
-    state = ClusterState(str(run_dir), topology, {})
+    _auth, secrets = make_keys(run_dir, names)
+    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]))
     config_path: Path | None = None
     if node_config:
         config_path = run_dir / "node.toml"
@@ -250,6 +312,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                     http=f"{address}:{ISOLATED_HTTP_PORT}" if agents else None,
                     vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
                     data_dir=str(run_dir / "data" / name),
+                    key_file=str(secrets[name]),
+                    public_key=str(secrets[name].with_suffix(".key")),
                     peers=peering[name])
         else:
             for name in names:
@@ -260,6 +324,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                     http=f"127.0.0.1:{free_tcp_port()}" if agents else None,
                     vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
                     data_dir=str(run_dir / "data" / name),
+                    key_file=str(secrets[name]),
+                    public_key=str(secrets[name].with_suffix(".key")),
                     peers=peering[name])
         state.save()
         exe = [sys.executable, "-m", "kvmesh"]
@@ -284,7 +350,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
             info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
             state.save()
         for name, info in state.nodes.items():
-            _wait(partial(_node_answers, info.cmd_url), timeout, f"node {name}")
+            _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout,
+                  f"node {name}")
         for name, info in state.nodes.items():
             if info.http:
                 _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")

@@ -86,6 +86,9 @@ def run_cluster_demo(keep: bool = False) -> int:
     try:
         state = cluster.up(3, "chain", run_dir=run_dir, progress=lambda m: print(f"  {m}"))
         n1 = state.nodes["n1"].cmd_url
+        # The cluster is secured: the commands below run as its operator.
+        print(f'$ eval "$(kvmesh cluster env --run-dir {run_dir})"')
+        os.environ.update(cluster.client_env(run_dir))
         ns2 = state.nodes["n2"].netns or "kvmesh-n2"
 
         _say("desired state for n2 and n3, written on n1")

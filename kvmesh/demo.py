@@ -1,7 +1,8 @@
 """`kvmesh demo`: a local 3-node KvStore mesh, shown working end to end.
 
 Steps (each printed as it happens):
-1. start three real node processes on loopback, peered in a chain (a - b - c);
+1. start three real node processes on loopback, peered in a chain (a - b - c), secured with
+   CurveZMQ keys made for the run (the demo talks to them as an operator);
 2. set a key on node a and read it back from all three nodes;
 3. snoop node c's publication stream while another key is set on node a;
 4. print a few counters of every node;
@@ -27,7 +28,9 @@ from types import TracebackType
 import click
 
 from kvmesh.cli import kv_format as fmt
+from kvmesh.cluster import OPERATOR_KEY, make_keys
 from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
+from kvstore.curve import ClientCurve, load_key_pair, load_public_key
 from kvstore.gen.kvstore_thrift.ttypes import Publication
 from kvstore.node_ports import free_tcp_port
 
@@ -53,9 +56,10 @@ class DemoNode:
     pub_url: str
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    curve: ClientCurve | None = None
 
     def client(self) -> KvStoreClient:
-        return KvStoreClient(self.cmd_url, timeout_s=2.0)
+        return KvStoreClient(self.cmd_url, timeout_s=2.0, curve=self.curve)
 
 
 class DemoCluster:
@@ -85,12 +89,18 @@ class DemoCluster:
         self.stop()
 
     def start_chain(self) -> None:
+        auth, secrets = make_keys(self.workdir, [n.name for n in self.nodes])
+        operator = load_key_pair(secrets[OPERATOR_KEY])
         for i, node in enumerate(self.nodes):
+            node.curve = ClientCurve(
+                operator, load_public_key(str(secrets[node.name].with_suffix(".key")))
+            )
             neighbours = [self.nodes[j] for j in (i - 1, i + 1) if 0 <= j < len(self.nodes)]
             cmd = [
                 sys.executable, "-m", "kvmesh", "node", "run",
                 "--name", node.name, "--cmd-url", node.cmd_url, "--pub-url", node.pub_url,
                 "--data-dir", str(self.workdir / "data" / node.name),
+                "--key-file", str(secrets[node.name]), "--authorized-keys", str(auth),
             ]  # fmt: skip
             for peer in neighbours:
                 cmd += ["--peer", f"{peer.name}={peer.cmd_url},{peer.pub_url}"]

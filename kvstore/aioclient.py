@@ -25,7 +25,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -33,11 +33,21 @@ import zmq.asyncio
 from kvstore import wire
 from kvstore.client import (
     DEFAULT_TIMEOUT_S,
+    FROM_ENV,
+    CurveSpec,
+    KvStoreAuthError,
     KvStoreError,
     KvStoreTimeout,
     check_response,
+    connect_socket,
     filter_publication,
     key_set_request,
+    resolve_curve,
+)
+from kvstore.curve import (
+    HANDSHAKE_EVENTS,
+    ClientCurve,
+    handshake_failure,
 )
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
@@ -66,28 +76,45 @@ class AsyncKvStoreClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         context: zmq.asyncio.Context | None = None,
+        curve: CurveSpec = FROM_ENV,
     ) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self._context = context or zmq.asyncio.Context.instance()
+        self.curve = resolve_curve(curve)
         self._sock: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._monitor_task: asyncio.Task[None] | None = None
         self._waiting: dict[bytes, asyncio.Future[Response]] = {}
         self._ids = itertools.count(1)
         self._node_info: NodeInfo | None = None
 
     def _socket(self) -> zmq.asyncio.Socket:
         if self._sock is None:
-            sock = self._context.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            try:
-                sock.connect(self.url)
-            except zmq.ZMQError as exc:
-                sock.close()
-                raise KvStoreError(f"bad URL {self.url!r}: {exc}") from exc
+            sock = _connect(self._context, zmq.DEALER, self.url, self.curve)
             self._sock = sock
-            self._reader = asyncio.get_running_loop().create_task(self._read_replies(sock))
+            loop = asyncio.get_running_loop()
+            self._reader = loop.create_task(self._read_replies(sock))
+            self._monitor_task = loop.create_task(self._watch_handshake(sock))
         return self._sock
+
+    async def _watch_handshake(self, sock: zmq.asyncio.Socket) -> None:
+        """Fail every waiting request at once when the node refuses our handshake."""
+        monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+        try:
+            while True:
+                frames = await monitor.recv_multipart()
+                event = int.from_bytes(frames[0][:2], "little")
+                if event & HANDSHAKE_EVENTS:
+                    error = KvStoreAuthError(handshake_failure(self.url, self.curve, event))
+                    for future in self._waiting.values():
+                        if not future.done():
+                            future.set_exception(error)
+                    self._waiting.clear()
+        finally:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
+            monitor.close(linger=0)
 
     async def _read_replies(self, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -104,9 +131,10 @@ class AsyncKvStoreClient:
 
     def _reset(self) -> None:
         """Drop the socket (and with it any request queued for an unreachable node)."""
-        if self._reader is not None:
-            self._reader.cancel()
-            self._reader = None
+        for task in (self._reader, self._monitor_task):
+            if task is not None:
+                task.cancel()
+        self._reader = self._monitor_task = None
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -191,25 +219,25 @@ class AsyncKvStoreClient:
 
     async def subscribe(self, prefix: str = "", pub_url: str | None = None) -> AsyncSubscription:
         url = pub_url or (await self.node_info()).pub_url
-        return AsyncSubscription(url, prefix=prefix, context=self._context)
+        return AsyncSubscription(url, prefix=prefix, context=self._context, curve=self.curve)
 
 
 class AsyncSubscription:
     """Async iterator over a node's publications (filtered by key prefix)."""
 
     def __init__(
-        self, pub_url: str, prefix: str = "", context: zmq.asyncio.Context | None = None
+        self,
+        pub_url: str,
+        prefix: str = "",
+        context: zmq.asyncio.Context | None = None,
+        curve: CurveSpec = FROM_ENV,
     ) -> None:
         self.pub_url = pub_url
         self.prefix = prefix
         self.malformed = 0
-        self._sock = (context or zmq.asyncio.Context.instance()).socket(zmq.SUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        try:
-            self._sock.connect(pub_url)
-        except zmq.ZMQError as exc:
-            self._sock.close()
-            raise KvStoreError(f"bad URL {pub_url!r}: {exc}") from exc
+        self._sock = _connect(
+            context or zmq.asyncio.Context.instance(), zmq.SUB, pub_url, resolve_curve(curve)
+        )
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
 
     async def recv(self) -> Publication:
@@ -233,6 +261,13 @@ class AsyncSubscription:
 
     def close(self) -> None:
         self._sock.close(linger=0)
+
+
+def _connect(
+    context: zmq.asyncio.Context, kind: int, url: str, curve: ClientCurve | None
+) -> zmq.asyncio.Socket:
+    """`kvstore.client.connect_socket` on an asyncio context (it returns asyncio sockets)."""
+    return cast(zmq.asyncio.Socket, connect_socket(context, kind, url, curve))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- managed keys

@@ -11,16 +11,27 @@ For keys that must stay alive (TTL refresh, override defence) use the asyncio cl
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from types import TracebackType
+from typing import Literal
 
 import zmq
 
 from kvstore import wire
+from kvstore.curve import (
+    HANDSHAKE_EVENTS,
+    ClientCurve,
+    CurveError,
+    apply_client,
+    client_curve,
+    handshake_failure,
+    read_handshake_failures,
+)
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
@@ -49,6 +60,24 @@ class KvStoreTimeout(KvStoreError):
     pass
 
 
+class KvStoreAuthError(KvStoreError):
+    """No usable key, or the node refused ours at the CurveZMQ handshake."""
+
+
+# `curve=FROM_ENV`: the keys named by KVMESH_KEY_FILE / KVMESH_SERVER_KEY (plaintext if neither).
+FROM_ENV: Literal["env"] = "env"
+CurveSpec = ClientCurve | None | Literal["env"]
+
+
+def resolve_curve(curve: CurveSpec) -> ClientCurve | None:
+    if curve != FROM_ENV:
+        return curve
+    try:
+        return client_curve()
+    except CurveError as exc:
+        raise KvStoreAuthError(str(exc)) from exc
+
+
 class KvStoreRequestError(KvStoreError):
     """The node answered with Response.error."""
 
@@ -67,9 +96,13 @@ def check_response(response: Response) -> Response:
 Context = zmq.Context[zmq.Socket[bytes]]
 
 
-def connect_socket(context: Context, kind: int, url: str) -> zmq.Socket[bytes]:
+def connect_socket(
+    context: Context, kind: int, url: str, curve: ClientCurve | None = None
+) -> zmq.Socket[bytes]:
     sock = context.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        apply_client(sock, curve.key_pair, curve.server_key)
     try:
         sock.connect(url)
     except zmq.ZMQError as exc:
@@ -114,22 +147,29 @@ class KvStoreClient:
         url: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         context: Context | None = None,
+        curve: CurveSpec = FROM_ENV,
     ) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self._context = context or zmq.Context.instance()
+        self.curve = resolve_curve(curve)
         self._ids = itertools.count(1)
         self._sock: zmq.Socket[bytes] | None = None
+        self._watch: HandshakeWatch | None = None
         self._node_info: NodeInfo | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
-            self._sock = connect_socket(self._context, zmq.DEALER, self.url)
+            self._sock = connect_socket(self._context, zmq.DEALER, self.url, self.curve)
+            self._watch = HandshakeWatch(self._sock, self.url, self.curve)
         return self._sock
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -152,16 +192,20 @@ class KvStoreClient:
     def request_raw(self, payload: bytes, timeout_s: float | None = None) -> Response:
         """Send an already encoded request; return the decoded Response (errors not raised)."""
         sock = self._socket()
+        watch = self._watch
+        assert watch is not None
         corr = next(self._ids).to_bytes(8, "big")
         sock.send_multipart([corr, b"", payload])
         limit_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit_s
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not sock.poll(remaining_ms, zmq.POLLIN):
+            if remaining_ms <= 0 or not watch.poll(remaining_ms):
                 self.close()
                 raise KvStoreTimeout(
-                    f"no reply from {self.url} within {limit_s:g}s (is the node running?)"
+                    f"no reply from {self.url} within {limit_s:g}s (is the node running?"
+                    + (" if it is secured, is KVMESH_SERVER_KEY its public key?)"
+                       if self.curve else ")")
                 )
             frames = sock.recv_multipart()
             if len(frames) == 3 and frames[0] == corr:
@@ -175,6 +219,11 @@ class KvStoreClient:
         """KEY_SET without a reply (as peers flood). Delivery is not confirmed."""
         request = key_set_request(key_vals, solicit_response=False)
         self._socket().send_multipart([b"", wire.encode(request)])
+
+    def check_handshake(self) -> None:
+        """Raise KvStoreAuthError if the node has refused this client's handshake so far."""
+        if self._watch is not None:
+            self._watch.check()
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -248,7 +297,8 @@ class KvStoreClient:
     def subscribe(self, prefix: str = "", pub_url: str | None = None) -> Subscription:
         """Follow the node's publication stream (discovering its PUB URL via NODE_INFO)."""
         return Subscription(
-            pub_url or self.node_info().pub_url, prefix=prefix, context=self._context
+            pub_url or self.node_info().pub_url, prefix=prefix, context=self._context,
+            curve=self.curve,
         )
 
 
@@ -287,13 +337,16 @@ class Subscription:
         pub_url: str,
         prefix: str = "",
         context: Context | None = None,
+        curve: CurveSpec = FROM_ENV,
     ) -> None:
         self.pub_url = pub_url
         self.prefix = prefix
         self.malformed = 0
         self.skipped = 0
         self._prefix_bytes = prefix.encode()
-        self._sock = connect_socket(context or zmq.Context.instance(), zmq.SUB, pub_url)
+        resolved = resolve_curve(curve)
+        self._sock = connect_socket(context or zmq.Context.instance(), zmq.SUB, pub_url, resolved)
+        self._watch = HandshakeWatch(self._sock, pub_url, resolved)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
 
     def recv(self, timeout_s: float | None = None) -> Publication | None:
@@ -305,7 +358,7 @@ class Subscription:
                 # Round up: a truncated timeout returns just before the deadline, and a caller
                 # waiting for a window to pass would then wait a whole second window.
                 wait_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
-            if not self._sock.poll(wait_ms, zmq.POLLIN):
+            if not self._watch.poll(wait_ms):
                 return None
             data = self._sock.recv()
             if self._prefix_bytes and self._prefix_bytes not in data:
@@ -334,6 +387,7 @@ class Subscription:
                 yield publication
 
     def close(self) -> None:
+        self._watch.close()
         self._sock.close(linger=0)
 
     def __enter__(self) -> Subscription:
@@ -346,3 +400,42 @@ class Subscription:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class HandshakeWatch:
+    """A socket monitor that turns a refused CurveZMQ handshake into KvStoreAuthError at once,
+    instead of the caller waiting out its timeout (the node sends nothing to a refused client)."""
+
+    def __init__(self, sock: zmq.Socket[bytes], url: str, curve: ClientCurve | None) -> None:
+        self.url = url
+        self.curve = curve
+        self._sock = sock
+        self._monitor: zmq.Socket[bytes] = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
+
+    def check(self) -> None:
+        event = read_handshake_failures(self._monitor)
+        if event is not None:
+            raise KvStoreAuthError(handshake_failure(self.url, self.curve, event))
+
+    def poll(self, timeout_ms: int | None) -> bool:
+        """True when the socket is readable within `timeout_ms` (None: no limit); raises
+        KvStoreAuthError as soon as a handshake fails."""
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while True:
+            wait = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            ready = dict(self._poller.poll(wait))
+            if self._monitor in ready:
+                self.check()
+            if self._sock in ready:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def close(self) -> None:
+        if not self._monitor.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            self._monitor.close(linger=0)

@@ -32,7 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from kvstore import wire
+from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import NodeConfig
+from kvstore.curve import HANDSHAKE_EVENTS, CurveError, NodeSecurity, read_handshake_failures
 from kvstore.db import KvStoreDb
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
@@ -60,6 +62,11 @@ TICK_S = 0.05
 INGEST_BATCH = 4096
 
 Path = tuple[str, ...]
+# Error code of a request refused by `kvstore.authz` (the reason is in the message and counted as
+# kvstore.auth.refused.<reason>).
+UNAUTHORIZED = "UNAUTHORIZED"
+# How often a secured node looks for changes in its authorized-keys directory.
+KEY_RELOAD_INTERVAL_S = 1.0
 
 
 def _forget_client_hashes(key_vals: Mapping[str, Value]) -> None:
@@ -91,6 +98,7 @@ class KvStoreNode:
         *,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         rng: random.Random | None = None,
+        security: NodeSecurity | None = None,
     ) -> None:
         if not config.name:
             raise ValueError("a node needs a name")
@@ -123,6 +131,11 @@ class KvStoreNode:
         self._tick_handle: asyncio.TimerHandle | None = None
         self._started_ms = monotonic_ms()
         self._stopped = asyncio.Event()
+        # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
+        self.security = security
+        self._monitors: list[zmq.Socket[bytes]] = []
+        self._monitor_drains: list[Callable[[], None]] = []
+        self._keys_checked_at = time.monotonic()
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
             Command.KEY_GET: self._cmd_key_get,
@@ -155,6 +168,8 @@ class KvStoreNode:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         self._open_storage()
+        if self.security is not None:
+            self.security.start(self._context)
         cmd = self._context.socket(zmq.ROUTER)
         pub = self._context.socket(zmq.XPUB)
         try:
@@ -162,6 +177,9 @@ class KvStoreNode:
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.SNDHWM, cfg.zmq_hwm)
                 sock.setsockopt(zmq.RCVHWM, cfg.zmq_hwm)
+                if self.security is not None:
+                    self.security.make_server(sock)
+                    self._watch_handshakes(sock)
             # Hard guard against huge frames: a bit above the cap, so messages between the cap and
             # the guard still get a TOO_LARGE reply; beyond it ZeroMQ drops the connection.
             cmd.setsockopt(zmq.MAXMSGSIZE, 2 * cfg.max_message_bytes)
@@ -179,7 +197,8 @@ class KvStoreNode:
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         self.peering = Peering(
-            self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng
+            self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng,
+            security=self.security,
         )
         for name, address in cfg.peers.items():
             self.peering.add(name, address.cmd_url, address.pub_url)
@@ -283,7 +302,7 @@ class KvStoreNode:
         self._tick_handle = self._expiry_handle = None
         if self.peering is not None:
             self.peering.close()
-        for sock in (self._cmd, self._pub):
+        for sock in (self._cmd, self._pub, *self._monitors):
             if sock is not None and not sock.closed:
                 if loop is not None:
                     loop.remove_reader(sock.fileno())
@@ -293,6 +312,48 @@ class KvStoreNode:
             self._persist()
             self.storage.close()  # writes what is pending, releases the data directory
             self.storage = None
+        self._monitors = []
+        self._monitor_drains = []
+        if self.security is not None:
+            self.security.stop()
+
+    # ------------------------------------------------------------------ security
+
+    def _watch_handshakes(self, sock: zmq.Socket[bytes]) -> None:
+        """Count (and log) connections refused at the handshake: plaintext or a wrong server
+        key. Keys the ZAP handler refuses are counted there (with their fingerprint)."""
+        monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+        self._monitors.append(monitor)
+
+        def on_event() -> None:
+            while True:
+                event = read_handshake_failures(monitor)
+                if event is None:
+                    return
+                if event != zmq.EVENT_HANDSHAKE_FAILED_AUTH and self.security is not None:
+                    self.security.refused(
+                        "handshake", "unknown",
+                        "connection refused: CurveZMQ handshake failed (a plaintext client, or"
+                        " one with a wrong server key)",
+                    )
+
+        assert self._loop is not None
+        self._loop.add_reader(monitor.fileno(), on_event)
+        self._monitor_drains.append(on_event)  # the tick's safety net (edge-triggered fds)
+
+    def _identity(self, user_id: str | None) -> Identity | None:
+        if self.security is None:
+            return INSECURE_IDENTITY
+        return self.security.identity(user_id)
+
+    def _check_keys(self) -> None:
+        """Reload the authorized keys when the directory changed (rotation without restart)."""
+        now = time.monotonic()
+        if self.security is None or now - self._keys_checked_at < KEY_RELOAD_INTERVAL_S:
+            return
+        self._keys_checked_at = now
+        if self.security.reload_if_changed() and self.peering is not None:
+            self.peering.refresh_keys()
 
     # ------------------------------------------------------------------ command socket
 
@@ -301,21 +362,31 @@ class KvStoreNode:
         if sock is None:
             return
         handled = 0
+        secured = self.security is not None
         recv_frames = wire.recv_frames
         try:
             while handled < DRAIN_LIMIT:
-                frames = recv_frames(sock)
-                if frames is None:
-                    break
+                if secured:
+                    received = _recv_frames_user(sock)
+                    if received is None:
+                        break
+                    frames, identity = received[0], self._identity(received[1])
+                else:
+                    plain = recv_frames(sock)
+                    if plain is None:
+                        break
+                    frames, identity = plain, INSECURE_IDENTITY
                 handled += 1
-                self._handle_command(frames)
+                self._handle_command(frames, identity)
         finally:
             self._merge_ingest()
             self.flush_floods()
         if handled >= DRAIN_LIMIT and self._loop is not None:
             self._loop.call_soon(self._on_cmd_readable)
 
-    def _handle_command(self, frames: list[bytes]) -> None:
+    def _handle_command(
+        self, frames: list[bytes], identity: Identity | None = INSECURE_IDENTITY
+    ) -> None:
         if len(frames) < 3 or frames[-2] != b"" or len(frames) > MAX_ENVELOPE_FRAMES + 2:
             self._reply_error(
                 [frames[0], b""],
@@ -338,6 +409,8 @@ class KvStoreNode:
         except wire.DecodeError as exc:
             self._reply_error(envelope, wire.MALFORMED, str(exc))
             return
+        if identity is not INSECURE_IDENTITY and not self._authorized(identity, request, envelope):
+            return
         if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
             self.counters["kvstore.cmd_key_set"] += 1
             return
@@ -359,6 +432,36 @@ class KvStoreNode:
             return
         if reply is not None:
             self._send_reply(envelope, reply)
+
+    def _authorized(
+        self, identity: Identity | None, request: Request, envelope: list[bytes]
+    ) -> bool:
+        """Apply `kvstore.authz`: refuse (counted, answered unless one-way) or serve; an untrusted
+        sender's flood-path fields are dropped here, so its hashes are recomputed."""
+        decision = authorize(identity, request)
+        params = request.key_set
+        if decision.refused is not None:
+            assert self.security is not None
+            self.security.refused(
+                decision.refused,
+                identity.fingerprint if identity is not None else "revoked",
+                f"request refused: {decision.message}",
+            )
+            if request.cmd != Command.KEY_SET or params is None or (
+                params.solicit_response is not False
+            ):
+                self._send_reply(
+                    envelope, wire.error_response(UNAUTHORIZED, f"{decision.refused}: "
+                                                  f"{decision.message}")
+                )
+            return False
+        if params is not None and not decision.trust_flood_path and (
+            params.node_ids or params.sender_id is not None
+        ):
+            self.counters["kvstore.auth.ignored_flood_path"] += 1
+            params.node_ids = []
+            params.sender_id = None
+        return True
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
         self.counters["kvstore.malformed_requests"] += 1
@@ -554,6 +657,8 @@ class KvStoreNode:
         for name, spec in peers.items():
             try:
                 self.peering.add(name, spec.cmd_url, spec.pub_url or "")
+            except CurveError as exc:
+                raise BadArgument(str(exc)) from exc
             except zmq.ZMQError as exc:
                 raise BadArgument(
                     f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}"
@@ -603,6 +708,8 @@ class KvStoreNode:
         for state in StoreState:
             out[f"kvstore.store_state.{state.value}"] = int(state is self.store_state)
         out["kvstore.storage.acks_waiting"] = len(self._acks_waiting)
+        if self.security is not None:
+            out.update(self.security.counters())
         out["kvstore.subscriptions"] = self._subscriptions
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         return out
@@ -703,6 +810,9 @@ class KvStoreNode:
     def _tick(self) -> None:
         assert self._loop is not None
         try:
+            self._check_keys()
+            for drain in self._monitor_drains:
+                drain()
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
@@ -726,7 +836,24 @@ class KvStoreNode:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def run_node(config: NodeConfig) -> int:
+def _recv_frames_user(sock: zmq.Socket[bytes]) -> tuple[list[bytes], str | None] | None:
+    """`wire.recv_frames`, plus the ZAP User-Id of the message (the sender's z85 public key)."""
+    try:
+        frame = sock.recv(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
+    frames = [frame.bytes]
+    while frame.more:
+        frame = sock.recv(zmq.NOBLOCK, copy=False)
+        frames.append(frame.bytes)
+    try:
+        user_id = frame.get("User-Id")
+    except zmq.ZMQError:  # no such property: not authenticated by ZAP
+        return frames, None
+    return frames, user_id if isinstance(user_id, str) else None
+
+
+def run_node(config: NodeConfig, security: NodeSecurity | None = None) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code."""
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(
@@ -735,7 +862,7 @@ def run_node(config: NodeConfig) -> int:
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
     try:
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, security))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
         return 1
@@ -747,13 +874,17 @@ def run_node(config: NodeConfig) -> int:
         return 1
 
 
-async def _serve(config: NodeConfig) -> int:
-    node = KvStoreNode(config)
+async def _serve(config: NodeConfig, security: NodeSecurity | None = None) -> int:
+    node = KvStoreNode(config, security=security)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stop)
     try:
-        await node.start()
+        try:
+            await node.start()
+        except CurveError as exc:
+            print(f"error: node {config.name}: {exc}", file=sys.stderr)
+            return 2
         gc.freeze()  # what exists after start-up lives as long as the process: never scan it
         print(
             f"node {node.name} ready cmd={node.cmd_url} pub={node.pub_url}",

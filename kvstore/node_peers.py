@@ -31,6 +31,7 @@ import zmq
 
 from kvstore import wire
 from kvstore.config import NodeConfig
+from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
 from kvstore.forward import MIN_FORWARD_KEYS, Received, envelope_tail, forwarded_payload
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
@@ -106,6 +107,7 @@ class PeerLink:
     session: SyncSession | None = None
     sync_id: int | None = None  # PeerTable's id of the initial sync; None for anti-entropy
     last_activity_ms: int = 0
+    server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
 
 
 class Peering:
@@ -119,8 +121,10 @@ class Peering:
         context: zmq.Context[zmq.Socket[bytes]],
         loop: asyncio.AbstractEventLoop,
         rng: random.Random,
+        security: NodeSecurity | None = None,
     ) -> None:
         self.name = name
+        self.security = security
         self.config = config
         self.db = db
         self.counters = counters
@@ -236,8 +240,11 @@ class Peering:
         sock.setsockopt(zmq.SNDHWM, self.config.zmq_hwm)
         sock.setsockopt(zmq.RCVHWM, self.config.zmq_hwm)
         try:
+            if self.security is not None:
+                self.security.make_peer_client(sock, link.name)
+                link.server_key = self.security.peer_key(link.name)
             sock.connect(link.cmd_url)
-        except zmq.ZMQError:
+        except (zmq.ZMQError, CurveError):
             sock.close(linger=0)
             raise
         link.sock = sock
@@ -270,6 +277,23 @@ class Peering:
             # look for sync replies now rather than at the next tick.
             self._loop.call_soon(self.on_readable, link.name)
         return True
+
+    def refresh_keys(self) -> None:
+        """After the authorized keys changed: reconnect to every peer whose key changed (and
+        resync it, as after any failure)."""
+        if self.security is None:
+            return
+        for link in list(self.links.values()):
+            if self.security.peer_key(link.name) == link.server_key:
+                continue
+            self.counters["kvstore.auth.peer_key_changes"] += 1
+            if link.sock is None:  # its key was missing: try again with the new one
+                try:
+                    self._open_socket(link)
+                except (zmq.ZMQError, CurveError) as exc:
+                    log.error("peer %s: cannot reconnect: %s", link.name, exc)
+                    continue
+            self._failed(link, "its key changed in the authorized-keys directory")
 
     def drain_all(self) -> None:
         for name in list(self.links):
@@ -607,7 +631,7 @@ class Peering:
             self._close_socket(link)
             try:
                 self._open_socket(link)
-            except zmq.ZMQError as exc:
+            except (zmq.ZMQError, CurveError) as exc:
                 log.error("peer %s: cannot reconnect: %s", link.name, exc)
         self.update_initial_sync()
 

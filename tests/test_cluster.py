@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,10 @@ def test_topologies_peer_on_both_sides() -> None:
 
 @pytest.mark.netns
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
-def test_cluster_up_configure_status_down(tmp_path: Path) -> None:
+def test_cluster_up_configure_status_down(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KVMESH_URL", "KVMESH_KEY_FILE", "KVMESH_SERVER_KEY"):
+        monkeypatch.setenv(name, "")  # restored after the test
     prefix = f"kvc{os.getpid()}"
     run_dir = tmp_path / "run"
     try:
@@ -47,8 +51,17 @@ def test_cluster_up_configure_status_down(tmp_path: Path) -> None:
             assert info["netns"] == f"{prefix}-{name}"
             assert all(p["alive"] for p in info["processes"].values())
         n1 = state.nodes["n1"].cmd_url
+        # The cluster is secured: a client without the operator's key is refused ...
+        refused = kvmesh("--url", n1, "key", "get", "k")
+        assert refused.returncode == 1 and "no key: set KVMESH_KEY_FILE" in refused.stderr
+        # ... and `kvmesh cluster env` gives the operator's environment.
+        exports = kvmesh("cluster", "env", "--run-dir", str(run_dir)).stdout.splitlines()
+        env = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in exports)
+        assert env["KVMESH_URL"] == n1
+        assert set(env) == {"KVMESH_URL", "KVMESH_KEY_FILE", "KVMESH_SERVER_KEY"}
+        os.environ.update(env)  # for every kvmesh command below (restored at the end)
         # Desired state for the far end of the chain, written on n1.
-        set_result = kvmesh("--url", n1, "config", "set", "n3", "linux/interface/br7",
+        set_result = kvmesh("config", "set", "n3", "linux/interface/br7",
                             '{"type": "bridge", "mtu": 1400}')
         assert set_result.returncode == 0, set_result.stderr
 

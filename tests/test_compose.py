@@ -44,9 +44,14 @@ def compose() -> dict[str, Any]:
     return data
 
 
+def nodes(compose: dict[str, Any]) -> dict[str, Any]:
+    return {name: s for name, s in compose["services"].items() if name != "keys"}
+
+
 def test_every_service_command_parses(compose: dict[str, Any]) -> None:
-    services = compose["services"]
+    services = nodes(compose)
     assert set(services) == {"n1", "n2", "n3"}
+    assert parse_cli(compose["services"]["keys"]["command"]) == ["kvmesh", "keys", "cluster"]
     for name, service in services.items():
         assert parse_cli(service["command"]) == ["kvmesh", "node", "run"], name
         healthcheck = service["healthcheck"]["test"]
@@ -55,7 +60,7 @@ def test_every_service_command_parses(compose: dict[str, Any]) -> None:
 
 
 def test_nodes_peer_by_service_name_on_both_sides(compose: dict[str, Any]) -> None:
-    services = compose["services"]
+    services = nodes(compose)
     peers: dict[str, set[str]] = {}
     for name, service in services.items():
         cmd = service["command"]
@@ -68,6 +73,20 @@ def test_nodes_peer_by_service_name_on_both_sides(compose: dict[str, Any]) -> No
     for name, mine in peers.items():
         for peer in mine:
             assert name in peers[peer], f"{name} peers {peer} but not the other way round"
+
+
+def test_nodes_run_secured_with_the_keys_service_keys(compose: dict[str, Any]) -> None:
+    keys_cmd = compose["services"]["keys"]["command"]
+    made = set(keys_cmd[keys_cmd.index("--out") + 2:])
+    for name, service in nodes(compose).items():
+        cmd = service["command"]
+        assert "--insecure" not in cmd and "--insecure-any-address" not in cmd
+        assert cmd[cmd.index("--key-file") + 1] == f"/keys/keys/{name}.key_secret"
+        assert cmd[cmd.index("--authorized-keys") + 1] == "/keys/authorized-keys"
+        assert name in made
+        assert service["environment"]["KVMESH_SERVER_KEY"] == f"/keys/keys/{name}.key"
+        http = cmd[cmd.index("--http") + 1]
+        assert http.startswith("127.0.0.1:"), "the REST API is not published unprotected"
 
 
 def test_parse_cli_rejects_unknown_options() -> None:
@@ -88,7 +107,10 @@ def test_every_node_keeps_its_store_in_a_named_volume(compose: dict[str, Any]) -
     """The default data dir (/var/lib/kvmesh/<name>) sits on a named volume per node, so a
     `docker compose restart` or a power cycle keeps the configuration."""
     volumes = compose.get("volumes") or {}
-    for name, service in compose["services"].items():
+    nodes = {name: service for name, service in compose["services"].items()
+             if service["command"][:2] == ["node", "run"]}
+    assert set(nodes) == {"n1", "n2", "n3"}
+    for name, service in nodes.items():
         assert "--ephemeral" not in service["command"] and "--data-dir" not in service["command"]
         mounts = service.get("volumes") or []
         assert f"{name}-data:/var/lib/kvmesh" in mounts, name

@@ -68,6 +68,10 @@ class AgentConfig:
     linux: bool = False
     vpp_socket: str | None = None
     http: tuple[str, int] | None = None
+    # REST API TLS and bearer token (kvmesh.agent.http_server; docs/security.md).
+    http_cert: str | None = None
+    http_key: str | None = None
+    http_token_file: str | None = None
     coalesce_s: float = 0.05  # longest a change waits for others to join its transaction
     quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
     repair_delay_s: float = 0.2  # drift reported by a southbound is repaired this much later
@@ -154,14 +158,22 @@ class Agent:
             self._spawn("agent-load", self._load_without_devices)
         if self.config.http is not None:
             from kvmesh.agent.http_api import HttpApi
+            from kvmesh.agent.http_server import load_security
 
-            self._http = HttpApi(self, *self.config.http)
+            cfg = self.config
+            security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file)
+            self._http = HttpApi(self, *self.config.http, security=security)
             host, port = self._http.address
-            log.info("agent HTTP API on http://%s:%d", host, port)
+            scheme = "https" if security.tls else "http"
+            log.info("agent HTTP API on %s://%s:%d%s", scheme, host, port,
+                     " (bearer token required)" if security.token else "")
             if host in ("0.0.0.0", "::", ""):
                 # Bound to every address: announce a name other nodes can resolve.
                 host = socket.gethostname()
-            self._status_queue.put(("agent", {"http": f"{host}:{port}"}))
+            record: dict[str, Any] = {"http": f"{host}:{port}"}
+            if security.tls:
+                record["tls"] = True
+            self._status_queue.put(("agent", record))
 
     def add_device(self, name: str, register: Callable[[], Plugin],
                    reconnect: Callable[[float], None] | None = None) -> Device:

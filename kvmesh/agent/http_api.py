@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from kvmesh.agent.http_server import GuardedHttpServer, HttpLimits, HttpSecurity
 from kvmesh.agent.jsonable import to_jsonable
+from kvmesh.agent.metrics import flat_counters, render
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -259,30 +260,26 @@ def dispatch(api: ApiBackend, method: str, target: str) -> Response:
 
 
 class HttpApi:
-    """Serves `dispatch` on a background thread until `close()`."""
+    """Serves `dispatch` on a background thread until `close()` (the server, with its TLS,
+    token and limits, is `kvmesh.agent.http_server`)."""
 
-    def __init__(self, api: ApiBackend, host: str, port: int) -> None:
+    def __init__(self, api: ApiBackend, host: str, port: int,
+                 security: HttpSecurity | None = None, limits: HttpLimits | None = None) -> None:
         backend = api
 
-        class _Handler(BaseHTTPRequestHandler):
-            server_version = "kvmesh-agent"
+        def respond(method: str, target: str, body: bytes) -> tuple[int, bytes, str]:
+            resp = dispatch(backend, method, target)
+            payload = resp.body
+            if resp.status == 200 and urllib.parse.urlsplit(target).path == "/metrics":
+                # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
+                payload += render(flat_counters("kvmesh_agent_http", self.counters,
+                                                help_prefix="REST server: ")).encode()
+            return resp.status, payload, resp.content_type
 
-            def _serve(self) -> None:
-                resp = dispatch(backend, self.command, self.path)
-                self.send_response(resp.status)
-                self.send_header("Content-Type", resp.content_type)
-                self.send_header("Content-Length", str(len(resp.body)))
-                self.end_headers()
-                self.wfile.write(resp.body)
-
-            do_GET = _serve
-            do_POST = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("%s " + format, self.address_string(), *args)
-
-        self._server = ThreadingHTTPServer((host, port), _Handler)
-        self._server.daemon_threads = True
+        self.security = security or HttpSecurity()
+        self._server = GuardedHttpServer((host, port), respond, self.security,
+                                         limits or HttpLimits(),
+                                         frozenset(m for m, _path in ROUTES))
         self._thread = threading.Thread(target=self._server.serve_forever, name="agent-http",
                                         daemon=True)
         self._thread.start()
@@ -291,6 +288,11 @@ class HttpApi:
     def address(self) -> tuple[str, int]:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Refusals and limits hit (unauthorized, request_timeouts, rejected_busy, status_N)."""
+        return dict(self._server.counters)
 
     def close(self) -> None:
         self._server.shutdown()

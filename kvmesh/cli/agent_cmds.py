@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -23,6 +25,7 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value, encode_config_value
+from kvmesh.agent.http_server import HttpConfigError, read_token
 from kvmesh.agent.keys import (
     STATUS,
     agent_key,
@@ -40,6 +43,7 @@ from kvmesh.cli.common import (
     cli_context,
     emit,
     fail,
+    http_security_args,
     parse_http,
     run_client,
 )
@@ -47,6 +51,8 @@ from kvstore.client import KvStoreClient
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
 HTTP_TIMEOUT_S = 30.0
+HTTP_TOKEN_ENV = "KVMESH_HTTP_TOKEN_FILE"  # the bearer token the REST commands send
+HTTP_CA_ENV = "KVMESH_HTTP_CA"  # the certificate (or CA) that verifies an agent's TLS
 
 
 # -- agent run ----------------------------------------------------------------------------------
@@ -62,17 +68,20 @@ def agent_group() -> None:
 @click.option("--node-url", default=None, help="Command URL of the local KvStore [--url].")
 @agent_options
 def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
-              vpp_socket: str | None, http: str | None, downstream_resync_s: float,
-              assume_current: bool) -> None:
+              vpp_socket: str | None, http: str | None, http_cert: str | None,
+              http_key: str | None, http_token_file: str | None,
+              downstream_resync_s: float, assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvmesh.agent.agent import AgentConfig, run_agent
 
+    http_security_args(http, http_cert, http_key, http_token_file)
     try:
         validate_node_name(name)
         settings = AgentConfig(
             node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
             linux=linux, vpp_socket=vpp_socket, http=parse_http(http),
-            downstream_resync_s=downstream_resync_s, assume_current=assume_current)
+            downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
+            http_token_file=http_token_file, assume_current=assume_current)
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)
     stop = threading.Event()
@@ -199,7 +208,7 @@ def agent_http(node: str | None) -> str:
         if not record or not record.get("http"):
             fail(f"no agent with a REST API is registered for node {name!r} "
                  f"(start it with --http)")
-        return f"http://{record['http']}"
+        return f"{'https' if record.get('tls') else 'http'}://{record['http']}"
 
     result: str = run_client(action)
     return result
@@ -210,8 +219,17 @@ def http_call(base: str, path: str, params: dict[str, Any] | None = None,
     query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
     url = f"{base}{path}" + (f"?{query}" if query else "")
     request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    context = None
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
+        token_file = os.environ.get(HTTP_TOKEN_ENV)
+        if token_file:
+            request.add_header("Authorization", f"Bearer {read_token(token_file)}")
+        if base.startswith("https:"):
+            context = ssl.create_default_context(cafile=os.environ.get(HTTP_CA_ENV) or None)
+    except (HttpConfigError, OSError, ssl.SSLError) as exc:
+        fail(str(exc), code=2)
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S, context=context) as resp:
             body: bytes = resp.read()
             return body
     except urllib.error.HTTPError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -80,6 +81,19 @@ def cluster_down(run_dir: Path, purge: bool) -> None:
                            purge=purge)
     click.echo(f"cluster down ({stopped} processes stopped"
                f"{', data removed' if purge else ''})")
+
+
+@cluster_group.command("env")
+@click.option("--node", default="n1", show_default=True, help="The node to talk to.")
+@run_dir_option
+def cluster_env(node: str, run_dir: Path) -> None:
+    """Shell `export` lines for the cluster's operator: eval "$(kvmesh cluster env)"."""
+    try:
+        env = cluster.client_env(run_dir, node)
+    except cluster.ClusterError as exc:
+        fail(str(exc))
+    for name, value in env.items():
+        click.echo(f"export {name}={shlex.quote(value)}")
 
 
 def register(group: click.Group) -> None:

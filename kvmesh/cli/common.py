@@ -75,6 +75,29 @@ def parse_http(text: str | None) -> tuple[str, int] | None:
     return host or "127.0.0.1", int(port)
 
 
+def http_security_args(http: str | None, cert: str | None, key: str | None,
+                       token_file: str | None) -> list[str]:
+    """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
+    or a non-loopback --http without TLS and token); the agent's arguments for them."""
+    from kvmesh.agent.http_server import HttpConfigError, check_bind, load_security
+
+    try:
+        security = load_security(cert, key, token_file)
+        address = parse_http(http)
+        if address is not None:
+            check_bind(address[0], security)
+        elif cert or key or token_file:
+            raise HttpConfigError("--http-cert/--http-key/--http-token-file need --http")
+    except HttpConfigError as exc:
+        fail(str(exc), code=2)
+    args: list[str] = []
+    for flag, given in (("--http-cert", cert), ("--http-key", key),
+                        ("--http-token-file", token_file)):
+        if given is not None:
+            args += [flag, given]
+    return args
+
+
 def agent_options(fn: Any) -> Any:
     """The agent's options, shared by `agent run` and `node run --agent`."""
     for option in reversed((
@@ -82,7 +105,15 @@ def agent_options(fn: Any) -> Any:
         click.option("--linux", is_flag=True, help="Enable the Linux southbound in the agent's "
                      "own namespace."),
         click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
-        click.option("--http", default=None, help="Serve the REST API on ADDR:PORT."),
+        click.option("--http", default=None, help="Serve the REST API on ADDR:PORT (loopback "
+                     "unless --http-cert, --http-key and --http-token-file are given)."),
+        click.option("--http-cert", default=None, type=click.Path(dir_okay=False),
+                     help="TLS certificate (PEM) of the REST API."),
+        click.option("--http-key", default=None, type=click.Path(dir_okay=False),
+                     help="TLS private key (PEM) of the REST API."),
+        click.option("--http-token-file", "http_token_file", default=None,
+                     type=click.Path(dir_okay=False),
+                     help="Bearer token every REST request must carry (a file, one word)."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
         click.option("--assume-current", is_flag=True,

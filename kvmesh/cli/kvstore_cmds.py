@@ -8,6 +8,7 @@ request refused), 2 for invalid arguments or configuration. Every network call h
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,10 +27,19 @@ from kvmesh.cli.common import (
     client_for,
     emit,
     fail,
+    http_security_args,
     parse_http,
     run_client,
 )
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.config import NodeConfig
+from kvstore.curve import (
+    KEY_FILE_ENV,
+    SERVER_KEY_ENV,
+    CurveError,
+    NodeSecurity,
+    non_loopback,
+)
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
@@ -75,6 +85,13 @@ def node_group() -> None:
               help="Start EMPTY when the database is corrupt (it is moved aside, loudly).")
 @click.option("--agent", is_flag=True, help="Also run this node's agent, supervised, in its "
               "own process (options below).")
+@click.option("--key-file", "node_key_file", type=click.Path(dir_okay=False), default=None,
+              help="This node's CurveZMQ secret key (NAME.key_secret): run secured.")
+@click.option("--authorized-keys", type=click.Path(file_okay=False), default=None,
+              help="Directory of allowed public keys by role (peer/, operator/, reader/).")
+@click.option("--insecure", is_flag=True, help="Plaintext, no authentication: only when every "
+              "bound and peer address is loopback.")
+@click.option("--insecure-any-address", is_flag=True, help="Plaintext on any address (warns).")
 @agent_options
 def node_run(
     name: str,
@@ -86,10 +103,17 @@ def node_run(
     ephemeral: bool,
     discard_corrupt_state: bool,
     agent: bool,
+    node_key_file: str | None,
+    authorized_keys: str | None,
+    insecure: bool,
+    insecure_any_address: bool,
     linux_netns: str | None,
     linux: bool,
     vpp_socket: str | None,
     http: str | None,
+    http_cert: str | None,
+    http_key: str | None,
+    http_token_file: str | None,
     downstream_resync_s: float,
     assume_current: bool,
 ) -> None:
@@ -111,6 +135,7 @@ def node_run(
              "need --agent", code=2)
     if http is not None:
         parse_http(http)  # reject a bad ADDR:PORT before anything starts
+    agent_args += http_security_args(http, http_cert, http_key, http_token_file)
 
     try:
         config = load_config(config_path)
@@ -130,17 +155,51 @@ def node_run(
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
+    security = node_security(config, node_key_file, authorized_keys, insecure,
+                             insecure_any_address)
     if not agent:
-        sys.exit(run_node(config))
+        sys.exit(run_node(config, security))
     from kvmesh.agent.supervisor import AgentSupervisor
 
+    if security is not None and node_key_file is not None:
+        # The agent authenticates with this node's own key: an operator bound to this node
+        # (kvstore.curve.NodeSecurity), the one client that may write status/<name>/.
+        os.environ[KEY_FILE_ENV] = node_key_file
+        os.environ[SERVER_KEY_ENV] = node_key_file
     supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args)
     supervisor.start()
     try:
-        code = run_node(config)
+        code = run_node(config, security)
     finally:
         supervisor.stop()
     sys.exit(code)
+
+
+def node_security(config: NodeConfig, key_file: str | None, authorized_keys: str | None,
+                  insecure: bool, insecure_any_address: bool) -> NodeSecurity | None:
+    """The node's CurveZMQ setup from its options, or None for plaintext (checked here: plaintext
+    only on loopback unless forced); a usage problem exits 2 with one line."""
+    plaintext = insecure or insecure_any_address
+    if plaintext and (key_file or authorized_keys):
+        fail("node run: --insecure and --key-file/--authorized-keys exclude each other", code=2)
+    if plaintext:
+        urls = [config.cmd_url, config.pub_url, *(p.cmd_url for p in config.peers.values())]
+        remote = non_loopback(urls)
+        if remote and not insecure_any_address:
+            fail(f"node run: --insecure is for loopback only ({', '.join(remote)} is not); "
+                 "run secured (--key-file, --authorized-keys) or force --insecure-any-address",
+                 code=2)
+        if remote:
+            click.echo(f"warning: node {config.name} runs PLAINTEXT and unauthenticated on "
+                       f"{', '.join(remote)}: anyone who reaches it can write", err=True)
+        return None
+    if not key_file or not authorized_keys:
+        fail("node run: give --key-file FILE --authorized-keys DIR (secured; see "
+             "docs/security.md), or --insecure for a loopback-only plaintext node", code=2)
+    try:
+        return NodeSecurity(key_file, authorized_keys, config.name)
+    except CurveError as exc:
+        fail(f"node run: {exc}", code=2)
 
 
 # -- key --------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kvmesh.agent.supervisor import local_url
-from tests.kvstore.conftest import free_port
+from kvstore.client import KvStoreClient
+from tests.kvstore.conftest import Keyring, free_port
 from tests.netns import netns_available, temporary_netns
 from tests.util import wait_until
 
@@ -53,13 +54,18 @@ def agent_pids(http_port: int) -> list[int]:
 @pytest.mark.netns
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
 def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
+    """Secured: the supervised agent authenticates with its node's key and may publish its
+    node's own keys (node/s1/agent), which an unbound operator could not."""
     http_port = free_port()
+    keyring = Keyring(tmp_path)
+    keyring.authorize("watcher", "reader")
+    cmd_url = f"tcp://127.0.0.1:{free_port()}"
     with temporary_netns("kvs") as ns:
         log = open(tmp_path / "node.log", "wb")  # noqa: SIM115 - handed to the child
         node = subprocess.Popen(
             [sys.executable, "-m", "kvmesh", "node", "run", "--name", "s1",
-             "--cmd-url", f"tcp://127.0.0.1:{free_port()}",
-             "--pub-url", f"tcp://127.0.0.1:{free_port()}",
+             "--cmd-url", cmd_url, "--pub-url", f"tcp://127.0.0.1:{free_port()}",
+             "--key-file", str(keyring.secret("s1")), "--authorized-keys", str(keyring.auth),
              "--ephemeral", "--agent", "--assume-current", "--linux-netns", ns.name,
              "--http", f"127.0.0.1:{http_port}"],
             stdout=log, stderr=subprocess.STDOUT)
@@ -67,6 +73,12 @@ def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
         try:
             first = wait_until(lambda: agent_pid(http_port) or 0, timeout=60,
                                message="agent started by the node")
+
+            def registered() -> bool:
+                with KvStoreClient(cmd_url, curve=keyring.curve("watcher", "s1")) as client:
+                    return "node/s1/agent" in client.get(["node/s1/agent"])
+
+            wait_until(registered, timeout=30, message="the agent wrote node/s1/agent")
             os.kill(first, signal.SIGKILL)
             second = wait_until(lambda: (agent_pid(http_port) or first) != first
                                 and agent_pid(http_port), timeout=60,

@@ -60,7 +60,7 @@ class Proc:
 
     def start(self) -> None:
         args = [sys.executable, "-m", "kvmesh", "node", "run", "--name", self.name,
-                "--cmd-url", self.cmd_url, "--pub-url", self.pub_url]
+                "--cmd-url", self.cmd_url, "--pub-url", self.pub_url, "--insecure"]
         args += (["--data-dir", str(self.workdir / "data" / self.name)] if self.durable
                  else ["--ephemeral"])
         for peer, url in self.peers.items():

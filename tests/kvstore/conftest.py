@@ -3,6 +3,10 @@
 `mesh` hands out a `Mesh`: allocate nodes (free ports, so URLs are known before any node starts
 and peers can be declared on both sides), start them as subprocesses, wait until their command
 socket answers, and kill every process at teardown, whatever happened in the test.
+
+Nodes run `--insecure` (plaintext, loopback) unless the mesh is made with `secure=True`
+(`secure_mesh`): then every node has a key pair, all share one authorized-keys directory (each
+node a `peer`, plus the operator key `op` the nodes' `client()` uses), see `Keyring`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import pytest
 
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.curve import ClientCurve, generate, load_key_pair, load_public_key
 from kvstore.node_ports import free_tcp_port
 from tests.util import wait_until
 
@@ -60,13 +65,16 @@ class Node:
     config: dict[str, Any] = field(default_factory=dict)
     peers: dict[str, str] = field(default_factory=dict)  # name -> cmd_url
     proc: subprocess.Popen[bytes] | None = None
+    keyring: Keyring | None = None  # secured: the mesh's keys
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
-    def client(self, timeout_s: float = 5.0) -> KvStoreClient:
-        return KvStoreClient(self.cmd_url, timeout_s=timeout_s)
+    def client(self, timeout_s: float = 5.0, key: str = "op") -> KvStoreClient:
+        """A client (plaintext, or in a secured mesh with the key pair `key`)."""
+        curve = None if self.keyring is None else self.keyring.curve(key, self.name)
+        return KvStoreClient(self.cmd_url, timeout_s=timeout_s, curve=curve)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -94,10 +102,54 @@ class Node:
             self.proc.wait(timeout=10)
 
 
+class Keyring:
+    """Key pairs under `root/keys`, one authorized-keys directory `root/auth` (docs/security.md
+    layout: auth/<role>/[<node>/]<name>.key)."""
+
+    def __init__(self, root: Path) -> None:
+        self.keys = root / "keys"
+        self.auth = root / "auth"
+        self.auth.mkdir(parents=True, exist_ok=True)
+
+    def secret(self, name: str) -> Path:
+        path = self.keys / f"{name}.key_secret"
+        if not path.exists():
+            generate(name, self.keys)
+        return path
+
+    def public(self, name: str) -> Path:
+        self.secret(name)
+        return self.keys / f"{name}.key"
+
+    def authorize(self, name: str, role: str, node: str | None = None) -> Path:
+        if role == "peer":  # peer/<node>.key
+            directory, file_name = self.auth / role, f"{node or name}.key"
+        else:  # <role>/[<node>/]<name>.key
+            directory, file_name = self.auth / role / (node or ""), f"{name}.key"
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / file_name
+        target.write_bytes(self.public(name).read_bytes())
+        return target
+
+    def revoke(self, name: str) -> None:
+        public = self.public(name).read_bytes()
+        for path in self.auth.rglob("*.key"):
+            if path.read_bytes() == public:
+                path.unlink()
+
+    def curve(self, name: str, server: str) -> ClientCurve:
+        return ClientCurve(load_key_pair(self.secret(name)),
+                           load_public_key(str(self.public(server))))
+
+
 class Mesh:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, secure: bool = False) -> None:
         self.workdir = workdir
         self.nodes: dict[str, Node] = {}
+        self.keyring: Keyring | None = None
+        if secure:
+            self.keyring = Keyring(workdir)
+            self.keyring.authorize("op", "operator")
 
     def allocate(self, name: str, **config: Any) -> Node:
         node = Node(
@@ -106,9 +158,18 @@ class Mesh:
             pub_url=f"tcp://127.0.0.1:{free_port()}",
             workdir=self.workdir,
             config={**TEST_CONFIG, **config},
+            keyring=self.keyring,
         )
+        if self.keyring is not None:
+            self.keyring.authorize(name, "peer", node=name)
         self.nodes[name] = node
         return node
+
+    def security_args(self, node: Node) -> list[str]:
+        if self.keyring is None:
+            return ["--insecure"]
+        return ["--key-file", str(self.keyring.secret(node.name)),
+                "--authorized-keys", str(self.keyring.auth)]
 
     def command(self, node: Node) -> list[str]:
         config_path = self.workdir / f"{node.name}.toml"
@@ -127,6 +188,7 @@ class Mesh:
             node.pub_url,
             "--config",
             str(config_path),
+            *self.security_args(node),
         ]
         for peer, url in node.peers.items():
             cmd += ["--peer", f"{peer}={url}"]
@@ -211,6 +273,15 @@ class Mesh:
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[Mesh]:
     m = Mesh(tmp_path)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+@pytest.fixture
+def secure_mesh(tmp_path: Path) -> Iterator[Mesh]:
+    m = Mesh(tmp_path, secure=True)
     try:
         yield m
     finally:

@@ -102,7 +102,8 @@ def test_acknowledged_writes_survive_sigkill(mesh: Mesh, tmp_path: Path) -> None
 
 
 def run_node(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvmesh", "node", "run", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "kvmesh", "node", "run", "--insecure", *args],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -72,7 +72,8 @@ def test_missing_config_file_and_bad_peer_argument(tmp_path: Path) -> None:
 def test_busy_port_is_a_clear_error(mesh: Mesh) -> None:
     first = mesh.start(mesh.allocate("first"))
     result = run_node(
-        "--name", "second", "--cmd-url", first.cmd_url, "--pub-url", f"tcp://127.0.0.1:{free_port()}"
+        "--name", "second", "--cmd-url", first.cmd_url, "--pub-url",
+        f"tcp://127.0.0.1:{free_port()}", "--insecure",
     )
     assert result.returncode == 1
     assert "cannot bind" in result.stderr

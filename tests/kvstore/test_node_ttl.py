@@ -29,8 +29,11 @@ def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
     with c.client() as client, client.subscribe() as subscription:
         # Make sure the subscription is live before the key is set (ZeroMQ's slow joiner).
         with a.client() as writer:
+            versions = iter(range(1, 10_000))  # a new version each try: each one is published
             wait_until(
-                lambda: writer.set({"probe": make_value(b"", version=1, originator_id="t")})
+                lambda: writer.set(
+                    {"probe": make_value(b"", version=next(versions), originator_id="t")}
+                )
                 is not None
                 and subscription.recv(timeout_s=0.2) is not None,
                 message="subscription live",

@@ -10,6 +10,16 @@ Metrics (targets from the KvStore issue; 2-core machine):
                            PEER_ADD until both stores agree                     <= 150
   full_sync_1m_10diff_ms   the same with 1 M keys, 10 differ                    <= 100
   bytes_per_key_1m         node RSS growth per key, 1 M keys of 100-byte values <= 520
+  flood_curve_kv_per_s     flood_kv_per_s with every socket on CurveZMQ (the driver and the sink
+                           authenticated as peers); flood_curve_ratio = over the plaintext node
+                           of the same run                                      ratio >= 0.7
+  hop_latency_curve_p50_us hop_latency_p50_us on a secured chain; hop_latency_curve_ratio = over
+                           the plaintext chain of the same run                  ratio <= 1.3
+  recv_user_id_ns_per_msg  receiving a small command on a CurveZMQ ROUTER and reading its ZAP
+                           User-Id (what a secured node does per message), against the same
+                           receive without it (the baseline)
+The CurveZMQ pairs (plaintext and secured) run side by side in alternating rounds, so load from
+elsewhere on a shared machine falls on both alike.
 
 Baselines measured in the same run (ratio = metric / baseline):
   flood / single-key rate, hop latency: a raw pyzmq pipe with the same topology and the same
@@ -54,8 +64,16 @@ sys.path.insert(0, str(REPO))
 
 import zmq  # noqa: E402
 
+from kvmesh.cluster import OPERATOR_KEY, make_keys  # noqa: E402
 from kvstore import wire  # noqa: E402
 from kvstore.client import KvStoreClient  # noqa: E402
+from kvstore.curve import (  # noqa: E402
+    ClientCurve,
+    KeyPair,
+    apply_client,
+    load_key_pair,
+    load_public_key,
+)
 from kvstore.gen.kvstore_thrift.constants import DIGEST_FANOUT, TTL_INFINITY  # noqa: E402
 from kvstore.gen.kvstore_thrift.ttypes import (  # noqa: E402
     Command,
@@ -110,9 +128,17 @@ class NodeProc:
     pub_url: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    curve: ClientCurve | None = None  # the operator's keys for this node (secured cluster)
 
     def client(self, timeout_s: float = 60.0) -> KvStoreClient:
-        return KvStoreClient(self.cmd_url, timeout_s=timeout_s)
+        return KvStoreClient(self.cmd_url, timeout_s=timeout_s, curve=self.curve)
+
+    def as_peer(self, name: str) -> ClientCurve | None:
+        """Keys to talk to this node as peer `name` (None: plaintext)."""
+        if self.curve is None:
+            return None
+        keys = self.log_path.parent / "keys"
+        return ClientCurve(load_key_pair(keys / f"{name}.key_secret"), self.curve.server_key)
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -122,10 +148,32 @@ class NodeProc:
 
 
 @dataclass
+class BenchKeys:
+    """CurveZMQ keys for a secured bench cluster: every name a peer, plus the operator."""
+
+    workdir: Path
+    names: list[str]
+
+    def __post_init__(self) -> None:
+        self.auth, self.secrets = make_keys(self.workdir, self.names)
+
+    def pair(self, name: str) -> KeyPair:
+        return load_key_pair(self.secrets[name])
+
+    def public(self, name: str) -> bytes:
+        return load_public_key(str(self.secrets[name].with_suffix(".key")))
+
+
+@dataclass
 class Cluster:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kvbench-")))
     nodes: list[NodeProc] = field(default_factory=list)
     helpers: list[mp.process.BaseProcess] = field(default_factory=list)
+    keys: BenchKeys | None = None  # None: plaintext nodes (--insecure)
+
+    def secure(self, names: list[str]) -> BenchKeys:
+        self.keys = BenchKeys(self.workdir, names)
+        return self.keys
 
     def start_node(
         self,
@@ -149,10 +197,17 @@ class Cluster:
         ]  # fmt: skip
         for peer, peer_url in (peers or {}).items():
             args += ["--peer", f"{peer}={peer_url}"]
+        curve = None
+        if self.keys is None:
+            args.append("--insecure")
+        else:
+            args += ["--key-file", str(self.keys.secrets[name]),
+                     "--authorized-keys", str(self.keys.auth)]
+            curve = ClientCurve(self.keys.pair(OPERATOR_KEY), self.keys.public(name))
         log_path = self.workdir / f"{name}.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        node = NodeProc(name, cmd_url, pub_url, proc, log_path)
+        node = NodeProc(name, cmd_url, pub_url, proc, log_path, curve)
         self.nodes.append(node)
         return node
 
@@ -165,7 +220,7 @@ class Cluster:
             if node.proc.poll() is not None:
                 raise RuntimeError(f"{node.name} exited:\n{node.log_path.read_text()}")
             try:
-                with KvStoreClient(node.cmd_url, timeout_s=0.5) as c:
+                with KvStoreClient(node.cmd_url, timeout_s=0.5, curve=node.curve) as c:
                     info = c.node_info(refresh=True)
                     if info.initial_sync_done or not initial_sync:
                         return
@@ -210,12 +265,17 @@ def cluster() -> Iterator[Cluster]:
 # ---------------------------------------------------------------------- helper processes
 
 
-def sink_main(bind_url: str, conn: Connection) -> None:
+def sink_main(bind_url: str, curve_pair: KeyPair | None, conn: Connection) -> None:
     """A fake peer: answers sync requests as an empty store would, and reports (by pipe) the
-    monotonic time at which a KEY_SET containing each requested marker arrives."""
+    monotonic time at which a KEY_SET containing each requested marker arrives. With
+    `curve_pair`, a CurveZMQ server (no ZAP: it takes any client key)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.RCVHWM, 0)
+    if curve_pair is not None:
+        sock.curve_secretkey = curve_pair.secret
+        sock.curve_publickey = curve_pair.public
+        sock.curve_server = True
     sock.bind(bind_url)
     conn.send("ready")
     marker: bytes | None = None
@@ -321,12 +381,20 @@ def flood_messages(n_msgs: int, kv_per_msg: int, run: int, marker: str) -> list[
     return messages
 
 
-def drive(target_url: str, messages: list[bytes], sink: Connection, marker: str) -> float:
+def drive(
+    target_url: str,
+    messages: list[bytes],
+    sink: Connection,
+    marker: str,
+    curve: ClientCurve | None = None,
+) -> float:
     """Send every message to `target_url`; return seconds until the sink saw the marker."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        apply_client(sock, curve.key_pair, curve.server_key)
     sock.connect(target_url)
     try:
         time.sleep(0.05)  # let the connection come up, so the first sends are not queued
@@ -340,6 +408,43 @@ def drive(target_url: str, messages: list[bytes], sink: Connection, marker: str)
         return float(sink.recv()) - start
     finally:
         sock.close(linger=0)
+
+
+@dataclass
+class FloodSubject:
+    """A node flooded by a driver (as peer "src") and re-flooding to a sink (peer "sink")."""
+
+    node: NodeProc
+    sink: Connection
+    sink_url: str
+    src: ClientCurve | None
+
+
+def flood_subject(c: Cluster, secure: bool, durability: str | None = None) -> FloodSubject:
+    """`secure`: the node, the driver and the sink on CurveZMQ (all three authenticated).
+    `durability`: the node's store mode (None: memory only)."""
+    sink_url = url()
+    keys = c.secure(["subject", "src", "sink"]) if secure else None
+    sink = start_helper(c, sink_main, sink_url, keys.pair("sink") if keys else None)
+    node = c.start_node("subject", peers={"sink": sink_url}, durability=durability)
+    c.wait_ready(node)
+    return FloodSubject(node, sink, sink_url, node.as_peer("src"))
+
+
+def flood_run(subject: FloodSubject, kv_per_msg: int, n_msgs: int, run: int) -> float:
+    """One run's rate (key-values per second); run 0 inserts the keys (the warm-up)."""
+    total = n_msgs * kv_per_msg
+    node = subject.node
+    marker = f"~end~node~{run}"
+    messages = flood_messages(n_msgs, kv_per_msg, run, marker)
+    with node.client() as client:
+        sent_before = client.counters().get("kvstore.sent_key_vals", 0)
+    seconds = drive(node.cmd_url, messages, subject.sink, marker, subject.src)
+    with node.client() as client:
+        sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
+    if sent != total + 1:
+        raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
+    return total / seconds
 
 
 def wait_written(node: NodeProc, timeout_s: float = 300) -> None:
@@ -359,54 +464,56 @@ def wait_written(node: NodeProc, timeout_s: float = 300) -> None:
 def bench_flood_durable(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
     """With durability=batch: (flood rate as the next node sees it, rate until the last of it is
     on disk), key-values per second, medians of `runs`."""
-    return bench_flood(kv_per_msg, n_msgs, runs, durability="batch")
-
-
-def bench_flood(
-    kv_per_msg: int, n_msgs: int, runs: int, durability: str | None = None
-) -> tuple[float, float]:
-    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. With a
-    `durability`, the second figure is the rate until everything is on the node's disk."""
     total = n_msgs * kv_per_msg
     with cluster() as c:
-        sink_url = url()
-        sink = start_helper(c, sink_main, sink_url)
-        node = c.start_node("subject", peers={"sink": sink_url}, durability=durability)
-        c.wait_ready(node)
-        node_rates = []
-        # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
-        warmup = flood_messages(n_msgs, kv_per_msg, 0, "~end~warmup")
-        drive(node.cmd_url, warmup, sink, "~end~warmup")
-        disk_rates = []
+        subject = flood_subject(c, secure=False, durability="batch")
+        flood_run(subject, kv_per_msg, n_msgs, 0)
+        rates, disk_rates = [], []
         for run in range(1, runs + 1):
-            marker = f"~end~node~{run}"
-            messages = flood_messages(n_msgs, kv_per_msg, run, marker)
-            with node.client() as client:
-                sent_before = client.counters().get("kvstore.sent_key_vals", 0)
-            if durability is not None:
-                wait_written(node)
+            wait_written(subject.node)
             started = time.monotonic()
-            seconds = drive(node.cmd_url, messages, sink, marker)
-            node_rates.append(total / seconds)
-            if durability is not None:
-                wait_written(node)
-                disk_rates.append(total / (time.monotonic() - started))
-            with node.client() as client:
-                sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
-            if sent != total + 1:
-                raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
-        if durability is not None:
-            sink.send(None)
-            return median(node_rates), median(disk_rates)
+            rates.append(flood_run(subject, kv_per_msg, n_msgs, run))
+            wait_written(subject.node)
+            disk_rates.append(total / (time.monotonic() - started))
+        subject.sink.send(None)
+    return median(rates), median(disk_rates)
+
+
+def bench_flood(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`."""
+    total = n_msgs * kv_per_msg
+    with cluster() as c:
+        subject = flood_subject(c, secure=False)
+        # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
+        flood_run(subject, kv_per_msg, n_msgs, 0)
+        node_rates = [flood_run(subject, kv_per_msg, n_msgs, run) for run in range(1, runs + 1)]
         relay_url = url()
-        start_helper(c, relay_main, relay_url, sink_url, False)
+        start_helper(c, relay_main, relay_url, subject.sink_url, False)
         raw_rates = []
         for run in range(runs):
             marker = f"~end~raw~{run}"
             messages = flood_messages(n_msgs, kv_per_msg, run, marker)
-            raw_rates.append(total / drive(relay_url, messages, sink, marker))
-        sink.send(None)
+            raw_rates.append(total / drive(relay_url, messages, subject.sink, marker))
+        subject.sink.send(None)
     return median(node_rates), median(raw_rates)
+
+
+def bench_flood_curve(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """(plaintext node rate, CurveZMQ node rate): both set up side by side and measured in
+    alternation, so that load from elsewhere on a shared machine hits both alike."""
+    with cluster() as plain_cluster, cluster() as curve_cluster:
+        plain = flood_subject(plain_cluster, secure=False)
+        curve = flood_subject(curve_cluster, secure=True)
+        for subject in (plain, curve):
+            flood_run(subject, kv_per_msg, n_msgs, 0)
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for run in range(1, runs + 1):
+            order = (plain, curve) if run % 2 else (curve, plain)
+            for subject in order:
+                rates[subject is curve].append(flood_run(subject, kv_per_msg, n_msgs, run))
+        for subject in (plain, curve):
+            subject.sink.send(None)
+    return median(rates[False]), median(rates[True])
 
 
 # ---------------------------------------------------------------------- hop latency
@@ -423,21 +530,30 @@ def request_version(data: bytes) -> int | None:
     return None if value is None else value.version
 
 
-def chain_latency(
+def chain_latency(*args: Any, **kwargs: Any) -> float:
+    """p50 per-hop latency (µs): the median of `chain_latencies`."""
+    return median(chain_latencies(*args, **kwargs))
+
+
+def chain_latencies(
     entry_url: str,
     pub_url: str,
     samples: int,
     hops: int,
     version_of: Callable[[bytes], int | None] = publication_version,
-) -> float:
-    """p50 per-hop latency (µs) of one-key publications sent in at `entry_url` and seen on
-    `pub_url`, one at a time."""
+    curves: tuple[ClientCurve | None, ClientCurve | None] = (None, None),
+) -> list[float]:
+    """Per-hop latencies (µs) of one-key publications sent in at `entry_url` and seen on
+    `pub_url`, one at a time. `curves`: the sender's and the subscriber's keys (secured)."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sender = ctx.socket(zmq.DEALER)
     sender.setsockopt(zmq.LINGER, 0)
-    sender.connect(entry_url)
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
+    for sock, curve in zip((sender, sub), curves, strict=True):
+        if curve is not None:
+            apply_client(sock, curve.key_pair, curve.server_key)
+    sender.connect(entry_url)
     sub.connect(pub_url)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     payload = value_of(7)
@@ -476,7 +592,7 @@ def chain_latency(
             version += 1
             if version > first + 100:
                 raise RuntimeError("no publication came out of the chain")
-        latencies = []
+        latencies: list[float] = []
         for _ in range(samples):
             version += 1
             start = time.perf_counter()
@@ -484,22 +600,30 @@ def chain_latency(
             if not wait_for(version, 5000):
                 raise RuntimeError("publication lost in the chain")
             latencies.append((time.perf_counter() - start) * 1e6 / hops)
-        return median(latencies)
+        return latencies
     finally:
         sender.close(linger=0)
         sub.close(linger=0)
 
 
+def start_chain(c: Cluster, n_nodes: int, secure: bool = False) -> list[NodeProc]:
+    urls = [url() for _ in range(n_nodes)]
+    if secure:
+        c.secure([f"n{i}" for i in range(n_nodes)])
+    nodes = []
+    for i in range(n_nodes):
+        peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
+        nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
+    for node in nodes:
+        c.wait_ready(node)
+    return nodes
+
+
 def bench_latency(n_nodes: int, samples: int) -> tuple[float, float]:
+    """(node chain p50, raw relay chain p50) per hop."""
     hops = n_nodes - 1
     with cluster() as c:
-        urls = [url() for _ in range(n_nodes)]
-        nodes = []
-        for i in range(n_nodes):
-            peers = {f"n{j}": urls[j] for j in (i - 1, i + 1) if 0 <= j < n_nodes}
-            nodes.append(c.start_node(f"n{i}", peers=peers, cmd_url=urls[i]))
-        for node in nodes:
-            c.wait_ready(node)
+        nodes = start_chain(c, n_nodes)
         node_p50 = chain_latency(nodes[0].cmd_url, nodes[-1].pub_url, samples, hops)
         relay_urls = [url() for _ in range(n_nodes)]
         raw_pub = url()
@@ -508,6 +632,23 @@ def bench_latency(n_nodes: int, samples: int) -> tuple[float, float]:
             start_helper(c, relay_main, relay_urls[i], raw_pub if last else relay_urls[i + 1], last)
         raw_p50 = chain_latency(relay_urls[0], raw_pub, samples, hops, request_version)
     return node_p50, raw_p50
+
+
+def bench_latency_curve(n_nodes: int, samples: int, rounds: int = 5) -> tuple[float, float]:
+    """(plaintext chain p50, CurveZMQ chain p50) per hop: two chains side by side, sampled in
+    alternating rounds (see bench_flood_curve)."""
+    hops = n_nodes - 1
+    with cluster() as plain_cluster, cluster() as curve_cluster:
+        chains = {False: start_chain(plain_cluster, n_nodes),
+                  True: start_chain(curve_cluster, n_nodes, secure=True)}
+        latencies: dict[bool, list[float]] = {False: [], True: []}
+        for round_ in range(rounds):
+            for secure in ((False, True) if round_ % 2 else (True, False)):
+                nodes = chains[secure]
+                latencies[secure] += chain_latencies(
+                    nodes[0].cmd_url, nodes[-1].pub_url, max(1, samples // rounds), hops,
+                    curves=(nodes[0].curve, nodes[-1].curve))
+    return median(latencies[False]), median(latencies[True])
 
 
 # ---------------------------------------------------------------------- full sync
@@ -684,6 +825,53 @@ def start_helper_noready(c: Cluster, target: Callable[..., None], *args: Any) ->
     return parent
 
 
+# ---------------------------------------------------------------------- ZAP User-Id cost
+
+
+def bench_user_id_cost(n_msgs: int, runs: int) -> tuple[float, float]:
+    """(ns per message received with the ZAP User-Id looked up, ns without): the per-message
+    part of authorising commands on a secured node, on one in-process CurveZMQ ROUTER."""
+    from kvstore.curve import NodeSecurity
+    from kvstore.node import _recv_frames_user
+
+    workdir = Path(tempfile.mkdtemp(prefix="kvbench-zap-"))
+    keys = BenchKeys(workdir, ["server", "client"])
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    security = NodeSecurity(str(keys.secrets["server"]), str(keys.auth), "server")
+    security.start(ctx)
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVHWM, 0)
+    security.make_server(router)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.SNDHWM, 0)
+    apply_client(dealer, keys.pair("client"), keys.public("server"))
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    payload = b"x" * 200
+    timings: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for run in range(runs * 2):
+            with_user = bool(run % 2)
+            for _ in range(n_msgs):
+                dealer.send_multipart([b"", payload])
+            received = 0
+            start = time.perf_counter()
+            while received < n_msgs:
+                router.poll(1000)
+                while (
+                    (_recv_frames_user(router) if with_user else wire.recv_frames(router))
+                    is not None
+                ):
+                    received += 1
+            timings[with_user].append((time.perf_counter() - start) * 1e9 / n_msgs)
+    finally:
+        dealer.close(linger=0)
+        router.close(linger=0)
+        security.stop()
+        ctx.term()
+    return median(timings[True]), median(timings[False])
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -758,9 +946,25 @@ def main() -> int:
     progress("flood (1-kv publications)...")
     node, raw = bench_flood(1, 10_000 if quick else 50_000, runs)
     metrics.append(Metric("single_key_pub_per_s", node, 60_000, True, "raw pyzmq relay", raw))
+    progress("flood, plaintext and CurveZMQ side by side (100-kv publications)...")
+    plain_flood, curve_flood = bench_flood_curve(100, 500 if quick else 2_000, runs + 1)
+    metrics.append(Metric("flood_curve_kv_per_s", curve_flood, 0.7 * plain_flood, True,
+                          "plaintext node, same rounds", plain_flood))
     progress("16-node chain latency...")
     node, raw = bench_latency(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_p50_us", node, 250, False, "raw pyzmq relay chain", raw))
+    progress("16-node chains, plaintext and CurveZMQ side by side...")
+    plain_p50, curve_p50 = bench_latency_curve(16, 50 if quick else 300)
+    metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * plain_p50, False,
+                          "plaintext chain, same rounds", plain_p50))
+    progress("ZAP User-Id per message...")
+    with_user, without = bench_user_id_cost(50_000 if quick else 200_000, runs)
+    metrics.append(Metric("recv_user_id_ns_per_msg", with_user, 1.2 * without, False,
+                          "the same receive without User-Id", without))
+    # The issue's names for the two CurveZMQ ratios.
+    by_name = {m.name: m for m in metrics}
+    extra = {"flood_curve_ratio": by_name["flood_curve_kv_per_s"].ratio,
+             "hop_latency_curve_ratio": by_name["hop_latency_curve_p50_us"].ratio}
     progress("full sync 100k / 1%...")
     node, naive = bench_full_sync(100_000, 1_000, runs)
     metrics.append(
@@ -785,6 +989,7 @@ def main() -> int:
             out[f"{m.name}_ratio"] = round(m.ratio, 3)
             if m.ratio_name:
                 out[m.ratio_name] = round(m.ratio, 3)
+        out.update({name: round(value, 3) for name, value in extra.items()})
         print(json.dumps(out))
         return 0
     rows = [

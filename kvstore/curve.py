@@ -1,0 +1,408 @@
+"""CurveZMQ for the node and its clients: key files, the authorized-keys directory, ZAP.
+
+Keys are ZeroMQ certificates as `zmq.auth.create_certificates` writes them: `NAME.key` (public)
+and `NAME.key_secret` (public + secret). The authorized-keys directory gives each public key a
+role by where it lies (docs/security.md):
+
+    DIR/peer/<node>.key          another node; the file name is the node's name (its flood-path
+                                 id and the name this node connects to it by)
+    DIR/operator/<name>.key      may write (no status/<N>/, node/<N>/ keys)
+    DIR/operator/<N>/<name>.key  an operator bound to node N (N's agent)
+    DIR/reader/<name>.key        reads only (and DIR/reader/<N>/<name>.key, bound, same rights)
+
+The directory is re-read when it changes (polled by the node's timer), so adding, removing or
+replacing a key takes effect without a restart: new connections are checked by the ZAP handler
+against the current table, and every message on an established connection is looked up again by
+its key (the ZAP User-Id), so a removed key loses its rights at once.
+
+Everything here is plumbing; the decisions are `kvstore.authz`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import parse_monitor_message
+
+from kvstore.authz import OPERATOR, PEER, ROLES, Identity
+
+log = logging.getLogger("kvstore.curve")
+
+KEY_FILE_ENV = "KVMESH_KEY_FILE"
+SERVER_KEY_ENV = "KVMESH_SERVER_KEY"
+Z85_KEY_LEN = 40
+ZAP_DOMAIN = "kvmesh"
+# Seconds between two log lines about refused connections from the same key (a refused client
+# reconnects every 100 ms; one line says it all).
+REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+class CurveError(ValueError):
+    """A key file or key directory that cannot be used; the message names the file."""
+
+
+def fingerprint(public_key: bytes) -> str:
+    """A short, stable name for a public key (z85 text) for logs and errors."""
+    try:
+        raw = zmq.utils.z85.decode(public_key)
+    except Exception:  # not z85: fingerprint the bytes as they are
+        raw = public_key
+    return "sha256:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    public: bytes  # z85
+    secret: bytes  # z85
+    path: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.public)
+
+
+def load_key_pair(path: str | os.PathLike[str]) -> KeyPair:
+    """A secret certificate (`NAME.key_secret`); CurveError with the file named otherwise."""
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise CurveError(f"{path}: cannot read key: {exc}") from exc
+    if secret is None:
+        raise CurveError(f"{path}: holds no secret key (use the .key_secret file)")
+    _check_z85(path, public)
+    _check_z85(path, secret)
+    return KeyPair(public, secret, str(path))
+
+
+def load_public_key(spec: str) -> bytes:
+    """A public key given as its 40-character z85 text or as a certificate file."""
+    if len(spec) == Z85_KEY_LEN and not os.path.exists(spec):
+        _check_z85("public key", spec.encode())
+        return spec.encode()
+    try:
+        public, _secret = zmq.auth.load_certificate(spec)
+    except (OSError, ValueError) as exc:
+        raise CurveError(f"{spec}: cannot read public key: {exc}") from exc
+    _check_z85(spec, public)
+    return public
+
+
+def _check_z85(source: str | os.PathLike[str], key: bytes) -> None:
+    try:
+        ok = len(key) == Z85_KEY_LEN and len(zmq.utils.z85.decode(key)) == 32
+    except Exception:
+        ok = False
+    if not ok:
+        raise CurveError(f"{source}: not a CurveZMQ key (40 z85 characters)")
+
+
+def generate(name: str, out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """`NAME.key` and `NAME.key_secret` in `out_dir` (created 0700; the secret file 0600)."""
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not name or "/" in name or name.startswith("."):
+        raise CurveError(f"invalid key name {name!r}")
+    for suffix in (".key", ".key_secret"):
+        if (directory / f"{name}{suffix}").exists():
+            raise CurveError(f"{directory / (name + suffix)} exists: not overwriting a key")
+    old_umask = os.umask(0o077)
+    try:
+        public, secret = zmq.auth.create_certificates(str(directory), name)
+    finally:
+        os.umask(old_umask)
+    os.chmod(public, 0o644)
+    return Path(public), Path(secret)
+
+
+# ---------------------------------------------------------------------- authorized keys
+
+
+@dataclass(frozen=True)
+class AuthorizedKey:
+    public: bytes
+    identity: Identity
+    path: str
+
+
+def scan_authorized_keys(directory: Path) -> tuple[dict[bytes, AuthorizedKey], list[str]]:
+    """Every public key under `directory` with its identity; plus one line per file skipped."""
+    keys: dict[bytes, AuthorizedKey] = {}
+    problems: list[str] = []
+    for role in ROLES:
+        role_dir = directory / role
+        if not role_dir.is_dir():
+            continue
+        for path in sorted(role_dir.rglob("*.key")):
+            relative = path.relative_to(role_dir).parts
+            if len(relative) > 2:
+                problems.append(f"{path}: too deep (use {role}/NAME.key or {role}/NODE/NAME.key)")
+                continue
+            node = path.stem if role == PEER else (relative[0] if len(relative) == 2 else None)
+            if role == PEER and len(relative) != 1:
+                problems.append(f"{path}: peer keys are {PEER}/<node>.key")
+                continue
+            try:
+                public = load_public_key(str(path))
+            except CurveError as exc:
+                problems.append(str(exc))
+                continue
+            if public in keys:
+                problems.append(f"{path}: same key as {keys[public].path}; first one kept")
+                continue
+            identity = Identity(role=role, node=node, fingerprint=fingerprint(public))
+            keys[public] = AuthorizedKey(public, identity, str(path))
+    return keys, problems
+
+
+def _directory_state(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changes when a key is added, removed or rewritten (cheap: a few stats)."""
+    state: list[tuple[str, int, int]] = []
+    try:
+        for root, _dirs, files in os.walk(directory):
+            for name in files:
+                path = os.path.join(root, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                state.append((path, st.st_mtime_ns, st.st_size))
+    except OSError:
+        pass
+    return tuple(sorted(state))
+
+
+class NodeSecurity:
+    """A secured node's keys: its own pair, the authorized keys (reloaded on change), the ZAP
+    handler, and the refusals counted on the handler's thread."""
+
+    def __init__(self, key_file: str, authorized_keys: str, node_name: str) -> None:
+        self.key_pair = load_key_pair(key_file)
+        self.directory = Path(authorized_keys)
+        if not self.directory.is_dir():
+            raise CurveError(f"{authorized_keys}: not a directory of authorized keys")
+        self.node_name = node_name
+        self._keys: dict[bytes, AuthorizedKey] = {}
+        self._state: tuple[tuple[str, int, int], ...] = ()
+        self._counters: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._last_logged: dict[str, float] = {}
+        self._auth: ThreadAuthenticator | None = None
+        self.reload_if_changed(force=True)
+
+    # -- the table --------------------------------------------------------------------------
+
+    def reload_if_changed(self, force: bool = False) -> bool:
+        state = _directory_state(self.directory)
+        if state == self._state and not force:
+            return False
+        keys, problems = scan_authorized_keys(self.directory)
+        for problem in problems:
+            log.warning("authorized keys: %s", problem)
+        # The node's own key is its agent's (`node run --agent` hands the agent this key): an
+        # operator bound to this node, whatever the directory says.
+        own = self.key_pair.public
+        keys[own] = AuthorizedKey(
+            own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint), self.key_pair.path
+        )
+        self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
+        self._state = state
+        with self._lock:
+            self._counters["kvstore.auth.key_reloads"] += 1
+        roles = Counter(k.identity.role for k in keys.values())
+        log.info("authorized keys from %s: %s", self.directory,
+                 ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none")
+        return True
+
+    def identity(self, user_id: bytes | str | None) -> Identity | None:
+        """The current identity of the key a message came with (None: unknown or revoked)."""
+        if user_id is None:
+            return None
+        key = user_id.encode() if isinstance(user_id, str) else user_id
+        entry = self._keys.get(key)
+        return entry.identity if entry is not None else None
+
+    def peer_key(self, name: str) -> bytes | None:
+        """The public key of peer node `name` (its `peer/<name>.key`)."""
+        for entry in self._keys.values():
+            if entry.identity.role == PEER and entry.identity.node == name:
+                return entry.public
+        return None
+
+    # -- sockets ----------------------------------------------------------------------------
+
+    def start(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        """Install the ZAP handler for `context` (before any server socket binds)."""
+        auth = _KeyTableAuthenticator(self, context)
+        auth.start()
+        auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=self)
+        self._auth = auth
+
+    def stop(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+
+    def make_server(self, sock: zmq.Socket[bytes]) -> None:
+        sock.curve_secretkey = self.key_pair.secret
+        sock.curve_publickey = self.key_pair.public
+        sock.curve_server = True
+        sock.zap_domain = ZAP_DOMAIN.encode()
+
+    def make_peer_client(self, sock: zmq.Socket[bytes], peer_name: str) -> None:
+        """Configure a DEALER to peer `peer_name`; CurveError when its key is not known."""
+        server_key = self.peer_key(peer_name)
+        if server_key is None:
+            raise CurveError(
+                f"no key for peer {peer_name!r}: put its public key in "
+                f"{self.directory / PEER / (peer_name + '.key')}"
+            )
+        apply_client(sock, self.key_pair, server_key)
+
+    # -- ZAP (called on the authenticator's thread) -----------------------------------------
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        if key in self._keys:
+            return True
+        self.refused("unknown_key", fingerprint(key), "connection refused: key not authorized")
+        return False
+
+    def refused(self, reason: str, name: str, what: str) -> None:
+        """Count a refusal (kvstore.auth.refused.<reason>) and log it, at most once per
+        REFUSAL_LOG_INTERVAL_S per (reason, key fingerprint `name`)."""
+        with self._lock:
+            self._counters[f"kvstore.auth.refused.{reason}"] += 1
+        now = time.monotonic()
+        tag = f"{reason}:{name}"
+        if now - self._last_logged.get(tag, -1e9) >= REFUSAL_LOG_INTERVAL_S:
+            self._last_logged[tag] = now
+            if len(self._last_logged) > 4096:
+                self._last_logged.clear()
+            log.warning("%s (key fingerprint %s)", what, name)
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)
+
+
+class _KeyTableAuthenticator(ThreadAuthenticator):
+    """pyzmq's thread authenticator, with the User-Id of a CURVE client set to its z85 public
+    key (the default) so that the node can look every message's identity up again."""
+
+    def __init__(self, security: NodeSecurity, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        super().__init__(context=context, log=logging.getLogger("kvstore.zap"))
+        self.security = security
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return zmq.utils.z85.encode(client_public_key).decode()
+
+
+# ---------------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True)
+class ClientCurve:
+    """What a client needs to talk to a secured node: its key pair and the node's public key."""
+
+    key_pair: KeyPair
+    server_key: bytes
+
+    @property
+    def fingerprint(self) -> str:
+        return self.key_pair.fingerprint
+
+
+def apply_client(sock: zmq.Socket[bytes], key_pair: KeyPair, server_key: bytes) -> None:
+    sock.curve_secretkey = key_pair.secret
+    sock.curve_publickey = key_pair.public
+    sock.curve_serverkey = server_key
+
+
+def client_curve(key_file: str | None = None, server_key: str | None = None) -> ClientCurve | None:
+    """The client's keys from arguments, else the environment; None for plaintext.
+
+    Plaintext only when neither a key file nor a server key is given anywhere; one without the
+    other is an error that says what to set."""
+    key_file = key_file or os.environ.get(KEY_FILE_ENV) or None
+    server_spec = server_key or os.environ.get(SERVER_KEY_ENV) or None
+    if key_file is None and server_spec is None:
+        return None
+    if key_file is None:
+        raise CurveError(f"no key: set {KEY_FILE_ENV} (or --key-file) to your .key_secret file")
+    if server_spec is None:
+        raise CurveError(f"no server key: set {SERVER_KEY_ENV} (or --server-key) to the node's "
+                         "public key file")
+    return ClientCurve(load_key_pair(key_file), load_public_key(server_spec))
+
+
+HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
+def handshake_failure(url: str, curve: ClientCurve | None, event: int) -> str:
+    """The one-line error for a client whose handshake with `url` failed."""
+    if curve is None:
+        return (f"authentication refused by {url}: the node requires CurveZMQ; "
+                f"no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}")
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return f"authentication refused by {url} (key fingerprint {curve.fingerprint})"
+    return (f"authentication refused by {url} (key fingerprint {curve.fingerprint}): "
+            f"handshake failed; is {SERVER_KEY_ENV} that node's public key, and is the node "
+            "secured?")
+
+
+def read_handshake_failures(monitor: zmq.Socket[bytes]) -> int | None:
+    """Drain a monitor socket; the last handshake-failure event seen, if any."""
+    failed: int | None = None
+    while True:
+        try:
+            frames = monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return failed
+        event = parse_monitor_message(frames)["event"]
+        if event & HANDSHAKE_EVENTS:
+            failed = int(event)
+
+
+def parse_host(url: str) -> str | None:
+    """The host of a tcp:// URL (None for ipc:// and inproc://, which never leave the host)."""
+    if not url.startswith("tcp://"):
+        return None
+    rest = url[len("tcp://"):]
+    if ";" in rest:  # source;destination
+        rest = rest.split(";", 1)[1]
+    host, _sep, _port = rest.rpartition(":")
+    return host.strip("[]")
+
+
+def is_loopback_url(url: str) -> bool:
+    host = parse_host(url)
+    return host is None or is_loopback_host(host)
+
+
+def is_loopback_host(host: str) -> bool:
+    """localhost or a loopback IP address (a name that resolves elsewhere is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def non_loopback(urls: Iterable[str]) -> list[str]:
+    return [url for url in urls if not is_loopback_url(url)]
