@@ -34,13 +34,23 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
-from kvstore.hashing import MASK64, contribution, value_hash
+from kvstore.hashing import MASK64, value_hash
+from kvstore.signature import store_signature
 from kvstore.ttl import ExpiryQueue
-from kvstore.value import I64_MIN, TTL_INFINITY, NoMergeReason, Value, invalid_reason
+from kvstore.value import (
+    I64_MIN,
+    REPLACEMENT_CHAR,
+    TTL_INFINITY,
+    NoMergeReason,
+    Value,
+    invalid_reason,
+    is_wire_text,
+)
 
 __all__ = ["KvStoreDb", "MergeResult", "compare_values"]
 
 _INF: Final[int] = TTL_INFINITY
+_REPLACEMENT: Final[str] = REPLACEMENT_CHAR
 _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
 _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
 # TTL queue compaction: when it holds more than this many entries and this many per finite key.
@@ -147,7 +157,8 @@ class KvStoreDb:
 
         `wire_decoded=True` promises that `key_vals` was produced by the Thrift decoder
         (`kvstore.wire`), which already guarantees every field's type and i64 range and valid
-        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present).
+        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present, no
+        U+FFFD in the key or originator: see `value.REPLACEMENT_CHAR`).
         Anything built in Python must use the default, which checks every field.
         """
         _check_now(now_ms)
@@ -180,10 +191,22 @@ class KvStoreDb:
             if version < 1:
                 no_merge[key] = _R.INVALID_VERSION
                 continue
+            if _REPLACEMENT in key:  # invalid UTF-8 on the wire (see value.REPLACEMENT_CHAR)
+                no_merge[key] = _R.MALFORMED
+                continue
             orig = new.originator_id
             if orig is None:
                 no_merge[key] = _R.INVALID_ORIGINATOR
                 continue
+            # Interned originators were checked once when first seen.
+            canon = originators.get(orig)
+            if canon is None:
+                if _REPLACEMENT in orig:
+                    no_merge[key] = _R.INVALID_ORIGINATOR
+                    continue
+                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
+                    originators.clear()
+                originators[orig] = canon = orig
             val = new.value
             ttl_version = new.ttl_version
             h = new.hash
@@ -238,17 +261,11 @@ class KvStoreDb:
                         continue
 
             # ---- apply
-            canon = originators.get(orig)
-            if canon is None:
-                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
-                    originators.clear()
-                originators[orig] = orig
-                canon = orig
             if ttl_only:
                 assert cur is not None
                 h = cur.hash
                 stored_val = cur.value
-                if val is not None and new.hash is None:
+                if val is not None and (verify or new.hash is None):
                     new.hash = h
             else:
                 if h is None or verify:
@@ -642,20 +659,11 @@ class KvStoreDb:
         """Digest-tree leaf bucket (0 .. NUM_BUCKETS-1) of a key."""
         return bucket_of_hash(xxh3_64_intdigest(key.encode()))
 
-    def signature(self, prefix: str = "") -> str:
-        """Hex digest of the keys under `prefix` (all keys for ""): the XOR of their digest
-        contributions, so equal on two stores iff they hold the same keys with the same
-        (version, originator, value, ttl_version). O(1) for "", a range scan otherwise."""
-        if not prefix:
-            acc = self._digests.root() & 0xFFFF_FFFF_FFFF_FFFF
-        else:
-            acc = 0
-            kv = self._kv
-            for key in self._prefix_keys(prefix):
-                cur = kv[key]
-                assert cur.hash is not None
-                acc ^= contribution(key.encode(), cur.hash, cur.ttl_version)
-        return f"{acc:016x}"
+    def signature(self, now_ms: int, prefix: str = "") -> str:
+        """`kvstore.signature.store_signature` of the live keys under `prefix` (all for ""):
+        equal on two stores iff they hold the same keys with the same (version, originator,
+        ttl_version, value bytes). A scan: O(keys under the prefix)."""
+        return store_signature(self.dump(now_ms, prefix))
 
     # ------------------------------------------------------------------ introspection
 
@@ -681,13 +689,9 @@ def _invalid_reason(key: object, value: object) -> str | None:
     reason = invalid_reason(value)
     if reason is not None:
         return reason
-    try:
-        key.encode()
-    except UnicodeEncodeError:
+    if not is_wire_text(key):
         return _R.MALFORMED
-    try:
-        value.originator_id.encode()  # type: ignore[attr-defined]
-    except UnicodeEncodeError:
+    if not is_wire_text(value.originator_id):  # type: ignore[attr-defined]
         return _R.INVALID_ORIGINATOR
     return None
 

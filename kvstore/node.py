@@ -97,6 +97,9 @@ class KvStoreNode:
             config.name,
             ttl_decrement_ms=config.ttl_decrement_ms,
             ttl_threshold_ms=config.ttl_threshold_ms,
+            # Every stored hash is recomputed from the bytes: a forged one (from a client or a
+            # peer) would otherwise hide a difference from anti-entropy for good (docs/kvstore.md).
+            verify_hashes=True,
         )
         self.counters: Counter[str] = Counter()
         self.cmd_url = config.cmd_url
