@@ -600,8 +600,11 @@ class KvStoreNode:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def run_node(config: NodeConfig) -> int:
-    """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+def run_node(
+    config: NodeConfig, on_ready: Callable[[KvStoreNode], None] | None = None
+) -> int:
+    """Run a node until SIGTERM/SIGINT; returns the process exit code. `on_ready` is called
+    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved)."""
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(
         level=logging.INFO,
@@ -609,13 +612,15 @@ def run_node(config: NodeConfig) -> int:
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
     try:
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, on_ready))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
         return 1
 
 
-async def _serve(config: NodeConfig) -> int:
+async def _serve(
+    config: NodeConfig, on_ready: Callable[[KvStoreNode], None] | None = None
+) -> int:
     node = KvStoreNode(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -627,6 +632,8 @@ async def _serve(config: NodeConfig) -> int:
             f"node {node.name} ready cmd={node.cmd_url} pub={node.pub_url}",
             flush=True,
         )
+        if on_ready is not None:
+            on_ready(node)
         await node.wait_stopped()
     finally:
         node.close()

@@ -115,9 +115,9 @@ def node_run(
     from kvmesh.agent.supervisor import AgentSupervisor
 
     supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args)
-    supervisor.start()
     try:
-        code = run_node(config)
+        # Started once bound: the agent dials the bound address (a `*` port resolved).
+        code = run_node(config, on_ready=lambda node: supervisor.start(node.cmd_url))
     finally:
         supervisor.stop()
     sys.exit(code)
