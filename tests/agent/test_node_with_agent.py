@@ -106,6 +106,7 @@ def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> Non
             lambda: next((line for line in log_path.read_text().splitlines()
                           if line.startswith("node wild ready")), None),
             timeout=30, message="node ready line")
+        assert ready is not None
         cmd_url = ready.split("cmd=")[1].split()[0]
         assert not cmd_url.endswith(":*")
 
