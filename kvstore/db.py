@@ -34,7 +34,7 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
-from kvstore.hashing import MASK64, value_hash
+from kvstore.hashing import MASK64, pack_version, value_hash_head
 from kvstore.signature import store_signature
 from kvstore.ttl import ExpiryQueue
 from kvstore.value import (
@@ -51,6 +51,8 @@ __all__ = ["KvStoreDb", "MergeResult", "compare_values"]
 
 _INF: Final[int] = TTL_INFINITY
 _REPLACEMENT: Final[str] = REPLACEMENT_CHAR
+_I64_TOP: Final[int] = 1 << 63
+_U64: Final[int] = 1 << 64
 _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
 _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
 # TTL queue compaction: when it holds more than this many entries and this many per finite key.
@@ -124,7 +126,8 @@ class KvStoreDb:
         self._num_finite = 0
         # Keys removed by merge() because they had already expired: reported by the next expire().
         self._expired_unreported: list[str] = []
-        self._originators: dict[str, str] = {}
+        # Interned originator -> (the canonical equal str, its `hashing.value_hash_head`).
+        self._originators: dict[str, tuple[str, bytes]] = {}
 
     # ------------------------------------------------------------------ basic container protocol
 
@@ -199,14 +202,15 @@ class KvStoreDb:
                 no_merge[key] = _R.INVALID_ORIGINATOR
                 continue
             # Interned originators were checked once when first seen.
-            canon = originators.get(orig)
-            if canon is None:
+            interned = originators.get(orig)
+            if interned is None:
                 if _REPLACEMENT in orig:
                     no_merge[key] = _R.INVALID_ORIGINATOR
                     continue
                 if len(originators) >= _MAX_INTERNED_ORIGINATORS:
                     originators.clear()
-                originators[orig] = canon = orig
+                interned = originators[orig] = (orig, value_hash_head(orig))
+            canon, head = interned
             val = new.value
             ttl_version = new.ttl_version
             h = new.hash
@@ -269,7 +273,12 @@ class KvStoreDb:
                     new.hash = h
             else:
                 if h is None or verify:
-                    h = new.hash = value_hash(version, canon, val)
+                    # Inlined `value_hash` (val is present here): with every hash verified,
+                    # this line runs for every applied value.
+                    h = xxh3_64_intdigest(pack_version(version) + head + val)
+                    if h >= _I64_TOP:
+                        h -= _U64
+                    new.hash = h
                 stored_val = val
             if ttl == _INF:
                 if ttl_only:
