@@ -44,7 +44,21 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
+from kvstore.node_conns import (
+    FD_RESERVE,
+    ConnectionLimiter,
+    fd_limit,
+    open_fds,
+    prepare_process_limits,
+)
 from kvstore.node_peers import Peering
+from kvstore.publisher import (
+    PUBLICATION_CHUNK_BYTES,
+    Publisher,
+    publication_frames,
+    subscriber_hwm,
+)
+from kvstore.value import is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
@@ -122,6 +136,8 @@ class KvStoreNode:
         self._tick_handle: asyncio.TimerHandle | None = None
         self._started_ms = monotonic_ms()
         self._stopped = asyncio.Event()
+        self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
+        self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
             Command.KEY_GET: self._cmd_key_get,
@@ -155,6 +171,9 @@ class KvStoreNode:
             # Hard guard against huge frames: a bit above the cap, so messages between the cap and
             # the guard still get a TOO_LARGE reply; beyond it ZeroMQ drops the connection.
             cmd.setsockopt(zmq.MAXMSGSIZE, 2 * cfg.max_message_bytes)
+            # Each subscriber's queue is bounded in bytes (kvstore/publisher.py).
+            pub.setsockopt(zmq.SNDHWM, subscriber_hwm(cfg.subscriber_queue_bytes))
+            pub.setsockopt(zmq.XPUB_NODROP, 1)
             cmd.setsockopt(zmq.ROUTER_MANDATORY, 1)
             cmd.setsockopt(zmq.ROUTER_HANDOVER, 1)
             cmd.bind(cfg.cmd_url)
@@ -166,8 +185,18 @@ class KvStoreNode:
         self.cmd_url = cmd.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub_url = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._cmd, self._pub = cmd, pub
+        self._publisher = Publisher(pub, self.counters)
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
+        counters = self.counters
+        self._limiters = [
+            ConnectionLimiter(cmd, cfg.max_clients, counters, "kvstore.clients", "max_clients"),
+            ConnectionLimiter(
+                pub, cfg.max_subscribers, counters, "kvstore.subscribers", "max_subscribers"
+            ),
+        ]
+        for limiter in self._limiters:
+            self._loop.add_reader(limiter.fileno(), limiter.on_readable)
         self.peering = Peering(
             self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng
         )
@@ -192,6 +221,11 @@ class KvStoreNode:
             if handle is not None:
                 handle.cancel()
         self._tick_handle = self._expiry_handle = None
+        for limiter in self._limiters:
+            if loop is not None:
+                loop.remove_reader(limiter.fileno())
+            limiter.close()
+        self._limiters = []
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub):
@@ -427,21 +461,56 @@ class KvStoreNode:
             raise BadArgument("PEER_ADD needs peer_add.peers")
         peers: Mapping[str, PeerSpec] = request.peer_add.peers
         for name, spec in peers.items():
-            if not name or name == self.name:
+            if not name or name == self.name or not is_wire_text(name):
                 raise BadArgument(f"invalid peer name {name!r}")
             if type(spec) is not PeerSpec or not isinstance(spec.cmd_url, str):
                 raise BadArgument(f"peer {name!r} needs a cmd_url")
             if not spec.cmd_url.startswith(("tcp://", "ipc://", "inproc://")):
                 raise BadArgument(f"peer {name!r}: bad cmd_url {spec.cmd_url!r}")
         assert self.peering is not None
+        self._reserve_peers(peers)
+        self._add_peers_or_none(peers)
+        return wire.OK_RESPONSE
+
+    def _reserve_peers(self, peers: Mapping[str, PeerSpec]) -> None:
+        """BadArgument unless every new peer of a PEER_ADD fits: max_peers, and descriptors
+        (two per peer) with FD_RESERVE left over. Checked before any is added."""
+        assert self.peering is not None
+        links = self.peering.links
+        new = sum(1 for name in peers if name not in links)
+        cap = self.config.max_peers
+        if len(links) + new > cap:
+            self.counters["kvstore.peer_add_refused"] += 1
+            raise BadArgument(
+                f"PEER_ADD of {new} new peer(s) refused: {len(links)} configured, max_peers is"
+                f" {cap}; nothing was added"
+            )
+        free = fd_limit() - open_fds()
+        if 2 * new > free - FD_RESERVE:
+            self.counters["kvstore.peer_add_refused"] += 1
+            raise BadArgument(
+                f"PEER_ADD of {new} new peer(s) refused: {free} file descriptors free, each peer"
+                f" needs 2 and {FD_RESERVE} stay reserved; nothing was added"
+            )
+
+    def _add_peers_or_none(self, peers: Mapping[str, PeerSpec]) -> None:
+        """Add every peer, or (on a failure) restore the peers as they were and raise."""
+        peering = self.peering
+        assert peering is not None
+        before = {name: (link.cmd_url, link.pub_url) for name, link in peering.links.items()}
+        done: list[str] = []
         for name, spec in peers.items():
             try:
-                self.peering.add(name, spec.cmd_url, spec.pub_url or "")
+                peering.add(name, spec.cmd_url, spec.pub_url or "")
             except zmq.ZMQError as exc:
+                for added in done:
+                    peering.remove(added)
+                    if added in before:
+                        peering.add(added, *before[added])
                 raise BadArgument(
-                    f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}"
+                    f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}; nothing was added"
                 ) from exc
-        return wire.OK_RESPONSE
+            done.append(name)
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
@@ -478,6 +547,8 @@ class KvStoreNode:
         out.update(self.db.gauges())
         if self.peering is not None:
             out.update(self.peering.gauges())
+        for limiter in self._limiters:
+            out.update(limiter.gauges())
         out["kvstore.subscriptions"] = self._subscriptions
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         return out
@@ -505,9 +576,11 @@ class KvStoreNode:
         self._on_pub_readable()  # a subscription may have arrived without waking us yet
         if self._subscriptions <= 0:
             return
+        assert self._publisher is not None
         try:
-            self._pub.send(wire.encode(publication), zmq.NOBLOCK)
-            self.counters["kvstore.published_publications"] += 1
+            for frame in publication_frames(publication, PUBLICATION_CHUNK_BYTES):
+                self._publisher.send(frame)
+                self.counters["kvstore.published_publications"] += 1
         except zmq.ZMQError:
             self.counters["kvstore.send_failures"] += 1
             self.counters["kvstore.send_failure.pub"] += 1
@@ -582,6 +655,8 @@ class KvStoreNode:
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
             self._on_cmd_readable()
             self._on_pub_readable()
+            for limiter in self._limiters:
+                limiter.on_readable()
         finally:
             self._tick_handle = self._loop.call_later(TICK_S, self._tick)
 
@@ -611,6 +686,7 @@ def run_node(
         stream=sys.stderr,
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
+    prepare_process_limits(config)
     try:
         return asyncio.run(_serve(config, on_ready))
     except zmq.ZMQError as exc:
