@@ -34,7 +34,7 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
-from kvstore.hashing import MASK64, pack_version, value_hash_head
+from kvstore.hashing import MASK64, contribution, pack_version, value_hash, value_hash_head
 from kvstore.signature import store_signature
 from kvstore.ttl import ExpiryQueue
 from kvstore.value import (
@@ -675,6 +675,31 @@ class KvStoreDb:
         return store_signature(self.dump(now_ms, prefix))
 
     # ------------------------------------------------------------------ introspection
+
+    def audit(self) -> list[str]:
+        """Problems with the store's internal consistency (empty when sound): every index agrees
+        with the records, every key and originator is wire text, every stored hash is the hash
+        of the stored bytes, and the digest tree matches the records. O(keys): for tests and
+        fuzzing harnesses, not for the serving path."""
+        problems: list[str] = []
+        kv = self._kv
+        if list(self._keys) != sorted(kv):
+            problems.append("sorted key index differs from the records")
+        in_buckets = [key for members in self._buckets if members for key in members]
+        if sorted(in_buckets) != sorted(kv):
+            problems.append("bucket index differs from the records")
+        root = 0
+        for key, cur in kv.items():
+            if not is_wire_text(key) or not is_wire_text(cur.originator_id):
+                problems.append(f"{key!r}: key or originator is not wire text")
+            if cur.value is None or cur.hash != value_hash(cur.version, cur.originator_id,
+                                                           cur.value):
+                problems.append(f"{key!r}: stored hash is not the hash of the stored value")
+                continue
+            root ^= contribution(key.encode(), cur.hash, cur.ttl_version)
+        if self._digests.root() & MASK64 != root:
+            problems.append("root digest differs from the records")
+        return problems
 
     def gauges(self) -> dict[str, int]:
         """Current sizes, for the node's counters."""
