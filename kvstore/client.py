@@ -48,6 +48,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
+from kvstore.value import I64_MAX
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("KVMESH_TIMEOUT", "5"))
 
@@ -76,6 +77,23 @@ def resolve_curve(curve: CurveSpec) -> ClientCurve | None:
         return client_curve()
     except CurveError as exc:
         raise KvStoreAuthError(str(exc)) from exc
+class KvStoreVersionExhausted(KvStoreError):
+    """The key is at the highest version (2**63 - 1): no later version exists. Such a key is
+    still replaced by a record of the same version from a higher originator id (or with greater
+    value bytes from the same one), and its TTL can still be refreshed; but it cannot be
+    overwritten or deleted by a version bump (a wrap to a negative version would be refused)."""
+
+
+def next_version(key: str, current: Value | None) -> int:
+    """The version superseding `current` (1 for a new key); KvStoreVersionExhausted at the top."""
+    if current is None:
+        return 1
+    if current.version >= I64_MAX:
+        raise KvStoreVersionExhausted(
+            f"{key}: at the highest version ({I64_MAX}); no later version can replace it"
+            " (only a higher originator id at that version can)"
+        )
+    return int(current.version) + 1
 
 
 class KvStoreRequestError(KvStoreError):
@@ -256,8 +274,7 @@ class KvStoreClient:
         """Set one key. version 0 means current + 1 (1 for a new key); the originator defaults to
         the node's name. Returns the value sent and the no-merge reason (None when applied)."""
         if version == 0:
-            current = self.get([key]).get(key)
-            version = 1 if current is None else current.version + 1
+            version = next_version(key, self.get([key]).get(key))
         originator = originator_id if originator_id is not None else self.node_info().name
         sent = make_value(value, version=version, originator_id=originator, ttl_ms=ttl_ms)
         reasons = self.set({key: sent})

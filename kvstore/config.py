@@ -68,6 +68,13 @@ class NodeConfig:
     @property
     def durable(self) -> bool:
         return bool(self.data_dir) and self.durability != "off"
+    # Hostile-input limits (docs/kvstore.md, "Limits"): connections to the command socket
+    # (clients and peers alike), to the publication socket, and configured peers.
+    max_clients: int = 1024
+    max_subscribers: int = 512
+    max_peers: int = 512
+    # Bytes queued for one subscriber that does not read before its publications are dropped.
+    subscriber_queue_bytes: int = 32 * 1024 * 1024
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         """A copy with the given (non-None) fields replaced, validated."""
@@ -101,6 +108,11 @@ class NodeConfig:
             raise ConfigError(f"{source}: data_dir must be a string (a directory)")
         for url_field in ("cmd_url", "pub_url"):
             _check_url(source, url_field, getattr(self, url_field))
+        if len(self.peers) > self.max_peers:
+            raise ConfigError(
+                f"{source}: {len(self.peers)} peers configured, more than max_peers"
+                f" ({self.max_peers})"
+            )
         for peer, address in self.peers.items():
             if not peer:
                 raise ConfigError(f"{source}: a peer needs a name")
@@ -121,6 +133,10 @@ _INT_MINIMUMS: dict[str, int] = {
     "flood_msg_burst": 0,
     "max_message_bytes": 1024,
     "zmq_hwm": 1,
+    "max_clients": 1,
+    "max_subscribers": 1,
+    "max_peers": 1,
+    "subscriber_queue_bytes": 64 * 1024,
 }
 
 _URL_SCHEMES = ("tcp://", "ipc://", "inproc://")

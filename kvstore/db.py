@@ -34,13 +34,25 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
-from kvstore.hashing import MASK64, contribution, value_hash
+from kvstore.hashing import MASK64, contribution, pack_version, value_hash, value_hash_head
+from kvstore.signature import store_signature
 from kvstore.ttl import ExpiryQueue
-from kvstore.value import I64_MIN, TTL_INFINITY, NoMergeReason, Value, invalid_reason
+from kvstore.value import (
+    I64_MIN,
+    REPLACEMENT_CHAR,
+    TTL_INFINITY,
+    NoMergeReason,
+    Value,
+    invalid_reason,
+    is_wire_text,
+)
 
 __all__ = ["KvStoreDb", "MergeResult", "compare_values"]
 
 _INF: Final[int] = TTL_INFINITY
+_REPLACEMENT: Final[str] = REPLACEMENT_CHAR
+_I64_TOP: Final[int] = 1 << 63
+_U64: Final[int] = 1 << 64
 _UNKNOWN: Final[int] = 2  # compare_values: neither side can be shown better (hashes differ)
 _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
 # TTL queue compaction: when it holds more than this many entries and this many per finite key.
@@ -114,7 +126,8 @@ class KvStoreDb:
         self._num_finite = 0
         # Keys removed by merge() because they had already expired: reported by the next expire().
         self._expired_unreported: list[str] = []
-        self._originators: dict[str, str] = {}
+        # Interned originator -> (the canonical equal str, its `hashing.value_hash_head`).
+        self._originators: dict[str, tuple[str, bytes]] = {}
         # Changes of the durable part of the store (see `enable_journal`); None: not kept.
         self._journal: dict[str, Value | None] | None = None
 
@@ -166,9 +179,12 @@ class KvStoreDb:
                 refused[key] = _R.INVALID_VERSION
                 continue
             orig = record.originator_id
-            canon = originators.get(orig)
-            if canon is None:
-                canon = originators[orig] = orig
+            interned = originators.get(orig)
+            if interned is None:
+                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
+                    originators.clear()
+                interned = originators[orig] = (orig, value_hash_head(orig))
+            canon = interned[0]
             record.originator_id = canon
             record.ttl_ms = _INF
             record.hash = value_hash(record.version, canon, record.value)
@@ -208,7 +224,8 @@ class KvStoreDb:
 
         `wire_decoded=True` promises that `key_vals` was produced by the Thrift decoder
         (`kvstore.wire`), which already guarantees every field's type and i64 range and valid
-        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present).
+        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present, no
+        U+FFFD in the key or originator: see `value.REPLACEMENT_CHAR`).
         Anything built in Python must use the default, which checks every field.
         """
         _check_now(now_ms)
@@ -242,10 +259,23 @@ class KvStoreDb:
             if version < 1:
                 no_merge[key] = _R.INVALID_VERSION
                 continue
+            if _REPLACEMENT in key:  # invalid UTF-8 on the wire (see value.REPLACEMENT_CHAR)
+                no_merge[key] = _R.MALFORMED
+                continue
             orig = new.originator_id
             if orig is None:
                 no_merge[key] = _R.INVALID_ORIGINATOR
                 continue
+            # Interned originators were checked once when first seen.
+            interned = originators.get(orig)
+            if interned is None:
+                if _REPLACEMENT in orig:
+                    no_merge[key] = _R.INVALID_ORIGINATOR
+                    continue
+                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
+                    originators.clear()
+                interned = originators[orig] = (orig, value_hash_head(orig))
+            canon, head = interned
             val = new.value
             ttl_version = new.ttl_version
             h = new.hash
@@ -300,21 +330,20 @@ class KvStoreDb:
                         continue
 
             # ---- apply
-            canon = originators.get(orig)
-            if canon is None:
-                if len(originators) >= _MAX_INTERNED_ORIGINATORS:
-                    originators.clear()
-                originators[orig] = orig
-                canon = orig
             if ttl_only:
                 assert cur is not None
                 h = cur.hash
                 stored_val = cur.value
-                if val is not None and new.hash is None:
+                if val is not None and (verify or new.hash is None):
                     new.hash = h
             else:
                 if h is None or verify:
-                    h = new.hash = value_hash(version, canon, val)
+                    # Inlined `value_hash` (val is present here): with every hash verified,
+                    # this line runs for every applied value.
+                    h = xxh3_64_intdigest(pack_version(version) + head + val)
+                    if h >= _I64_TOP:
+                        h -= _U64
+                    new.hash = h
                 stored_val = val
             if ttl == _INF:
                 if ttl_only:
@@ -709,22 +738,38 @@ class KvStoreDb:
         """Digest-tree leaf bucket (0 .. NUM_BUCKETS-1) of a key."""
         return bucket_of_hash(xxh3_64_intdigest(key.encode()))
 
-    def signature(self, prefix: str = "") -> str:
-        """Hex digest of the keys under `prefix` (all keys for ""): the XOR of their digest
-        contributions, so equal on two stores iff they hold the same keys with the same
-        (version, originator, value, ttl_version). O(1) for "", a range scan otherwise."""
-        if not prefix:
-            acc = self._digests.root() & 0xFFFF_FFFF_FFFF_FFFF
-        else:
-            acc = 0
-            kv = self._kv
-            for key in self._prefix_keys(prefix):
-                cur = kv[key]
-                assert cur.hash is not None
-                acc ^= contribution(key.encode(), cur.hash, cur.ttl_version)
-        return f"{acc:016x}"
+    def signature(self, now_ms: int, prefix: str = "") -> str:
+        """`kvstore.signature.store_signature` of the live keys under `prefix` (all for ""):
+        equal on two stores iff they hold the same keys with the same (version, originator,
+        ttl_version, value bytes). A scan: O(keys under the prefix)."""
+        return store_signature(self.dump(now_ms, prefix))
 
     # ------------------------------------------------------------------ introspection
+
+    def audit(self) -> list[str]:
+        """Problems with the store's internal consistency (empty when sound): every index agrees
+        with the records, every key and originator is wire text, every stored hash is the hash
+        of the stored bytes, and the digest tree matches the records. O(keys): for tests and
+        fuzzing harnesses, not for the serving path."""
+        problems: list[str] = []
+        kv = self._kv
+        if list(self._keys) != sorted(kv):
+            problems.append("sorted key index differs from the records")
+        in_buckets = [key for members in self._buckets if members for key in members]
+        if sorted(in_buckets) != sorted(kv):
+            problems.append("bucket index differs from the records")
+        root = 0
+        for key, cur in kv.items():
+            if not is_wire_text(key) or not is_wire_text(cur.originator_id):
+                problems.append(f"{key!r}: key or originator is not wire text")
+            if cur.value is None or cur.hash != value_hash(cur.version, cur.originator_id,
+                                                           cur.value):
+                problems.append(f"{key!r}: stored hash is not the hash of the stored value")
+                continue
+            root ^= contribution(key.encode(), cur.hash, cur.ttl_version)
+        if self._digests.root() & MASK64 != root:
+            problems.append("root digest differs from the records")
+        return problems
 
     def gauges(self) -> dict[str, int]:
         """Current sizes, for the node's counters."""
@@ -748,13 +793,9 @@ def _invalid_reason(key: object, value: object) -> str | None:
     reason = invalid_reason(value)
     if reason is not None:
         return reason
-    try:
-        key.encode()
-    except UnicodeEncodeError:
+    if not is_wire_text(key):
         return _R.MALFORMED
-    try:
-        value.originator_id.encode()  # type: ignore[attr-defined]
-    except UnicodeEncodeError:
+    if not is_wire_text(value.originator_id):  # type: ignore[attr-defined]
         return _R.INVALID_ORIGINATOR
     return None
 

@@ -17,7 +17,15 @@ from typing import Final
 
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["MASK64", "contribution", "key_hash", "to_signed64", "value_hash"]
+__all__ = [
+    "MASK64",
+    "contribution",
+    "key_hash",
+    "pack_version",
+    "to_signed64",
+    "value_hash",
+    "value_hash_head",
+]
 
 _U64: Final[int] = 1 << 64
 _I64_TOP: Final[int] = 1 << 63
@@ -48,6 +56,16 @@ def _originator_parts(originator_id: str) -> tuple[bytes, bytes]:
             _orig_parts.clear()
         _orig_parts[originator_id] = parts
     return parts
+
+
+def value_hash_head(originator_id: str) -> bytes:
+    """The part of `value_hash`'s input that follows the version, for a present value: callers
+    hashing many values (the merge loop) cache it per originator and hash
+    `pack_version(version) + head + value` themselves."""
+    return _originator_parts(originator_id)[0]
+
+
+pack_version: Final = _VERSION.pack
 
 
 def value_hash(version: int, originator_id: str, value: bytes | None) -> int:

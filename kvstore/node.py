@@ -47,9 +47,23 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
+from kvstore.node_conns import (
+    FD_RESERVE,
+    ConnectionLimiter,
+    fd_limit,
+    open_fds,
+    prepare_process_limits,
+)
 from kvstore.node_peers import Peering, charge_transit
+from kvstore.publisher import (
+    PUBLICATION_CHUNK_BYTES,
+    Publisher,
+    publication_frames,
+    subscriber_hwm,
+)
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
+from kvstore.value import is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
@@ -136,6 +150,8 @@ class KvStoreNode:
         self._monitors: list[zmq.Socket[bytes]] = []
         self._monitor_drains: list[Callable[[], None]] = []
         self._keys_checked_at = time.monotonic()
+        self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
+        self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
             Command.KEY_GET: self._cmd_key_get,
@@ -158,6 +174,9 @@ class KvStoreNode:
             self.config.name,
             ttl_decrement_ms=self.config.ttl_decrement_ms,
             ttl_threshold_ms=self.config.ttl_threshold_ms,
+            # Every stored hash is recomputed from the bytes: a forged one (from a client or a
+            # peer) would otherwise hide a difference from anti-entropy for good (docs/kvstore.md).
+            verify_hashes=True,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -183,6 +202,9 @@ class KvStoreNode:
             # Hard guard against huge frames: a bit above the cap, so messages between the cap and
             # the guard still get a TOO_LARGE reply; beyond it ZeroMQ drops the connection.
             cmd.setsockopt(zmq.MAXMSGSIZE, 2 * cfg.max_message_bytes)
+            # Each subscriber's queue is bounded in bytes (kvstore/publisher.py).
+            pub.setsockopt(zmq.SNDHWM, subscriber_hwm(cfg.subscriber_queue_bytes))
+            pub.setsockopt(zmq.XPUB_NODROP, 1)
             cmd.setsockopt(zmq.ROUTER_MANDATORY, 1)
             cmd.setsockopt(zmq.ROUTER_HANDOVER, 1)
             cmd.bind(cfg.cmd_url)
@@ -194,8 +216,18 @@ class KvStoreNode:
         self.cmd_url = cmd.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub_url = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._cmd, self._pub = cmd, pub
+        self._publisher = Publisher(pub, self.counters)
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
+        counters = self.counters
+        self._limiters = [
+            ConnectionLimiter(cmd, cfg.max_clients, counters, "kvstore.clients", "max_clients"),
+            ConnectionLimiter(
+                pub, cfg.max_subscribers, counters, "kvstore.subscribers", "max_subscribers"
+            ),
+        ]
+        for limiter in self._limiters:
+            self._loop.add_reader(limiter.fileno(), limiter.on_readable)
         self.peering = Peering(
             self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng,
             security=self.security,
@@ -300,6 +332,11 @@ class KvStoreNode:
             if handle is not None:
                 handle.cancel()
         self._tick_handle = self._expiry_handle = None
+        for limiter in self._limiters:
+            if loop is not None:
+                loop.remove_reader(limiter.fileno())
+            limiter.close()
+        self._limiters = []
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub, *self._monitors):
@@ -647,23 +684,56 @@ class KvStoreNode:
             raise BadArgument("PEER_ADD needs peer_add.peers")
         peers: Mapping[str, PeerSpec] = request.peer_add.peers
         for name, spec in peers.items():
-            if not name or name == self.name:
+            if not name or name == self.name or not is_wire_text(name):
                 raise BadArgument(f"invalid peer name {name!r}")
             if type(spec) is not PeerSpec or not isinstance(spec.cmd_url, str):
                 raise BadArgument(f"peer {name!r} needs a cmd_url")
             if not spec.cmd_url.startswith(("tcp://", "ipc://", "inproc://")):
                 raise BadArgument(f"peer {name!r}: bad cmd_url {spec.cmd_url!r}")
         assert self.peering is not None
+        self._reserve_peers(peers)
+        self._add_peers_or_none(peers)
+        return wire.OK_RESPONSE
+
+    def _reserve_peers(self, peers: Mapping[str, PeerSpec]) -> None:
+        """BadArgument unless every new peer of a PEER_ADD fits: max_peers, and descriptors
+        (two per peer) with FD_RESERVE left over. Checked before any is added."""
+        assert self.peering is not None
+        links = self.peering.links
+        new = sum(1 for name in peers if name not in links)
+        cap = self.config.max_peers
+        if len(links) + new > cap:
+            self.counters["kvstore.peer_add_refused"] += 1
+            raise BadArgument(
+                f"PEER_ADD of {new} new peer(s) refused: {len(links)} configured, max_peers is"
+                f" {cap}; nothing was added"
+            )
+        free = fd_limit() - open_fds()
+        if 2 * new > free - FD_RESERVE:
+            self.counters["kvstore.peer_add_refused"] += 1
+            raise BadArgument(
+                f"PEER_ADD of {new} new peer(s) refused: {free} file descriptors free, each peer"
+                f" needs 2 and {FD_RESERVE} stay reserved; nothing was added"
+            )
+
+    def _add_peers_or_none(self, peers: Mapping[str, PeerSpec]) -> None:
+        """Add every peer, or (on a failure) restore the peers as they were and raise."""
+        peering = self.peering
+        assert peering is not None
+        before = {name: (link.cmd_url, link.pub_url) for name, link in peering.links.items()}
+        done: list[str] = []
         for name, spec in peers.items():
             try:
-                self.peering.add(name, spec.cmd_url, spec.pub_url or "")
-            except CurveError as exc:
-                raise BadArgument(str(exc)) from exc
-            except zmq.ZMQError as exc:
-                raise BadArgument(
-                    f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}"
-                ) from exc
-        return wire.OK_RESPONSE
+                peering.add(name, spec.cmd_url, spec.pub_url or "")
+            except (CurveError, zmq.ZMQError) as exc:
+                for added in done:
+                    peering.remove(added)
+                    if added in before:
+                        peering.add(added, *before[added])
+                why = str(exc) if isinstance(exc, CurveError) else (
+                    f"peer {name!r}: cannot connect to {spec.cmd_url!r}: {exc}")
+                raise BadArgument(f"{why}; nothing was added") from exc
+            done.append(name)
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
@@ -710,6 +780,8 @@ class KvStoreNode:
         out["kvstore.storage.acks_waiting"] = len(self._acks_waiting)
         if self.security is not None:
             out.update(self.security.counters())
+        for limiter in self._limiters:
+            out.update(limiter.gauges())
         out["kvstore.subscriptions"] = self._subscriptions
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         return out
@@ -737,9 +809,11 @@ class KvStoreNode:
         self._on_pub_readable()  # a subscription may have arrived without waking us yet
         if self._subscriptions <= 0:
             return
+        assert self._publisher is not None
         try:
-            self._pub.send(wire.encode(publication), zmq.NOBLOCK)
-            self.counters["kvstore.published_publications"] += 1
+            for frame in publication_frames(publication, PUBLICATION_CHUNK_BYTES):
+                self._publisher.send(frame)
+                self.counters["kvstore.published_publications"] += 1
         except zmq.ZMQError:
             self.counters["kvstore.send_failures"] += 1
             self.counters["kvstore.send_failure.pub"] += 1
@@ -818,6 +892,8 @@ class KvStoreNode:
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
             self._on_cmd_readable()
             self._on_pub_readable()
+            for limiter in self._limiters:
+                limiter.on_readable()
         finally:
             self._tick_handle = self._loop.call_later(TICK_S, self._tick)
 
@@ -853,16 +929,22 @@ def _recv_frames_user(sock: zmq.Socket[bytes]) -> tuple[list[bytes], str | None]
     return frames, user_id if isinstance(user_id, str) else None
 
 
-def run_node(config: NodeConfig, security: NodeSecurity | None = None) -> int:
-    """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+def run_node(
+    config: NodeConfig,
+    security: NodeSecurity | None = None,
+    on_ready: Callable[[KvStoreNode], None] | None = None,
+) -> int:
+    """Run a node until SIGTERM/SIGINT; returns the process exit code. `on_ready` is called
+    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved)."""
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
+    prepare_process_limits(config)
     try:
-        return asyncio.run(_serve(config, security))
+        return asyncio.run(_serve(config, security, on_ready))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
         return 1
@@ -874,7 +956,11 @@ def run_node(config: NodeConfig, security: NodeSecurity | None = None) -> int:
         return 1
 
 
-async def _serve(config: NodeConfig, security: NodeSecurity | None = None) -> int:
+async def _serve(
+    config: NodeConfig,
+    security: NodeSecurity | None = None,
+    on_ready: Callable[[KvStoreNode], None] | None = None,
+) -> int:
     node = KvStoreNode(config, security=security)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -890,6 +976,8 @@ async def _serve(config: NodeConfig, security: NodeSecurity | None = None) -> in
             f"node {node.name} ready cmd={node.cmd_url} pub={node.pub_url}",
             flush=True,
         )
+        if on_ready is not None:
+            on_ready(node)
         await node.wait_stopped()
     finally:
         node.close()

@@ -16,23 +16,31 @@ from kvstore.gen.kvstore_thrift.ttypes import Value
 __all__ = [
     "I64_MAX",
     "I64_MIN",
+    "REPLACEMENT_CHAR",
     "TTL_INFINITY",
     "NoMergeReason",
     "Value",
     "invalid_reason",
+    "is_wire_text",
     "with_ttl",
 ]
 
 TTL_INFINITY: Final[int] = _TTL_INFINITY
 I64_MAX: Final[int] = (1 << 63) - 1
 I64_MIN: Final[int] = -(1 << 63)
+# The Thrift C decoder turns invalid UTF-8 into U+FFFD (it has no strict mode), so bytes b"k\xff"
+# and b"k\xfe" would both arrive as "k\ufffd". A key or originator holding U+FFFD is therefore
+# refused, whether it came off the wire or was built in Python (the same record must be accepted
+# or refused on every node). Checking for one character is cheap: for an ASCII or Latin-1 str,
+# CPython answers `"\ufffd" in s` without scanning (the character cannot fit its storage kind).
+REPLACEMENT_CHAR: Final[str] = "\ufffd"
 
 
 class NoMergeReason:
     """Why `KvStoreDb.merge` did not apply a key (stable strings: they go on the wire)."""
 
     # Rejected as invalid input.
-    MALFORMED = "MALFORMED"  # the key is not a str or the record is not a Value
+    MALFORMED = "MALFORMED"  # the key is not a str / not valid UTF-8, or the record not a Value
     INVALID_TTL = "INVALID_TTL"  # ttl <= 0 and not TTL_INFINITY, or not an i64
     INVALID_VERSION = "INVALID_VERSION"  # version < 1, or not an i64
     INVALID_ORIGINATOR = "INVALID_ORIGINATOR"  # originator_id missing / not a str / not UTF-8
@@ -86,6 +94,18 @@ def invalid_reason(value: object) -> str | None:
     if h is not None and (type(h) is not int or not I64_MIN <= h <= I64_MAX):
         return NoMergeReason.INVALID_HASH
     return None
+
+
+def is_wire_text(text: str) -> bool:
+    """True if `text` survives the wire unchanged: encodable as UTF-8 (no lone surrogates) and
+    free of U+FFFD (what the decoder makes of invalid bytes, see REPLACEMENT_CHAR)."""
+    if REPLACEMENT_CHAR in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def with_ttl(value: Value, ttl_ms: int, *, keep_value: bool = True) -> Value:

@@ -121,11 +121,11 @@ class Agent:
         self.counters: dict[str, int] = {
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
-            "statuses_published": 0, "drift_repairs": 0,
+            "statuses_published": 0, "drift_repairs": 0, "nb_values_refused": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters
-        self._status_queue: queue.SimpleQueue[tuple[str, dict[str, Any] | ValueStatus]] = (
-            queue.SimpleQueue())
+        # ("status", ValueStatus) | ("device"/"agent", record) | ("refusal", (model key, reason))
+        self._status_queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._initial_load_done = threading.Event()
@@ -450,6 +450,7 @@ class Agent:
         with self._lock:
             self.desired.load_dump(raw)
             self.counters["redumps"] += 1
+            self._queue_refusals()
         self._initial_load_done.set()
 
     def _nb_loop(self) -> None:
@@ -508,8 +509,18 @@ class Agent:
             raw = {k: v.value for k, v in (publication.key_vals or {}).items()}
             with self._lock:
                 self.desired.update(raw, publication.expired_keys or ())
+                self._queue_refusals()
             publication = sub.recv(timeout_s=0)
         return count
+
+    def _queue_refusals(self) -> None:
+        """Desired values refused before the scheduler (undecodable): to `status/<node>/`,
+        in order with the scheduler's statuses (the same queue)."""
+        for model_key, reason in self.desired.take_refusals().items():
+            if reason is not None:
+                self.counters["nb_values_refused"] += 1  # under self._lock (callers hold it)
+                log.warning("desired value %s refused: %s", model_key, reason)
+            self._status_queue.put(("refusal", (model_key, reason)))
 
     def _apply_pending(self, quiet: bool) -> None:
         """Commit pending changes once the stream went quiet, the coalescing window closed, or
@@ -613,6 +624,9 @@ class Agent:
                                        payload)
             elif kind == "agent":
                 self.publisher.publish(agent_key(self.config.node), payload)
+            elif kind == "refusal":
+                model_key, reason = payload
+                self.publisher.refuse(model_key, reason)
             try:
                 item = self._status_queue.get_nowait()
             except queue.Empty:

@@ -23,17 +23,36 @@ class ValueDecodeError(ValueError):
     pass
 
 
+# Deepest nesting of maps/arrays accepted in a config value. msgpack's own unpacker stops at
+# 1024 levels, but a 1000-level value would still make every recursive step after it (dict
+# comparison, repr, JSON for the REST API) risk a RecursionError; real models nest a few levels.
+MAX_VALUE_DEPTH = 32
+
+
 def decode_config_value(raw: bytes) -> Model | None:
     """msgpack map -> dict; empty bytes is a tombstone (None). Anything else is an error."""
     if raw == b"":
         return None
     try:
+        # unpackb bounds every string/array/map length by len(raw) by itself.
         decoded = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types
-        raise ValueDecodeError(f"not valid msgpack: {exc}") from exc
+        raise ValueDecodeError(f"not valid msgpack: {type(exc).__name__}: {exc}") from exc
     if not isinstance(decoded, dict):
         raise ValueDecodeError(f"expected a msgpack map, got {type(decoded).__name__}")
+    _check_depth(decoded)
     return decoded
+
+
+def _check_depth(value: Any) -> None:
+    """ValueDecodeError if containers nest deeper than MAX_VALUE_DEPTH (iterative walk)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_VALUE_DEPTH:
+            raise ValueDecodeError(f"nested deeper than {MAX_VALUE_DEPTH} levels")
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
 def encode_config_value(value: Model | None) -> bytes:
@@ -45,7 +64,11 @@ class DesiredState:
     node: str
     desired: dict[str, Model] = field(default_factory=dict)
     pending: dict[str, Model | None] = field(default_factory=dict)
+    # Model keys whose value is present but cannot be applied (undecodable), with the reason;
+    # and the keys whose refusal may have changed since `take_refusals()` (newly refused, no
+    # longer refused, or no longer desired at all: a refusal by the scheduler is withdrawn).
     decode_errors: dict[str, str] = field(default_factory=dict)
+    refusals_changed: set[str] = field(default_factory=set)
     first_pending_at: float | None = None
     counters: dict[str, int] = field(
         default_factory=lambda: {"updates": 0, "tombstones": 0, "expired": 0, "decode_errors": 0}
@@ -60,6 +83,9 @@ class DesiredState:
         value) is staged as a pending change. Returns how many model keys changed."""
         decoded = list(self._decoded(key_vals))
         present = {k for k, v in decoded if v is not None}
+        seen = {k for k, _v in decoded}
+        for model_key in [k for k in self.decode_errors if k not in seen]:
+            self._clear_refusal(model_key)  # gone from the store while we were not listening
         changed = sum(self._stage(k, v, now) for k, v in decoded)
         for model_key in [k for k in self.desired if k not in present]:
             changed += self._stage(model_key, None, now)
@@ -81,6 +107,7 @@ class DesiredState:
             gone = model_key_of(key, self.prefix)
             if gone is not None:
                 self.counters["expired"] += 1
+                self._clear_refusal(gone)
                 changed += self._stage(gone, None, now)
         return changed
 
@@ -114,6 +141,7 @@ class DesiredState:
             if model_key not in self.desired and model_key not in self.pending:
                 return 0
             self.desired.pop(model_key, None)
+            self.refusals_changed.add(model_key)  # a refusal of it (if any) is withdrawn
         else:
             if self.desired.get(model_key) == value and model_key not in self.pending:
                 return 0
@@ -124,13 +152,26 @@ class DesiredState:
         self.counters["updates"] += 1
         return 1
 
+    def take_refusals(self) -> dict[str, str | None]:
+        """Model keys whose refusal may have changed since the last call: the reason, or None
+        when the key is not refused (any INVALID status the agent published for it is
+        withdrawn; see StatusPublisher.refuse)."""
+        changed = {k: self.decode_errors.get(k) for k in sorted(self.refusals_changed)}
+        self.refusals_changed.clear()
+        return changed
+
+    def _clear_refusal(self, model_key: str) -> None:
+        if self.decode_errors.pop(model_key, None) is not None:
+            self.refusals_changed.add(model_key)
+
     def _decode(self, model_key: str, raw: bytes) -> Model | None:
         try:
             value = decode_config_value(raw)
         except ValueDecodeError as exc:
             # An undecodable value cannot be applied: treat it as not desired and report why.
             self.decode_errors[model_key] = str(exc)
+            self.refusals_changed.add(model_key)
             self.counters["decode_errors"] += 1
             return None
-        self.decode_errors.pop(model_key, None)
+        self._clear_refusal(model_key)
         return value

@@ -39,6 +39,13 @@ def status_record(status: ValueStatus, now: float | None = None) -> dict[str, An
     }
 
 
+def refusal_status(model_key: str, reason: str) -> ValueStatus:
+    """The INVALID status of a desired value the agent refused before the scheduler saw it
+    (undecodable, or not a value the agent may apply): same shape as any other status."""
+    return ValueStatus(key=model_key, state=ValueState.INVALID, error=ValueError(reason),
+                       details=("refused by the agent",), origin=ValueOrigin.FROM_NB)
+
+
 def decode_status(raw: bytes | None) -> dict[str, Any] | None:
     """A published status, or None for a tombstone / TTL-only update."""
     if not raw:
@@ -61,6 +68,10 @@ class StatusPublisher:
     node: str
     ttl_ms: int = 300_000
     _published: dict[str, _Published] = field(default_factory=dict)
+    # Status keys of refused desired values (see `refuse`), whose INVALID status stays until the
+    # desired value goes: the scheduler's REMOVED for a value the agent refused itself (it is
+    # not desired) must not withdraw it, and an obtained key's refusal is not withdrawn by it.
+    _refused: set[str] = field(default_factory=set)
     _staged: dict[str, Value] = field(default_factory=dict)
     _next_refresh: float = 0.0
 
@@ -83,13 +94,32 @@ class StatusPublisher:
                 if p.alive and (model_key_of(k, prefix) or "") not in managed]
 
     def on_status(self, status: ValueStatus, now: float | None = None) -> None:
-        if status.origin is ValueOrigin.FROM_SB or status.state is ValueState.OBTAINED:
-            return  # obtained from the southbound (or derived from such): not managed here
         key = status_key(self.node, status.key)
+        if status.origin is ValueOrigin.FROM_SB or status.state is ValueState.OBTAINED:
+            # Obtained from the southbound (or derived from such): not managed here. But an
+            # INVALID status of such a key is the refusal of a desired value (e.g. a config value
+            # for a reserved `linux/interface/host/...` key): published until that desired value
+            # goes (`refuse(model_key, None)`).
+            if status.state is ValueState.INVALID:
+                self._refused.add(key)
+                self.publish(key, status_record(status, now))
+            return
+        if key in self._refused:
+            return
         if status.state in GONE_STATES:
             self.remove(key)
             return
         self.publish(key, status_record(status, now))
+
+    def refuse(self, model_key: str, reason: str | None, now: float | None = None) -> None:
+        """Publish (reason) or withdraw (None) the agent's own refusal of a desired value."""
+        key = status_key(self.node, model_key)
+        if reason is not None:
+            self._refused.add(key)
+            self.publish(key, status_record(refusal_status(model_key, reason), now))
+        elif key in self._refused:
+            self._refused.discard(key)
+            self.remove(key)  # a valid value that replaces it gets its own status when applied
 
     def publish(self, key: str, record: dict[str, Any]) -> None:
         """Publish any self-originated record (e.g. a device state) under `key`."""

@@ -53,7 +53,11 @@ class AgentSupervisor:
         return [sys.executable, "-m", "kvmesh", "--url", self.node_url, "agent", "run",
                 "--name", self.node_name, *self.agent_args]
 
-    def start(self) -> None:
+    def start(self, bound_url: str | None = None) -> None:
+        """Start supervising; `bound_url`: the node's command socket as bound (LAST_ENDPOINT),
+        which resolves a `*` port the configured URL leaves open."""
+        if bound_url is not None:
+            self.node_url = local_url(bound_url)
         self._thread.start()
 
     def stop(self) -> None:
@@ -67,7 +71,8 @@ class AgentSupervisor:
                 log.warning("agent did not stop in %.0fs: killing it", self.stop_timeout)
                 proc.kill()
                 proc.wait(timeout=10)
-        self._thread.join(timeout=self.stop_timeout + 15)
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.stop_timeout + 15)
 
     def _node_ready(self) -> bool:
         try:

@@ -47,7 +47,7 @@ from kvmesh.cli.common import (
     parse_http,
     run_client,
 )
-from kvstore.client import KvStoreClient
+from kvstore.client import KvStoreClient, next_version
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
 HTTP_TIMEOUT_S = 30.0
@@ -137,7 +137,7 @@ def config_del(node: str, model_key: str) -> None:
         current = client.get([key]).get(key)
         if current is None or not current.value:
             return None
-        sent, reason = client.set_key(key, b"", version=current.version + 1)
+        sent, reason = client.set_key(key, b"", version=next_version(key, current))
         if reason is not None:
             fail(f"{key}: not applied ({reason})")
         return int(sent.version)

@@ -7,7 +7,6 @@ request refused), 2 for invalid arguments or configuration. Every network call h
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -42,6 +41,8 @@ from kvstore.curve import (
 )
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import Value
+from kvstore.signature import record_identity, store_signature
+from kvstore.value import I64_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -167,9 +168,10 @@ def node_run(
         os.environ[KEY_FILE_ENV] = node_key_file
         os.environ[SERVER_KEY_ENV] = node_key_file
     supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args)
-    supervisor.start()
     try:
-        code = run_node(config, security)
+        # Started once bound: the agent dials the bound address (a `*` port resolved).
+        code = run_node(config, security,
+                        on_ready=lambda node: supervisor.start(node.cmd_url))
     finally:
         supervisor.stop()
     sys.exit(code)
@@ -214,8 +216,10 @@ def key_group() -> None:
 @click.argument("key")
 @click.argument("value", required=False)
 @click.option("--file", "file_path", type=click.File("rb"), help="Read the value bytes from F.")
-@click.option("--version", type=click.IntRange(min=1), default=None, help="[current + 1]")
-@click.option("--ttl-ms", type=click.IntRange(min=1), default=None, help="[infinite]")
+@click.option(
+    "--version", type=click.IntRange(min=1, max=I64_MAX), default=None, help="[current + 1]"
+)
+@click.option("--ttl-ms", type=click.IntRange(min=1, max=I64_MAX), default=None, help="[infinite]")
 @click.option("--originator", default=None, help="[the node's name]")
 def key_set(
     key: str,
@@ -280,7 +284,9 @@ def key_hashes(prefix: str) -> None:
 
 @key_group.command("erase")
 @click.argument("key")
-@click.option("--ttl-ms", type=click.IntRange(min=1), default=ERASE_TTL_MS, show_default=True)
+@click.option(
+    "--ttl-ms", type=click.IntRange(min=1, max=I64_MAX), default=ERASE_TTL_MS, show_default=True
+)
 def key_erase(key: str, ttl_ms: int) -> None:
     """Make KEY expire soon everywhere (a TTL-only update with a short TTL)."""
 
@@ -288,6 +294,8 @@ def key_erase(key: str, ttl_ms: int) -> None:
         current = client.get([key]).get(key)
         if current is None:
             return None, None
+        if current.ttl_version >= I64_MAX:
+            fail(f"key {key!r} not erased: its ttl_version is at the highest value ({I64_MAX})")
         update = Value(
             version=current.version,
             originator_id=current.originator_id,
@@ -380,12 +388,13 @@ def compare(urls: Sequence[str], prefix: str) -> None:
     targets = list(dict.fromkeys(urls if len(urls) > 1 else [cli_context().url, *urls]))
     if len(targets) < 2:
         raise OneLineUsageError("compare: need two different URLs")
-    dumps = {url: run_client(lambda c: c.hash_dump(prefix), url=url) for url in targets}
+    # Full dumps: the comparison is of the value bytes (kvstore.signature), never of the
+    # hashes alone, which a sender could have forged.
+    dumps = {url: run_client(lambda c: c.dump(prefix), url=url) for url in targets}
     differing: dict[str, dict[str, Any]] = {}
     for key in sorted(set().union(*dumps.values())):
         identities = {
-            (v.version, v.originator_id, v.hash) if (v := dumps[url].get(key)) else None
-            for url in targets
+            record_identity(v) if (v := dumps[url].get(key)) else None for url in targets
         }
         if len(identities) > 1:
             differing[key] = {
@@ -413,20 +422,11 @@ def compare(urls: Sequence[str], prefix: str) -> None:
     click.echo(f"{len(differing)} key(s) differ")
 
 
-def store_signature(key_vals: dict[str, Value]) -> str:
-    """sha256 over the sorted (key, version, originator, hash): equal on nodes that agree."""
-    digest = hashlib.sha256()
-    for key in sorted(key_vals):
-        v = key_vals[key]
-        digest.update(f"{key}\0{v.version}\0{v.originator_id}\0{v.hash}\n".encode())
-    return digest.hexdigest()
-
-
 @click.command("signature", cls=KvCommand)
 @click.option("--prefix", default="", help="Only keys starting with P.")
 def signature(prefix: str) -> None:
     """Print one digest of the store (equal on nodes whose stores agree)."""
-    key_vals = run_client(lambda c: c.hash_dump(prefix))
+    key_vals = run_client(lambda c: c.dump(prefix))
     sig = store_signature(key_vals)
     emit({"signature": sig, "keys": len(key_vals)}, f"{sig}  ({len(key_vals)} keys)")
 

@@ -6,6 +6,7 @@ namespace and publishes statuses that n1 can read.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -318,3 +319,44 @@ def test_cli_views_of_a_remote_agent(cluster: Cluster, tmp_path: Path) -> None:
     assert [line.split()[2] for line in status[1:]] == [s["name"] for s in services]
     missing = kvmesh(url, "values", "--node", "nobody", check=False)
     assert missing.returncode == 1 and "no agent" in missing.stderr
+
+
+def test_undecodable_desired_values_get_an_invalid_status(cluster: Cluster) -> None:
+    """Values the agent cannot apply are not silently "not desired": INVALID with the reason."""
+    import msgpack
+
+    from kvstore.client import make_value
+
+    deep: dict[str, Any] = {"type": "dummy"}
+    for _ in range(100):
+        deep = {"x": deep}
+    bad = {
+        "linux/interface/garbage": b"\xc1\xff\x00garbage",
+        "linux/interface/alist": msgpack.packb([1, 2, 3]),
+        "linux/interface/deep": b"\x91" * 100_000 + b"\x90",  # beyond msgpack's own stack
+        "linux/interface/deepmap": msgpack.packb(deep),  # within it: refused by our bound
+        "linux/interface/host/lo": msgpack.packb({"type": "dummy"}),  # a reserved key
+    }
+    with KvStoreClient(cluster.n1.cmd_url) as client:
+        assert client.set({f"config/n2/{k}": make_value(v, version=1, originator_id="n1")
+                           for k, v in bad.items()}) == {}
+    def state_is(model_key: str, state: str | None) -> bool:
+        return cluster.state_from_n1(model_key) == state
+
+    for model_key in bad:
+        wait_until(functools.partial(state_is, model_key, "INVALID"), timeout=30,
+                   message=f"INVALID status of {model_key}")
+        record = cluster.status_from_n1(model_key)
+        assert record is not None and record["error"], record
+    assert "msgpack map" in cluster.status_from_n1("linux/interface/alist")["error"]  # type: ignore[index]
+    assert "deeper" in cluster.status_from_n1("linux/interface/deepmap")["error"]  # type: ignore[index]
+    # The agent keeps serving: a valid value is applied, and a fixed value replaces its refusal.
+    kvmesh(cluster.n1.cmd_url, "config", "set", "n2", "linux/interface/garbage",
+           json.dumps({"type": "bridge"}))
+    wait_until(lambda: cluster.state_from_n1("linux/interface/garbage") == "CONFIGURED",
+               timeout=30, message="fixed value configured")
+    # Deleting a refused value withdraws its refusal (reserved key and undecodable alike).
+    for model_key in ("linux/interface/host/lo", "linux/interface/alist"):
+        kvmesh(cluster.n1.cmd_url, "config", "del", "n2", model_key)
+        wait_until(functools.partial(state_is, model_key, None), timeout=30,
+                   message=f"refusal of {model_key} withdrawn")

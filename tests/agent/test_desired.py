@@ -102,3 +102,40 @@ def test_redump_stages_only_differences() -> None:
     changed = ds.load_dump({"config/n1/a/x": enc({"v": 1}), "config/n1/a/z": enc({"v": 3})})
     assert changed == 2
     assert ds.take_pending() == {"a/z": {"v": 3}, "a/y": None}
+
+
+def test_refusals_are_reported_once_and_withdrawn() -> None:
+    import msgpack
+
+    from kvmesh.agent.desired import MAX_VALUE_DEPTH, DesiredState
+
+    state = DesiredState("n1")
+    deep: dict[str, object] = {}
+    for _ in range(MAX_VALUE_DEPTH + 1):
+        deep = {"x": deep}
+    state.update({
+        "config/n1/a": b"\xc1",
+        "config/n1/b": msgpack.packb([1]),
+        "config/n1/c": msgpack.packb(deep),
+        "config/n1/ok": msgpack.packb({"type": "bridge"}),
+    })
+    refusals = state.take_refusals()
+    assert set(refusals) == {"a", "b", "c"}
+    assert "msgpack map" in (refusals["b"] or "") and "deeper" in (refusals["c"] or "")
+    assert state.take_refusals() == {}  # reported once
+    assert "ok" in state.desired and "a" not in state.desired
+    state.update({"config/n1/a": msgpack.packb({"type": "bridge"}), "config/n1/b": b""})
+    assert state.take_refusals() == {"a": None, "b": None}
+    state.update({}, expired=["config/n1/ok"])
+    assert state.take_refusals() == {"ok": None}  # no longer desired: any refusal withdrawn
+
+
+def test_depth_at_the_bound_is_accepted() -> None:
+    import msgpack
+
+    from kvmesh.agent.desired import MAX_VALUE_DEPTH, decode_config_value
+
+    value: dict[str, object] = {}
+    for _ in range(MAX_VALUE_DEPTH - 1):
+        value = {"x": value}
+    assert decode_config_value(msgpack.packb(value)) == value

@@ -102,3 +102,36 @@ def test_agent_options_without_agent_are_refused() -> None:
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "need --agent" in result.stderr
+
+
+def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> None:
+    """`--cmd-url tcp://127.0.0.1:*`: the supervisor hands the agent the port the node bound."""
+    from kvstore.client import KvStoreClient
+
+    log_path = tmp_path / "node.log"
+    with open(log_path, "wb") as log:
+        node = subprocess.Popen(
+            [sys.executable, "-m", "kvmesh", "node", "run", "--name", "wild",
+             "--cmd-url", "tcp://127.0.0.1:*", "--pub-url", "tcp://127.0.0.1:*", "--agent"],
+            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        ready = wait_until(
+            lambda: next((line for line in log_path.read_text().splitlines()
+                          if line.startswith("node wild ready")), None),
+            timeout=30, message="node ready line")
+        assert ready is not None
+        cmd_url = ready.split("cmd=")[1].split()[0]
+        assert not cmd_url.endswith(":*")
+
+        def agent_registered() -> bool:
+            # The agent follows the node's publications: it found the node.
+            with KvStoreClient(cmd_url, timeout_s=1.0) as client:
+                return client.counters()["kvstore.subscriptions"] >= 1
+
+        wait_until(agent_registered, timeout=30, message=f"agent of wild on {cmd_url}")
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=60) == 0
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait(timeout=10)

@@ -65,3 +65,27 @@ def test_restart_continues_versions_and_finds_stale_keys() -> None:
     assert pub.stale_keys({"a/x"}) == ["status/n1/a/old"]
     pub.on_status(st("a/x", ValueState.CONFIGURED))
     assert pub.take(now=0.0)["status/n1/a/x"].version == 8
+
+
+def test_refusals_survive_the_schedulers_removed_and_are_withdrawn() -> None:
+    from kvmesh.agent.status import StatusPublisher, decode_status
+    from scheduler import ValueOrigin, ValueState, ValueStatus
+
+    pub = StatusPublisher("n1")
+    pub.refuse("linux/interface/a", "not valid msgpack")
+    out = pub.take(0.0)
+    record = decode_status(out["status/n1/linux/interface/a"].value)
+    assert record is not None and record["state"] == "INVALID"
+    assert record["error"] == "not valid msgpack"
+    # The refused value is not desired, so the scheduler removes it: the refusal stays.
+    pub.on_status(ValueStatus("linux/interface/a", ValueState.REMOVED, origin=ValueOrigin.FROM_NB))
+    assert "status/n1/linux/interface/a" not in pub.take(0.0)
+    # An obtained key refused by the scheduler (a reserved key) is published too.
+    pub.on_status(ValueStatus("linux/interface/host/lo", ValueState.INVALID,
+                              error=ValueError("read-only"), origin=ValueOrigin.FROM_SB))
+    assert "status/n1/linux/interface/host/lo" in pub.take(0.0)
+    pub.refuse("linux/interface/a", None)
+    pub.refuse("linux/interface/host/lo", None)
+    gone = pub.take(0.0)
+    assert gone["status/n1/linux/interface/a"].value == b""
+    assert gone["status/n1/linux/interface/host/lo"].value == b""

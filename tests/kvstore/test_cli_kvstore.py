@@ -228,3 +228,32 @@ def test_bad_url_and_bad_arguments_are_one_line() -> None:
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     result = cli("compare", "tcp://127.0.0.1:1", url="tcp://127.0.0.1:1", check=False)
     assert result.returncode == 2 and "two different URLs" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--version", "--ttl-ms"])
+def test_key_set_beyond_64_bits_is_one_line_exit_2(node: Node, option: str) -> None:
+    result = cli("key", "set", "k", "v", option, str(2**63), url=node.cmd_url, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "9223372036854775807" in result.stderr
+
+
+def test_key_at_the_highest_version_cannot_be_bumped(node: Node) -> None:
+    top = str(2**63 - 1)
+    cli("key", "set", "k", "v", "--version", top, url=node.cmd_url)
+    result = cli("key", "set", "k", "w", url=node.cmd_url, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "highest version" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # The agent's desired state: `config set` (current + 1) and `config del` (tombstone).
+    cli("key", "set", "config/n9/linux/interface/br7", '{"type": "bridge"}', "--version", top,
+        url=node.cmd_url)
+    for args in (
+        ["config", "set", "n9", "linux/interface/br7", '{"type": "bridge", "mtu": 1400}'],
+        ["config", "del", "n9", "linux/interface/br7"],
+    ):
+        result = cli(*args, url=node.cmd_url, check=False)
+        assert result.returncode == 1, result
+        assert "highest version" in result.stderr and "Traceback" not in result.stderr
+    with node.client() as client:
+        assert client.get(["k"])["k"].value == b"v"

@@ -6,7 +6,7 @@ import pytest
 
 from kvstore import wire
 from kvstore.db import KvStoreDb, compare_values
-from kvstore.gen.kvstore_thrift.ttypes import Publication
+from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Publication, Request
 from kvstore.hashing import value_hash
 from kvstore.value import I64_MAX, TTL_INFINITY, NoMergeReason, Value, invalid_reason
 
@@ -332,3 +332,54 @@ def test_compare_values_order() -> None:
     assert compare_values(base, Value(5, "b", None, 7, 1, 99)) == 2  # hashes differ: unknown
     assert compare_values(base, Value(5, "b", b"n", 7, 1, 99)) == -1  # values decide
     assert compare_values(base, Value(5, "b", b"l", 7, 1, 99)) == 1
+
+
+def _wire_key_set(raw_key: bytes, raw_originator: bytes) -> dict[str, Value]:
+    """A KEY_SET's key_vals as the C decoder makes them from raw (possibly invalid) UTF-8."""
+    request = Request(
+        cmd=Command.KEY_SET,
+        key_set=KeySetParams(key_vals={"K" * len(raw_key): v(orig="O" * len(raw_originator))}),
+    )
+    data = wire.encode(request)
+    data = data.replace(b"K" * len(raw_key), raw_key)
+    data = data.replace(b"O" * len(raw_originator), raw_originator)
+    key_set = wire.decode_request(data).key_set
+    assert key_set is not None and key_set.key_vals is not None
+    return key_set.key_vals
+
+
+@pytest.mark.parametrize(
+    ("raw_key", "raw_originator", "reason"),
+    [
+        (b"k\xff", b"me", R.MALFORMED),
+        (b"k\xfe", b"me", R.MALFORMED),
+        (b"key", b"\xff\xfeme", R.INVALID_ORIGINATOR),
+    ],
+)
+def test_invalid_utf8_from_the_wire_is_refused(
+    db: KvStoreDb, raw_key: bytes, raw_originator: bytes, reason: str
+) -> None:
+    key_vals = _wire_key_set(raw_key, raw_originator)
+    result = db.merge(key_vals, 0, wire_decoded=True)
+    assert list(result.no_merge.values()) == [reason]
+    assert result.delta == {} and len(db) == 0
+
+
+def test_replacement_character_is_refused_from_python_too(db: KvStoreDb) -> None:
+    result = db.merge({"k\ufffd": v(), "k": v(orig="o\ufffd"), "ok": v()}, 0)
+    assert result.no_merge == {"k\ufffd": R.MALFORMED, "k": R.INVALID_ORIGINATOR}
+    assert list(db.keys()) == ["ok"]
+
+
+def test_refused_originator_stays_refused_after_interning_others(db: KvStoreDb) -> None:
+    db.merge({"a": v(orig="o")}, 0)
+    result = db.merge({"b": v(orig="o\ufffd")}, 0, wire_decoded=True)
+    assert result.no_merge == {"b": R.INVALID_ORIGINATOR}
+
+
+def test_verify_hashes_replaces_a_forged_hash_on_a_ttl_refresh() -> None:
+    db = KvStoreDb("me", verify_hashes=True)
+    db.merge({"k": v(value=b"x")}, 0)
+    forged = Value(1, "a", b"x", TTL_INFINITY, 1, 42)
+    result = db.merge({"k": forged}, 0)
+    assert result.delta["k"].hash == value_hash(1, "a", b"x")

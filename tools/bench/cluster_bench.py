@@ -65,10 +65,10 @@ from kvmesh import cluster  # noqa: E402
 from kvmesh.agent.desired import encode_config_value  # noqa: E402
 from kvmesh.agent.keys import config_key, device_key, status_key  # noqa: E402
 from kvmesh.agent.status import decode_status  # noqa: E402
-from kvmesh.cli.kvstore_cmds import store_signature  # noqa: E402
 from kvstore import wire  # noqa: E402
 from kvstore.client import KvStoreClient, make_value  # noqa: E402
 from kvstore.gen.kvstore_thrift.ttypes import Value  # noqa: E402
+from kvstore.signature import store_signature  # noqa: E402
 
 TARGETS = {"config_to_applied_p50_ms": 150.0, "convergence_10k_keys_s": 2.0}
 N_KEYS = 10_000
@@ -368,7 +368,7 @@ def key_batches(prefix: str, origin: str) -> list[dict[str, Value]]:
 
 
 def signature_of(client: KvStoreClient, prefix: str) -> tuple[str, int]:
-    key_vals = client.hash_dump(prefix)
+    key_vals = client.dump(prefix)
     return store_signature(key_vals), len(key_vals)
 
 

@@ -1,0 +1,1 @@
+"""Fuzzing harnesses for every decoder of outside bytes (see docs/fuzzing.md)."""
