@@ -51,6 +51,8 @@ class ApiBackend(Protocol):
 
     def recon_services(self) -> Any: ...
 
+    def plan_values(self, values: dict[str, Any]) -> list[Any]: ...
+
     def metrics_text(self) -> str: ...
 
 
@@ -206,7 +208,56 @@ def _metrics(api: ApiBackend, q: Query) -> Response:
     return Response.text(api.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
 
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+
+
+def _values_body(body: bytes) -> dict[str, Any]:
+    """``{"values": {model key: value or null}}`` (the shape of POST /configuration too)."""
+    data = _json_body(body)
+    values = data.get("values") if isinstance(data, dict) else None
+    if not isinstance(values, dict):
+        raise BadRequest('expected a JSON body {"values": {<model key>: <value>, ...}}')
+    return values
+
+
+def _jsonschema(api: ApiBackend, q: Query) -> Response:
+    from kvmesh.agent.models import ModelError, json_schema
+
+    try:
+        return Response.json(json_schema(q.get("model") or None))
+    except ModelError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _validate(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """Each value checked against its model: ``{"valid": bool, "errors": {key: {field: ...}}}``."""
+    from kvmesh.agent.models import invalid_values
+
+    values = _values_body(body)
+    errors = {key: {"error": str(exc), "fields": exc.problems}
+              for key, exc in invalid_values({k: v for k, v in values.items()
+                                              if v is not None}).items()}
+    return Response.json({"valid": not errors, "errors": errors})
+
+
+def _plan(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """What the scheduler would do with these changes (read-only)."""
+    values = _values_body(body)
+    return Response.json({"operations": api.plan_values(values)})
+
+
+BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
+BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
+    ("POST", "/configuration/validate"): _validate,
+    ("POST", "/scheduler/plan"): _plan,
+}
+
 ROUTES: dict[tuple[str, str], Handler] = {
+    ("GET", "/info/configuration/jsonschema"): _jsonschema,
     ("GET", "/scheduler/txn-history"): _txn_history,
     ("GET", "/scheduler/key-timeline"): _key_timeline,
     ("GET", "/scheduler/graph-snapshot"): _graph_snapshot,
@@ -220,18 +271,23 @@ ROUTES: dict[tuple[str, str], Handler] = {
 }
 
 
-def dispatch(api: ApiBackend, method: str, target: str) -> Response:
+def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"") -> Response:
     """Route one request; never raises."""
     parsed = urllib.parse.urlsplit(target)
     path = parsed.path.rstrip("/") or "/"
     handler = ROUTES.get((method, path))
+    body_handler = BODY_ROUTES.get((method, path))
+    if body_handler is not None:
+        def handler(api: ApiBackend, query: Query) -> Response:
+            return body_handler(api, query, body)
     if handler is None:
-        allowed = sorted(m for (m, p) in ROUTES if p == path)
+        allowed = sorted(m for (m, p) in (*ROUTES, *BODY_ROUTES) if p == path)
         if allowed:
             return Response.json({"error": f"method {method} not allowed; use {allowed[0]}"},
                                  HTTPStatus.METHOD_NOT_ALLOWED)
         return Response.json({"error": f"no such endpoint: {path}",
-                              "endpoints": sorted(f"{m} {p}" for m, p in ROUTES)},
+                              "endpoints": sorted(f"{m} {p}" for m, p in
+                                                  (*ROUTES, *BODY_ROUTES))},
                              HTTPStatus.NOT_FOUND)
     try:
         pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True, strict_parsing=False)
@@ -261,7 +317,9 @@ class HttpApi:
             server_version = "kvmesh-agent"
 
             def _serve(self) -> None:
-                resp = dispatch(backend, self.command, self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length > 0 else b""
+                resp = dispatch(backend, self.command, self.path, body)
                 self.send_response(resp.status)
                 self.send_header("Content-Type", resp.content_type)
                 self.send_header("Content-Length", str(len(resp.body)))

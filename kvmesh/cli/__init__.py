@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from kvmesh.cli import agent_cmds, cluster_cmds, kvstore_cmds, vpp_cmds
+from kvmesh.cli import agent_cmds, cluster_cmds, kvstore_cmds, ops_cmds, vpp_cmds
 from kvmesh.cli.context import DEFAULT_URL, CliContext
 
 
@@ -27,5 +27,5 @@ def main(ctx: click.Context, url: str, as_json: bool) -> None:
     ctx.obj = CliContext(url=url, as_json=as_json)
 
 
-for _module in (kvstore_cmds, vpp_cmds, agent_cmds, cluster_cmds):
+for _module in (kvstore_cmds, vpp_cmds, agent_cmds, cluster_cmds, ops_cmds):
     _module.register(main)
