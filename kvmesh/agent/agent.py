@@ -561,7 +561,7 @@ class Agent:
     def plan_values(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The operations a transaction of `values` (model key -> value, None deletes) would
         execute, in order; read-only (the scheduler simulates it on its graph)."""
-        return [planned_op(op) for op in self.scheduler.plan(dict(values))]
+        return [op.as_dict() for op in self.scheduler.plan(dict(values))]
 
     def recon_services(self) -> Any:
         return {
@@ -604,13 +604,6 @@ class Agent:
                         family.add(value, device=device, service=service)
         families += per_service.values()
         return render(families)
-
-
-def planned_op(op: Any) -> dict[str, Any]:
-    """One planned/recorded operation as the CLI shows it (also used for history records)."""
-    error = op.error
-    return {"op": op.op.name, "key": op.key, "flags": op.flags(), "new_state": op.new_state.name,
-            "error": None if error is None else str(error)}
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

@@ -24,7 +24,9 @@ from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_c
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
 from kvstore.client import KvStoreClient, make_value
 
-SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "INVALID", "PENDING", "UNIMPLEMENTED"})
+# RETRYING counts as settled (as FAILED): the value failed; the node keeps retrying on its own.
+SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",
+                            "UNIMPLEMENTED"})
 GONE_STATES = frozenset({"REMOVED", "NONEXISTENT"})
 POLL_S = 0.05
 PLAN_TIMEOUT_S = 30.0
@@ -184,7 +186,7 @@ def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
         for number, op in enumerate(plan["operations"], 1):
             flags = f" [{', '.join(op['flags'])}]" if op["flags"] else ""
             error = f" error: {op['error']}" if op.get("error") else ""
-            lines.append(f"    {number}. {op['op']} {op['key']}{flags}{error}")
+            lines.append(f"    {number}. {op['operation']} {op['key']}{flags}{error}")
     return "\n".join(lines)
 
 
@@ -273,7 +275,10 @@ def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
     if state == "PENDING":
         missing = ", ".join(record.get("details") or ()) or "unknown dependency"
         return "PENDING", f"waiting for {missing}"
-    return state, record.get("error") or ", ".join(record.get("details") or ())
+    error = record.get("error") or ", ".join(record.get("details") or ())
+    if state == "RETRYING":
+        return "FAILED", f"(the node retries) {error}"
+    return state, error
 
 
 def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],

@@ -1,0 +1,168 @@
+"""The operator workflow on a real 2-node cluster (namespaces, processes, ZeroMQ, netlink):
+config export, plan, apply --wait, --replace; see docs/operator.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvmesh import cluster
+from kvmesh.cli.ops_cmds import outcome
+from tests.netns import netns_available
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)"),
+]
+
+
+class Cli:
+    def __init__(self, url: str, tmp: Path, prefix: str) -> None:
+        self.url, self.tmp, self.prefix = url, tmp, prefix
+        self.files = 0
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    def state_file(self, nodes: dict) -> str:
+        self.files += 1
+        path = self.tmp / f"state{self.files}.yaml"
+        path.write_text(yaml.safe_dump({"nodes": nodes}))
+        return str(path)
+
+    def desired(self, node: str) -> dict:
+        out = self.run("config", "get", node)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def links(self, node: str) -> set[str]:
+        out = subprocess.run(["ip", "-n", f"{self.prefix}-{node}", "-j", "link", "show"],
+                             capture_output=True, text=True, check=True).stdout
+        return {link["ifname"] for link in json.loads(out)}
+
+    def routes(self, node: str) -> set[str]:
+        out = subprocess.run(["ip", "-n", f"{self.prefix}-{node}", "-j", "route", "show"],
+                             capture_output=True, text=True, check=True).stdout
+        return {route["dst"] for route in json.loads(out)}
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    tmp = tmp_path_factory.mktemp("operator")
+    prefix = f"kvop{os.getpid()}"
+    run_dir = tmp / "run"
+    try:
+        state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
+        yield Cli(state.nodes["n1"].cmd_url, tmp, prefix)
+    finally:
+        cluster.down(run_dir)
+
+
+VETH = {
+    "linux/interface/veth0": {"type": "veth", "veth": {"peer": "veth1"},
+                              "addresses": ["10.0.12.1/24"]},
+    "linux/interface/veth1": {"type": "veth", "veth": {"peer": "veth0"}},
+    "linux/route/main/10.9.0.0/24/veth0": {"gateway": "10.0.12.2"},
+}
+
+
+def test_invalid_file_writes_nothing(cli: Cli) -> None:
+    path = cli.state_file({"n2": {**VETH, "linux/interface/br1": {"type": "bridge", "mtu": 1}}})
+    out = cli.run("apply", "-f", path, "--wait")
+    assert out.returncode != 0
+    assert "linux/interface/br1: field 'mtu'" in out.stderr and "nothing was written" in out.stderr
+    assert cli.desired("n2") == {}
+    planned = cli.run("plan", "-f", path)
+    assert planned.returncode != 0 and "field 'mtu'" in planned.stderr
+
+
+def test_plan_then_apply_does_exactly_the_plan(cli: Cli) -> None:
+    path = cli.state_file({"n2": VETH})
+    planned = cli.run("--json", "plan", "-f", path, "--detailed-exitcode")
+    assert planned.returncode == 2, planned.stderr
+    plan = json.loads(planned.stdout)["n2"]
+    assert plan["added"] == sorted(VETH) and plan["changed"] == {} and plan["removed"] == []
+    operations = [(op["operation"], op["key"]) for op in plan["scheduler"]["operations"]]
+    assert ("CREATE", "linux/route/main/10.9.0.0/24/veth0") in operations
+    assert cli.desired("n2") == {} and "veth0" not in cli.links("n2")  # plan changed nothing
+
+    applied = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "60")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    rows = {row["key"]: row["result"] for row in json.loads(applied.stdout)}
+    assert rows == dict.fromkeys(VETH, "applied")
+    assert {"veth0", "veth1"} <= cli.links("n2") and "10.9.0.0/24" in cli.routes("n2")
+
+    history = json.loads(cli.run("--json", "history", "--node", "n2").stdout)
+    executed = [(op["operation"], op["key"]) for txn in history if txn["type"] != "RETRY"
+                and any(v["key"] in VETH for v in txn["values"]) for op in txn["executed"]]
+    assert executed == operations
+
+
+def test_unchanged_export_plans_to_nothing(cli: Cli) -> None:
+    exported = cli.run("config", "export", "n2")
+    assert exported.returncode == 0, exported.stderr
+    assert yaml.safe_load(exported.stdout) == {"nodes": {"n2": VETH}}
+    path = cli.tmp / "export.yaml"
+    path.write_text(exported.stdout)
+    planned = cli.run("plan", "-f", str(path), "--detailed-exitcode")
+    assert planned.returncode == 0 and planned.stdout.strip() == "no changes"
+    applied = cli.run("apply", "-f", str(path), "--wait")
+    assert applied.returncode == 0 and applied.stdout.strip() == "no changes"
+
+
+def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
+    changed = {**VETH,
+               "linux/interface/veth0": {**VETH["linux/interface/veth0"], "mtu": 1400},
+               # no interface veth7: waits for it
+               "linux/route/main/10.7.0.0/24/veth7": {},
+               # the kernel refuses a second VXLAN device with the same VNI and port
+               "linux/interface/vx0": {"type": "vxlan", "vxlan": {"vni": 42}},
+               "linux/interface/vx1": {"type": "vxlan", "vxlan": {"vni": 42}}}
+    path = cli.state_file({"n2": changed})
+    planned = json.loads(cli.run("--json", "plan", "-f", path).stdout)["n2"]
+    assert planned["changed"]["linux/interface/veth0"] == [
+        {"path": "mtu", "old": None, "new": 1400}]
+    out = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "30")
+    assert out.returncode == 1, out.stdout + out.stderr
+    rows = {row["key"]: row for row in json.loads(out.stdout)}
+    assert set(rows) == {"linux/interface/veth0", "linux/route/main/10.7.0.0/24/veth7",
+                         "linux/interface/vx0", "linux/interface/vx1"}
+    assert rows["linux/interface/veth0"]["result"] == "applied"
+    pending = rows["linux/route/main/10.7.0.0/24/veth7"]
+    assert pending["result"] == "PENDING" and "veth7" in pending["details"]
+    vxlans = sorted(rows[f"linux/interface/vx{n}"]["result"] for n in (0, 1))
+    assert vxlans == ["FAILED", "applied"], rows
+    assert all(row["details"] for row in rows.values() if row["result"] == "FAILED")
+
+
+def test_replace_removes_what_the_file_no_longer_has(cli: Cli) -> None:
+    path = cli.state_file({"n2": {"linux/interface/veth0": VETH["linux/interface/veth0"],
+                                  "linux/interface/veth1": VETH["linux/interface/veth1"]}})
+    planned = json.loads(cli.run("--json", "plan", "-f", path, "--replace").stdout)["n2"]
+    assert set(planned["removed"]) == {"linux/route/main/10.9.0.0/24/veth0",
+                                       "linux/route/main/10.7.0.0/24/veth7",
+                                       "linux/interface/vx0", "linux/interface/vx1"}
+    out = cli.run("--json", "apply", "-f", path, "--replace", "--wait", "--timeout", "30")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert set(cli.desired("n2")) == {"linux/interface/veth0", "linux/interface/veth1"}
+    assert "10.9.0.0/24" not in cli.routes("n2") and not {"vx0", "vx1"} & cli.links("n2")
+
+
+def test_outcome_of_each_final_state() -> None:
+    assert outcome({}, {"state": "CONFIGURED"}, True) == ("applied", "")
+    assert outcome({}, {"state": "INVALID", "error": "field 'x'"}, True) == ("INVALID",
+                                                                            "field 'x'")
+    assert outcome({}, {"state": "PENDING", "details": ["interface v7"]}, True) == (
+        "PENDING", "waiting for interface v7")
+    assert outcome(None, None, True) == ("removed", "")
+    assert outcome({}, {"state": "RETRYING", "error": "EEXIST"}, True) == (
+        "FAILED", "(the node retries) EEXIST")
+    assert outcome({}, {"state": "CONFIGURED"}, False) == ("TIMEOUT", "last state CONFIGURED")
