@@ -66,7 +66,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
         cluster.down(run_dir)
 
 
-VETH = {
+VETH: dict[str, dict] = {
     "linux/interface/veth0": {"type": "veth", "veth": {"peer": "veth1"},
                               "addresses": ["10.0.12.1/24"]},
     "linux/interface/veth1": {"type": "veth", "veth": {"peer": "veth0"}},
