@@ -16,6 +16,7 @@ import yaml
 from kvmesh import cluster
 from kvmesh.cli.ops_cmds import outcome
 from tests.netns import netns_available
+from tests.util import wait_until
 
 pytestmark = [
     pytest.mark.netns,
@@ -166,3 +167,68 @@ def test_outcome_of_each_final_state() -> None:
     assert outcome({}, {"state": "RETRYING", "error": "EEXIST"}, True) == (
         "FAILED", "(the node retries) EEXIST")
     assert outcome({}, {"state": "CONFIGURED"}, False) == ("TIMEOUT", "last state CONFIGURED")
+
+
+def history(cli: Cli, node: str) -> list[dict]:
+    out = cli.run("--json", "config", "history", node)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_confirm_timeout_rolls_back_even_when_the_cli_is_killed(cli: Cli) -> None:
+    before = cli.desired("n2")
+    path = cli.state_file({"n2": {"linux/interface/br5": {"type": "bridge"}}})
+    proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "apply", "-f",
+                             path, "--wait", "--confirm-timeout", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "br5" in cli.links("n2"), timeout=30, message="br5 created")
+    finally:
+        proc.kill()  # the operator's session dies right after apply
+        proc.wait()
+    wait_until(lambda: "br5" not in cli.links("n2"), timeout=30,
+               message="the agent rolled back the unconfirmed revision")
+    assert cli.desired("n2") == before
+    revs = history(cli, "n2")
+    applied, rollback = revs[-2], revs[-1]
+    assert applied["keys"] == ["linux/interface/br5"] and applied["confirm"] == "rolled-back"
+    assert rollback["keys"] == ["linux/interface/br5"] and "agent n2" in rollback["who"]
+
+
+def test_confirm_keeps_the_change(cli: Cli) -> None:
+    path = cli.state_file({"n2": {"linux/interface/br6": {"type": "bridge"}}})
+    out = cli.run("apply", "-f", path, "--no-wait", "--confirm-timeout", "30")
+    assert out.returncode == 0, out.stderr
+    assert "kvmesh confirm" in out.stderr
+    confirmed = cli.run("confirm", "n2")
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert history(cli, "n2")[-1]["confirm"] == "confirmed"
+    assert "linux/interface/br6" in cli.desired("n2")
+    again = cli.run("confirm", "n2")
+    assert again.returncode != 0 and "no pending revision" in again.stderr
+
+
+def test_history_and_rollback_round_trip(cli: Cli) -> None:
+    start = cli.desired("n2")
+    first = cli.state_file({"n2": {"linux/interface/br8": {"type": "bridge", "mtu": 1300}}})
+    second = cli.state_file({"n2": {"linux/interface/br8": {"type": "bridge", "mtu": 1200},
+                                    "linux/interface/br9": {"type": "bridge"}}})
+    assert cli.run("apply", "-f", first, "--wait").returncode == 0
+    after_first = cli.desired("n2")
+    rev_first = history(cli, "n2")[-1]["rev"]
+    assert cli.run("apply", "-f", second, "--wait").returncode == 0
+    assert cli.desired("n2")["linux/interface/br8"]["mtu"] == 1200
+    wait_until(lambda: "br9" in cli.links("n2"), timeout=30, message="br9 created")
+
+    out = cli.run("config", "rollback", "n2", str(rev_first))
+    assert out.returncode == 0, out.stderr
+    assert cli.desired("n2") == after_first
+    wait_until(lambda: "br9" not in cli.links("n2"), timeout=30, message="br9 removed")
+    revs = history(cli, "n2")
+    assert revs[-1]["description"] == f"rollback to revision {rev_first}"
+    assert revs[-1]["keys"] == ["linux/interface/br8", "linux/interface/br9"]
+    back = cli.run("config", "rollback", "n2", str(rev_first - 1))
+    assert back.returncode == 0, back.stderr
+    assert cli.desired("n2") == start
+    missing = cli.run("config", "rollback", "n2", "999")
+    assert missing.returncode == 2 and "no revision 999" in missing.stderr

@@ -24,6 +24,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kvmesh.agent.config_writer import (
+    desired_values,
+    mark,
+    node_revisions,
+    who_am_i,
+    write_node_change,
+)
 from kvmesh.agent.desired import DesiredState, Model
 from kvmesh.agent.keys import agent_key, config_prefix, device_key, device_of, status_prefix
 from kvmesh.agent.metrics import MetricFamily, flat_counters, render
@@ -35,6 +42,7 @@ from kvmesh.agent.recon import (
     ResultIntent,
     RunOutcome,
 )
+from kvmesh.agent.revisions import ROLLED_BACK, ConfirmTimer, revision_key, rollback_values
 from kvmesh.agent.status import StatusPublisher
 from kvstore.client import KvStoreClient, KvStoreError
 from scheduler import (
@@ -57,6 +65,7 @@ STAGES: tuple[tuple[int, str, tuple[str, ...]], ...] = (
 DEFAULT_RETRY = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
 #: Priority of the built-in service that waits for the KvStore's initial sync.
 KVSTORE_SYNC_PRIORITY = 0
+CONFIRM_POLL_S = 0.5  # how often the agent looks for revisions due for rollback
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,7 @@ class Agent:
         self.counters: dict[str, int] = {
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
-            "statuses_published": 0, "drift_repairs": 0,
+            "statuses_published": 0, "drift_repairs": 0, "confirm_rollbacks": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters
         self._status_queue: queue.SimpleQueue[tuple[str, dict[str, Any] | ValueStatus]] = (
@@ -135,6 +144,7 @@ class Agent:
         self._register_services()
         self._spawn("agent-status", self._status_loop)
         self._spawn("agent-nb", self._nb_loop)
+        self._spawn("agent-confirm", self._confirm_loop)
         self._start_southbounds()
         if not self.devices:
             # Nothing to reconcile: load the desired state right away (every value will be
@@ -472,6 +482,40 @@ class Agent:
         except SchedulerClosedError:
             return
         self._count("drift_repairs")
+
+    def _confirm_loop(self) -> None:
+        """Rolls back this node's revisions left unconfirmed past their confirm timeout (see
+        kvmesh.agent.revisions): held here, so it happens even when the operator's CLI died."""
+        timer = ConfirmTimer()
+        client: KvStoreClient | None = None
+        while not self._stop.wait(CONFIRM_POLL_S):
+            try:
+                client = client or KvStoreClient(self.config.kv_url)
+                kept = node_revisions(client, self.config.node)
+                due = timer.due({rev: record for rev, (_v, record) in kept.items()},
+                                time.monotonic())
+                for rev in due:
+                    self._roll_back(client, rev, *kept[rev])
+                    timer.forget(rev)
+            except KvStoreError as exc:
+                log.warning("confirm timer: KvStore %s: %s (retrying)", self.config.kv_url, exc)
+                if client is not None:
+                    client.close()
+                client = None
+        if client is not None:
+            client.close()
+
+    def _roll_back(self, client: KvStoreClient, rev: int, value: Any,
+                   record: dict[str, Any]) -> None:
+        node = self.config.node
+        writes = rollback_values(record)
+        current = desired_values(client, node, writes)
+        new_rev = write_node_change(
+            client, node, writes, current, who=who_am_i(f"agent {node}"),
+            description=f"rollback of revision {rev}: not confirmed in time",
+            extra={revision_key(node, rev): mark(client, value, record, ROLLED_BACK)})
+        self._count("confirm_rollbacks")
+        log.warning("revision %d not confirmed in time: rolled back (revision %d)", rev, new_rev)
 
     def _periodic_downstream_resync(self) -> None:
         if any(self.recon.device_state(d) is not DeviceState.KNOWN for d in self.devices):

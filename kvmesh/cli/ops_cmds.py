@@ -17,12 +17,12 @@ from typing import Any
 
 import click
 
-from kvmesh.agent.desired import decode_config_value, encode_config_value
-from kvmesh.agent.keys import CONFIG, agent_key, config_key, status_prefix
+from kvmesh.agent.desired import decode_config_value
+from kvmesh.agent.keys import CONFIG, agent_key, status_prefix
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
-from kvstore.client import KvStoreClient, make_value
+from kvstore.client import KvStoreClient
 
 # RETRYING counts as settled (as FAILED): the value failed; the node keeps retrying on its own.
 SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",
@@ -217,26 +217,22 @@ def plan(path: str, replace: bool, detailed_exitcode: bool) -> None:
 # -- apply -------------------------------------------------------------------------------------
 
 
-def write_batches(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> None:
-    """One KEY_SET per node with every change (versions one above what the mesh holds)."""
-    originator = client.node_info().name
+def write_batches(client: KvStoreClient, diffs: Mapping[str, NodeDiff], source: str,
+                  confirm_timeout_s: float | None) -> dict[str, int]:
+    """One KEY_SET per changed node with every change and its revision; node -> revision."""
+    from kvmesh.agent.config_writer import WriteRefused, who_am_i, write_node_change
+
+    written = {}
     for node, diff in diffs.items():
-        writes = diff.writes()
-        if not writes:
+        if diff.empty:
             continue
-        keys = [config_key(node, model_key) for model_key in writes]
-        held = client.get(keys)
-        batch = {}
-        for model_key, value in writes.items():
-            key = config_key(node, model_key)
-            current = held.get(key)
-            batch[key] = make_value(encode_config_value(value),
-                                    version=1 if current is None else current.version + 1,
-                                    originator_id=originator)
-        refused = client.set(batch)
-        if refused:
-            fail(f"{node}: the mesh refused {len(refused)} value(s): "
-                 + "; ".join(f"{k}: {r}" for k, r in sorted(refused.items())))
+        try:
+            written[node] = write_node_change(
+                client, node, diff.writes(), diff.previous(), who=who_am_i("kvmesh apply"),
+                description=f"apply {source}", confirm_timeout_s=confirm_timeout_s)
+        except WriteRefused as exc:
+            fail(str(exc))
+    return written
 
 
 def status_snapshot(client: KvStoreClient, node: str) -> dict[str, dict[str, Any]]:
@@ -316,8 +312,13 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
               "value settled [default: on a terminal].")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=60.0,
               show_default=True, help="How long --wait waits (seconds).")
-def apply(path: str, replace: bool, wait: bool | None, timeout_s: float) -> None:
-    """Make the desired state of the file's nodes what FILE declares."""
+@click.option("--confirm-timeout", "confirm_s", type=click.FloatRange(min=1), default=None,
+              help="Roll back unless `kvmesh confirm` runs within S seconds (held by the "
+                   "nodes' agents).")
+def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
+          confirm_s: float | None) -> None:
+    """Make the desired state of the file's nodes what FILE declares (one revision per
+    changed node; see `kvmesh config history`)."""
     wanted = read_state_file(path)
     refuse_invalid(wanted)
     follow = sys.stdout.isatty() if wait is None else wait
@@ -326,7 +327,11 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float) -> None
         diffs = compute_diff(client, wanted, replace)
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}
-        write_batches(client, diffs)
+        revs = write_batches(client, diffs, path, confirm_s)
+        if confirm_s is not None:
+            click.echo("revision(s) " + ", ".join(f"{n}: {r}" for n, r in revs.items())
+                       + f": run `kvmesh confirm` within {confirm_s:g} s or they are rolled "
+                       "back", err=True)
         if not follow:
             return diffs, None
         return diffs, wait_settled(client, diffs, before, timeout_s, progress=True)
@@ -355,10 +360,112 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float) -> None
         sys.exit(1)
 
 
+# -- revisions: confirm, history, rollback ------------------------------------------------------
+
+
+def nodes_with_revisions(client: KvStoreClient) -> list[str]:
+    nodes = set()
+    for key in client.dump(prefix="node/"):
+        node, _, rest = key[len("node/"):].partition("/")
+        if rest.startswith("revision/"):
+            nodes.add(node)
+    return sorted(nodes)
+
+
+@click.command("confirm", cls=KvCommand)
+@click.argument("nodes", nargs=-1)
+def confirm(nodes: tuple[str, ...]) -> None:
+    """Confirm the pending revisions of NODES (all nodes when omitted): no rollback."""
+    from kvmesh.agent.config_writer import mark, node_revisions
+    from kvmesh.agent.revisions import CONFIRMED, is_pending, revision_key
+
+    def action(client: KvStoreClient) -> dict[str, list[int]]:
+        done: dict[str, list[int]] = {}
+        for node in nodes or nodes_with_revisions(client):
+            batch = {revision_key(node, rev): mark(client, value, record, CONFIRMED)
+                     for rev, (value, record) in node_revisions(client, node).items()
+                     if is_pending(record)}
+            if batch:
+                refused = client.set(batch)
+                if refused:
+                    fail(f"{node}: confirm refused: {refused}")
+                done[node] = sorted(int(key.rsplit("/", 1)[1]) for key in batch)
+        return done
+
+    done = run_client(action)
+    if not done:
+        fail("no pending revision to confirm (already rolled back, or confirmed)")
+    emit(done, "\n".join(f"{node}: confirmed revision(s) {', '.join(map(str, revs))}"
+                         for node, revs in done.items()))
+
+
+@click.command("history", cls=KvCommand)
+@click.argument("node")
+def config_history(node: str) -> None:
+    """NODE's revisions (every apply and rollback): time, who/where, keys changed, state."""
+    from kvmesh.agent.config_writer import node_revisions
+
+    kept = run_client(lambda c: node_revisions(c, node))
+    rows = [{"rev": rev, "time": record["time"], "who": record["who"],
+             "description": record.get("description", ""),
+             "keys": sorted(record["changes"]),
+             "confirm": (record.get("confirm") or {}).get("state")}
+            for rev, (_value, record) in sorted(kept.items())]
+    lines = [f"{'REV':>4}  {'TIME':<19}  {'CONFIRM':<11}  WHO / WHAT / KEYS"]
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
+        lines.append(f"{row['rev']:>4}  {when:<19}  {row['confirm'] or '-':<11}  {row['who']}")
+        lines.append(f"{'':>38}{row['description']}: {len(row['keys'])} key(s): "
+                     + ", ".join(row["keys"][:5]) + (" ..." if len(row["keys"]) > 5 else ""))
+    emit(rows, "\n".join(lines) if rows else f"no revisions for {node}")
+
+
+@click.command("rollback", cls=KvCommand)
+@click.argument("node")
+@click.argument("rev", type=int)
+def config_rollback(node: str, rev: int) -> None:
+    """Restore NODE's desired state as it was right after revision REV (a new revision)."""
+    from kvmesh.agent.config_writer import (
+        WriteRefused,
+        desired_values,
+        node_revisions,
+        who_am_i,
+        write_node_change,
+    )
+    from kvmesh.agent.revisions import restore_values
+
+    def action(client: KvStoreClient) -> tuple[int | None, int]:
+        kept = node_revisions(client, node)
+        try:
+            target = restore_values([record for _v, record in kept.values()], rev)
+        except ValueError as exc:
+            fail(str(exc), code=2)
+        now = desired_values(client, node, target)
+        writes = {key: value for key, value in target.items() if now.get(key) != value}
+        if not writes:
+            return None, 0
+        try:
+            return write_node_change(
+                client, node, writes, now, who=who_am_i("kvmesh config rollback"),
+                description=f"rollback to revision {rev}"), len(writes)
+        except WriteRefused as exc:
+            fail(str(exc))
+
+    new_rev, count = run_client(action)
+    if new_rev is None:
+        emit({"rev": None, "changed": 0}, f"{node} is already as after revision {rev}")
+        return
+    emit({"rev": new_rev, "changed": count},
+         f"{node}: back to revision {rev} ({count} key(s) written, revision {new_rev})")
+
+
 def register(group: click.Group) -> None:
     from kvmesh.cli.agent_cmds import config_group
 
     group.add_command(model_group)
     group.add_command(plan)
     group.add_command(apply)
+    group.add_command(confirm)
     config_group.add_command(config_export)
+    config_group.add_command(config_history)
+    config_group.add_command(config_rollback)
