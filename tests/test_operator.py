@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +27,18 @@ pytestmark = [
 
 
 class Cli:
-    def __init__(self, url: str, tmp: Path, prefix: str) -> None:
-        self.url, self.tmp, self.prefix = url, tmp, prefix
+    def __init__(self, url: str, tmp: Path, prefix: str, http: dict[str, str]) -> None:
+        self.url, self.tmp, self.prefix, self.http = url, tmp, prefix, http
         self.files = 0
+
+    def post(self, node: str, path: str, body: object) -> tuple[int, dict]:
+        request = urllib.request.Request(f"http://{self.http[node]}{path}", method="POST",
+                                         data=json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
@@ -62,7 +73,8 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     run_dir = tmp / "run"
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
-        yield Cli(state.nodes["n1"].cmd_url, tmp, prefix)
+        yield Cli(state.nodes["n1"].cmd_url, tmp, prefix,
+                  {name: str(info.http) for name, info in state.nodes.items()})
     finally:
         cluster.down(run_dir)
 
@@ -232,3 +244,35 @@ def test_history_and_rollback_round_trip(cli: Cli) -> None:
     assert cli.desired("n2") == start
     missing = cli.run("config", "rollback", "n2", "999")
     assert missing.returncode == 2 and "no revision 999" in missing.stderr
+
+
+def test_post_configuration_is_all_or_nothing(cli: Cli) -> None:
+    links, desired, revs = cli.links("n2"), cli.desired("n2"), history(cli, "n2")
+    values = {"linux/interface/br20": {"type": "bridge"},
+              "linux/interface/vx20": {"type": "vxlan", "vxlan": {"vni": 77}},
+              "linux/interface/vx21": {"type": "vxlan", "vxlan": {"vni": 77}}}  # one fails
+    status, body = cli.post("n2", "/configuration", {"values": values})
+    assert status == 409 and body["ok"] is False, body
+    assert set(body["errors"]) & {"linux/interface/vx20", "linux/interface/vx21"}
+    assert cli.links("n2") == links  # reverted in the kernel
+    assert cli.desired("n2") == desired and history(cli, "n2") == revs  # nothing in the mesh
+
+    status, body = cli.post("n2", "/configuration", {"values": {"x/y": {}}})
+    assert status == 400 and "x/y" in body["errors"]
+
+
+def test_post_configuration_is_recorded_and_not_reapplied(cli: Cli) -> None:
+    values = {**cli.desired("n2"), "linux/interface/br21": {"type": "bridge", "mtu": 1280}}
+    status, body = cli.post("n2", "/configuration", {"values": values, "replace": True})
+    assert status == 200 and body["ok"] and body["changed"] == ["linux/interface/br21"], body
+    assert "br21" in cli.links("n2")
+    assert cli.desired("n2")["linux/interface/br21"] == {"type": "bridge", "mtu": 1280}
+    assert history(cli, "n2")[-1]["rev"] == body["revision"]
+    # A later change through the mesh is applied: by then the agent has seen its own write.
+    marker = cli.run("config", "set", "n2", "linux/interface/br22", '{"type": "bridge"}')
+    assert marker.returncode == 0, marker.stderr
+    wait_until(lambda: "br22" in cli.links("n2"), timeout=30, message="br22 created")
+    txns = json.loads(cli.run("--json", "history", "--node", "n2").stdout)
+    later = [txn for txn in txns if txn["seq"] > body["seq"]
+             and any(v["key"] == "linux/interface/br21" for v in txn["values"])]
+    assert later == [], "the NB loop re-applied the REST transaction's values"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvmesh.agent.config_writer import (
+    WriteRefused,
     desired_values,
     mark,
     node_revisions,
@@ -123,8 +124,12 @@ class Agent:
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
             "statuses_published": 0, "drift_repairs": 0, "confirm_rollbacks": 0,
+            "rest_transactions": 0, "rest_transaction_errors": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters
+        # Serialises northbound transactions (the NB loop's and REST POST /configuration), so
+        # a batch taken from the mesh before a REST apply is not committed over it.
+        self._txn_lock = threading.Lock()
         self._status_queue: queue.SimpleQueue[tuple[str, dict[str, Any] | ValueStatus]] = (
             queue.SimpleQueue())
         self._stop = threading.Event()
@@ -433,27 +438,68 @@ class Agent:
         """Commit pending changes once the stream went quiet, the coalescing window closed, or
         the batch is full; changes for devices that are not KNOWN stay pending."""
         cfg = self.config
-        with self._lock:
-            first = self.desired.first_pending_at
-            if first is None or not self._initial_load_done.is_set():
+        with self._txn_lock:
+            with self._lock:
+                first = self.desired.first_pending_at
+                if first is None or not self._initial_load_done.is_set():
+                    return
+                window_closed = time.monotonic() - first >= cfg.coalesce_s
+                if not (quiet or window_closed or len(self.desired.pending) >= cfg.max_batch):
+                    return
+                batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
+            if not batch:
                 return
-            window_closed = time.monotonic() - first >= cfg.coalesce_s
-            if not (quiet or window_closed or len(self.desired.pending) >= cfg.max_batch):
-                return
-            batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
-        if not batch:
-            return
-        txn = self.scheduler.start_txn()
-        for key, value in batch.items():
-            txn.set_value(key, value)
-        self._count("nb_transactions")
-        self._count("nb_values_applied", len(batch))
-        try:
-            txn.commit(retry=self.config.retry,
-                       description=f"northbound: {len(batch)} value(s) from the KvStore")
-        except TransactionError as exc:
-            self._count("nb_transaction_errors")
-            log.warning("northbound transaction: %s", exc)
+            txn = self.scheduler.start_txn()
+            for key, value in batch.items():
+                txn.set_value(key, value)
+            self._count("nb_transactions")
+            self._count("nb_values_applied", len(batch))
+            try:
+                txn.commit(retry=self.config.retry,
+                           description=f"northbound: {len(batch)} value(s) from the KvStore")
+            except TransactionError as exc:
+                self._count("nb_transaction_errors")
+                log.warning("northbound transaction: %s", exc)
+
+    def apply_configuration(self, values: Mapping[str, Model], replace: bool) -> dict[str, Any]:
+        """REST POST /configuration: `values` (already validated) as one transaction with
+        revert — all or nothing — then recorded in the mesh (desired state with a revision;
+        statuses as usual). ``replace`` also removes desired values `values` does not name."""
+        node = self.config.node
+        with self._txn_lock:
+            with self._lock:
+                current = dict(self.desired.desired)
+            target: dict[str, Model | None] = dict(values)
+            if replace:
+                target.update({key: None for key in current if key not in values})
+            changes = {key: value for key, value in target.items() if current.get(key) != value}
+            if not changes:
+                return {"ok": True, "seq": None, "revision": None, "changed": []}
+            txn = self.scheduler.start_txn()
+            for key, value in changes.items():
+                txn.set_value(key, value)
+            try:
+                seq = txn.commit(revert=True, description=f"REST POST /configuration: "
+                                                          f"{len(changes)} value(s)")
+            except TransactionError as exc:
+                self._count("rest_transaction_errors")
+                return {"ok": False, "error": str(exc),
+                        "errors": {key: f"{op}: {err}" for key, (op, err) in exc.errors.items()}}
+            with self._lock:
+                self.desired.record_applied(changes)
+            try:
+                with KvStoreClient(self.config.kv_url) as client:
+                    rev = write_node_change(
+                        client, node, changes, {key: current.get(key) for key in changes},
+                        who=who_am_i(f"agent {node}, REST POST /configuration"),
+                        description="REST POST /configuration")
+            except (KvStoreError, WriteRefused) as exc:
+                # Applied here but not in the mesh: the next re-dump brings the node back to
+                # what the mesh says; the caller is told.
+                return {"ok": False, "seq": seq, "error": f"applied, but not recorded in the "
+                                                          f"mesh (it will be undone): {exc}"}
+            self._count("rest_transactions")
+            return {"ok": True, "seq": seq, "revision": rev, "changed": sorted(changes)}
 
     def _repair_soon(self, device: str) -> None:
         """A southbound reported drift: run a downstream resync of that device shortly, once

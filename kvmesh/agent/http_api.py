@@ -53,6 +53,8 @@ class ApiBackend(Protocol):
 
     def plan_values(self, values: dict[str, Any]) -> list[Any]: ...
 
+    def apply_configuration(self, values: dict[str, Any], replace: bool) -> dict[str, Any]: ...
+
     def metrics_text(self) -> str: ...
 
 
@@ -250,10 +252,34 @@ def _plan(api: ApiBackend, q: Query, body: bytes) -> Response:
     return Response.json({"operations": api.plan_values(values)})
 
 
+def _configuration(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """The node's values as one transaction with revert (after Ligato's gRPC northbound):
+    400 with every bad field when a value is invalid (nothing applied), 409 with the errors
+    when the node refused it (everything reverted), else 200."""
+    from kvmesh.agent.models import invalid_values
+
+    data = _json_body(body)
+    values = _values_body(body)
+    replace = data.get("replace", False)
+    if not isinstance(replace, bool):
+        raise BadRequest("'replace' must be true or false")
+    if any(not isinstance(v, dict) for v in values.values()):
+        raise BadRequest("every value must be a JSON object (omit a key, with replace, to "
+                         "remove it)")
+    invalid = invalid_values(values)
+    if invalid:
+        return Response.json({"error": f"{len(invalid)} invalid value(s): nothing applied",
+                              "errors": {k: {"error": str(e), "fields": e.problems}
+                                         for k, e in invalid.items()}}, HTTPStatus.BAD_REQUEST)
+    result = api.apply_configuration(values, replace)
+    return Response.json(result, HTTPStatus.OK if result["ok"] else HTTPStatus.CONFLICT)
+
+
 BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
 BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
     ("POST", "/configuration/validate"): _validate,
     ("POST", "/scheduler/plan"): _plan,
+    ("POST", "/configuration"): _configuration,
 }
 
 ROUTES: dict[tuple[str, str], Handler] = {
