@@ -51,6 +51,7 @@ from scheduler import (
     RetryPolicy,
     SchedulerClosedError,
     TransactionError,
+    ValueState,
     ValueStatus,
 )
 
@@ -627,26 +628,37 @@ class Agent:
     def graph_snapshot(self, time: float | None) -> Any:
         return self.scheduler.graph_snapshot(time)
 
-    def dump(self, descriptor: str | None, key_prefix: str | None, view: str) -> Any:
-        return self.scheduler.dump(descriptor=descriptor, key_prefix=key_prefix, view=view)
+    def dump(self, descriptor: str | None, key_prefix: str | None, view: str,
+             state: str | None = None) -> Any:
+        return self.scheduler.dump(descriptor=descriptor, key_prefix=key_prefix, view=view,
+                                   state=None if state is None else ValueState[state])
 
     def value_status(self, key: str | None) -> Any:
         if key is not None:
             return self.scheduler.get_value_status(key)
         return self.scheduler.get_value_statuses()
 
-    def graph_dot(self) -> str:
-        return self.scheduler.graph_dot()
+    def graph_dot(self, txn: int | None = None) -> str:
+        return self.scheduler.graph_dot(txn)
 
     def stats(self) -> Any:
         return {"scheduler": self.scheduler.stats(), "agent": dict(self.counters),
                 "devices": {d: s.value for d, s in self.recon.devices().items()}}
 
     def downstream_resync(self, retry: bool) -> Any:
-        seq = self.scheduler.resync(kind="downstream", retry=retry or None,
-                                    description="downstream resync (REST)")
+        """The resync's record and its failed values (a resync that ran with failures is not
+        an error of the request)."""
+        errors: dict[str, str] = {}
+        try:
+            seq = self.scheduler.resync(kind="downstream", retry=retry or None,
+                                        description="downstream resync (REST)")
+        except TransactionError as exc:
+            if exc.seq is None:
+                raise
+            seq = exc.seq
+            errors = {key: f"{op}: {err}" for key, (op, err) in exc.errors.items()}
         records = self.scheduler.transaction_history(seq=seq)
-        return records[0] if records else {"seq": seq}
+        return {"record": records[0] if records else {"seq": seq}, "errors": errors}
 
     def plan_values(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The operations a transaction of `values` (model key -> value, None deletes) would

@@ -7,6 +7,7 @@ Every handler validates its query parameters; a bad one is a 400 with a JSON err
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from kvmesh.agent.jsonable import to_jsonable
+from scheduler import ValueState
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -39,11 +41,12 @@ class ApiBackend(Protocol):
 
     def graph_snapshot(self, time: float | None) -> Any: ...
 
-    def dump(self, descriptor: str | None, key_prefix: str | None, view: str) -> Any: ...
+    def dump(self, descriptor: str | None, key_prefix: str | None, view: str,
+             state: str | None = None) -> Any: ...
 
     def value_status(self, key: str | None) -> Any: ...
 
-    def graph_dot(self) -> str: ...
+    def graph_dot(self, txn: int | None = None) -> str: ...
 
     def stats(self) -> Any: ...
 
@@ -76,6 +79,25 @@ class Response:
 
 Query = dict[str, str]
 Handler = Callable[[ApiBackend, Query], Response]
+H = TypeVar("H", bound=Callable[..., Response])
+
+
+def accepts(*names: str) -> Callable[[H], H]:
+    """The query parameters a handler takes: any other one is a 400 (not silently ignored)."""
+
+    def wrap(handler: H) -> H:
+        @functools.wraps(handler)
+        def checked(api: ApiBackend, query: Query, *rest: Any) -> Response:
+            unknown = sorted(set(query) - set(names))
+            if unknown:
+                allowed = ", ".join(names) or "none"
+                raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
+                                 f"(accepted: {allowed})")
+            return handler(api, query, *rest)
+
+        return cast(H, checked)
+
+    return wrap
 
 
 def _time_param(query: Query, name: str) -> float | None:
@@ -124,6 +146,7 @@ def _choice(query: Query, name: str, choices: tuple[str, ...], default: str) -> 
     raise BadRequest(f"parameter {name!r}: expected one of {', '.join(choices)}, got {raw!r}")
 
 
+@accepts("format", "seq-num", "since", "until")
 def _txn_history(api: ApiBackend, q: Query) -> Response:
     fmt = _choice(q, "format", ("json", "text"), "json")
     seq = _int_param(q, "seq-num")
@@ -145,6 +168,7 @@ def _record_text(record: Any) -> str:
     return out if out.endswith("\n") else out + "\n"
 
 
+@accepts("key")
 def _key_timeline(api: ApiBackend, q: Query) -> Response:
     key = q.get("key")
     if not key:
@@ -152,23 +176,42 @@ def _key_timeline(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.key_timeline(key))
 
 
+@accepts("time")
 def _graph_snapshot(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.graph_snapshot(_time_param(q, "time")))
 
 
+@accepts("descriptor", "key-prefix", "view", "state")
 def _dump(api: ApiBackend, q: Query) -> Response:
     view = _choice(q, "view", ("cached", "NB", "SB"), "cached")
     descriptor, prefix = q.get("descriptor") or None, q.get("key-prefix") or None
-    return Response.json(api.dump(descriptor, prefix, view))
+    state = q.get("state") or None
+    if state is not None:
+        state = _choice(q, "state", tuple(s.name for s in ValueState), "")
+    try:
+        return Response.json(api.dump(descriptor, prefix, view, state))
+    except KeyError as exc:  # unknown descriptor
+        raise BadRequest(str(exc.args[0] if exc.args else exc)) from None
+    except ValueError as exc:  # e.g. view=SB on a descriptor without Retrieve
+        raise BadRequest(str(exc)) from None
 
 
+@accepts("key")
 def _status(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.value_status(q.get("key") or None))
 
 
+@accepts("format", "txn")
 def _graph(api: ApiBackend, q: Query) -> Response:
-    fmt = _choice(q, "format", ("dot", "svg"), "dot")
-    dot = api.graph_dot()
+    """The value graph; `txn=SEQ`: as it was right after that transaction, the values it
+    touched highlighted. SVG unless `format=dot` (what a browser asking for the URL wants)."""
+    fmt = _choice(q, "format", ("dot", "svg"), "svg")
+    txn = _int_param(q, "txn")
+    try:
+        dot = api.graph_dot(txn)
+    except KeyError as exc:
+        return Response.json({"error": str(exc.args[0] if exc.args else exc)},
+                             HTTPStatus.NOT_FOUND)
     if fmt == "dot":
         return Response.text(dot, "text/vnd.graphviz; charset=utf-8")
     return Response(200, render_svg(dot), "image/svg+xml")
@@ -191,21 +234,29 @@ class ServiceUnavailable(Exception):
     """The request is valid but cannot be served here (HTTP 503)."""
 
 
+@accepts()
 def _stats(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.stats())
 
 
+@accepts("retry", "verbose")
 def _downstream_resync(api: ApiBackend, q: Query) -> Response:
     retry = _bool_param(q, "retry")
     verbose = _bool_param(q, "verbose")
     result = api.downstream_resync(retry)
-    return Response.json(result if verbose else {"seq": getattr(result, "seq", result)})
+    # The resync ran even when values failed: 200, with the failures in "errors".
+    errors, record = result["errors"], to_jsonable(result["record"])
+    if verbose:
+        return Response.json({**record, "errors": errors or record.get("errors") or {}})
+    return Response.json({"seq": record.get("seq"), "errors": errors})
 
 
+@accepts()
 def _recon_services(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.recon_services())
 
 
+@accepts()
 def _metrics(api: ApiBackend, q: Query) -> Response:
     return Response.text(api.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -226,6 +277,7 @@ def _values_body(body: bytes) -> dict[str, Any]:
     return values
 
 
+@accepts("model")
 def _jsonschema(api: ApiBackend, q: Query) -> Response:
     from kvmesh.agent.models import ModelError, json_schema
 
@@ -235,6 +287,7 @@ def _jsonschema(api: ApiBackend, q: Query) -> Response:
         raise BadRequest(str(exc)) from None
 
 
+@accepts()
 def _validate(api: ApiBackend, q: Query, body: bytes) -> Response:
     """Each value checked against its model: ``{"valid": bool, "errors": {key: {field: ...}}}``."""
     from kvmesh.agent.models import invalid_values
@@ -246,12 +299,14 @@ def _validate(api: ApiBackend, q: Query, body: bytes) -> Response:
     return Response.json({"valid": not errors, "errors": errors})
 
 
+@accepts()
 def _plan(api: ApiBackend, q: Query, body: bytes) -> Response:
     """What the scheduler would do with these changes (read-only)."""
     values = _values_body(body)
     return Response.json({"operations": api.plan_values(values)})
 
 
+@accepts()
 def _configuration(api: ApiBackend, q: Query, body: bytes) -> Response:
     """The node's values as one transaction with revert (after Ligato's gRPC northbound):
     400 with every bad field when a value is invalid (nothing applied), 409 with the errors
