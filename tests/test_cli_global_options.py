@@ -38,3 +38,18 @@ def test_every_command_has_both() -> None:
     for command in walk(main):
         names = {opt for param in command.params for opt in getattr(param, "opts", [])}
         assert {"--json", "--url"} <= names, command.name
+
+
+def test_completion_scripts_and_completing() -> None:
+    import os
+    import subprocess
+    import sys
+
+    for shell, marker in (("bash", "complete -o nosort -F"), ("zsh", "compdef")):
+        out = CliRunner().invoke(main, ["completion", shell])
+        assert out.exit_code == 0 and marker in out.output and "_KVMESH_COMPLETE" in out.output
+    env = {**os.environ, "_KVMESH_COMPLETE": "bash_complete", "COMP_WORDS": "kvmesh con",
+           "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-m", "kvmesh"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.split() == ["plain,config", "plain,confirm"], done

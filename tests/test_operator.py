@@ -276,3 +276,22 @@ def test_post_configuration_is_recorded_and_not_reapplied(cli: Cli) -> None:
     later = [txn for txn in txns if txn["seq"] > body["seq"]
              and any(v["key"] == "linux/interface/br21" for v in txn["values"])]
     assert later == [], "the NB loop re-applied the REST transaction's values"
+
+
+def test_status_watch_redraws_a_live_table(cli: Cli) -> None:
+    out_path = cli.tmp / "watch.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "status",
+                                 "n2", "--watch", "--interval", "0.2"], stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: out_path.read_text().count("kvmesh status n2") >= 2, timeout=30,
+                   message="two frames of the live table")
+        frame = out_path.read_text().rsplit("kvmesh status n2", 1)[1]
+        assert "linux/interface/veth0" in frame and "CONFIGURED" in frame
+        cli.run("config", "set", "n2", "linux/interface/br30", '{"type": "bridge"}')
+        wait_until(lambda: "linux/interface/br30" in out_path.read_text().rsplit(
+            "kvmesh status n2", 1)[1], timeout=30, message="the table follows changes")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -459,6 +459,19 @@ def config_rollback(node: str, rev: int) -> None:
          f"{node}: back to revision {rev} ({count} key(s) written, revision {new_rev})")
 
 
+@click.command("completion", cls=KvCommand)
+@click.argument("shell", type=click.Choice(["bash", "zsh"]))
+def completion(shell: str) -> None:
+    """Shell completion script (click's): `eval "$(kvmesh completion bash)"`."""
+    from click.shell_completion import get_completion_class
+
+    from kvmesh.cli import main
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(main, {}, "kvmesh", "_KVMESH_COMPLETE").source())
+
+
 def register(group: click.Group) -> None:
     from kvmesh.cli.agent_cmds import config_group
 
@@ -466,6 +479,7 @@ def register(group: click.Group) -> None:
     group.add_command(plan)
     group.add_command(apply)
     group.add_command(confirm)
+    group.add_command(completion)
     config_group.add_command(config_export)
     config_group.add_command(config_history)
     config_group.add_command(config_rollback)
