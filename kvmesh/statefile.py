@@ -23,6 +23,10 @@ import yaml
 
 from kvmesh.agent.keys import validate_node_name
 
+# libyaml's loader when PyYAML was built with it (several times faster), else the pure one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 NodeValues = dict[str, dict[str, Any]]  # model key -> value
 State = dict[str, NodeValues]  # node -> its values
 
@@ -34,9 +38,12 @@ class StateFileError(ValueError):
 def parse_state(text: str, source: str = "state file") -> State:
     """The ``nodes`` of a state file (YAML, which includes JSON)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise StateFileError(f"{source}: not valid YAML/JSON: {exc}") from None
+        data = json.loads(text)  # JSON is YAML, but the JSON parser is far faster
+    except ValueError:
+        try:
+            data = yaml.load(text, Loader=_LOADER)  # a safe loader (C or pure)
+        except yaml.YAMLError as exc:
+            raise StateFileError(f"{source}: not valid YAML/JSON: {exc}") from None
     if not isinstance(data, dict) or set(data) != {"nodes"}:
         raise StateFileError(f"{source}: expected a mapping with one key 'nodes' "
                              "({nodes: {<node>: {<model key>: <value>}}})")
@@ -68,7 +75,7 @@ def export_state(state: State, fmt: str = "yaml") -> str:
                       sorted(state.items())}}
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
-    return str(yaml.safe_dump(data, sort_keys=True, default_flow_style=False))
+    return str(yaml.dump(data, Dumper=_DUMPER, sort_keys=True, default_flow_style=False))
 
 
 @dataclass(frozen=True)

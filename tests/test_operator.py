@@ -295,3 +295,24 @@ def test_status_watch_redraws_a_live_table(cli: Cli) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_metrics_histograms_on_a_real_node(cli: Cli) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def families() -> dict:
+        with urllib.request.urlopen(f"http://{cli.http['n2']}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        return {f.name: {(s.name, s.labels.get("le")): s.value for s in f.samples}
+                for f in text_string_to_metric_families(text)}
+
+    path = cli.state_file({"n2": {"linux/interface/br40": {"type": "bridge"}}})
+    assert cli.run("apply", "-f", path, "--wait").returncode == 0
+    count = ("kvmesh_config_to_applied_seconds_count", None)
+    found = wait_until(lambda: (f := families()) and f["kvmesh_config_to_applied_seconds"][
+        count] >= 1 and f, timeout=30, message="the apply's latency observed (revision seen)")
+    assert found["kvmesh_scheduler_transaction_duration_seconds"][
+        ("kvmesh_scheduler_transaction_duration_seconds_count", None)] >= 1
+    flood = found["kvmesh_kvstore_flood_batch_size"]
+    assert flood[("kvmesh_kvstore_flood_batch_size_count", None)] >= 1
+    assert "kvmesh_kvstore_flood_batch_size_le_1" not in found

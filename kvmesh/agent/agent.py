@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prometheus_client.core import Metric
+
 from kvmesh.agent.config_writer import (
     WriteRefused,
     desired_values,
@@ -34,7 +36,12 @@ from kvmesh.agent.config_writer import (
 )
 from kvmesh.agent.desired import DesiredState, Model
 from kvmesh.agent.keys import agent_key, config_prefix, device_key, device_of, status_prefix
-from kvmesh.agent.metrics import MetricFamily, flat_counters, render
+from kvmesh.agent.metrics import (
+    AgentMetrics,
+    MetricFamily,
+    flat_counters,
+    flood_batch_histogram,
+)
 from kvmesh.agent.recon import (
     CancelToken,
     DeviceState,
@@ -140,6 +147,8 @@ class Agent:
         self._failures: dict[str, int] = {}  # consecutive failed reconciliations per device
         self._repairs_pending: set[str] = set()
         self._unwatch: Callable[[], None] | None = None
+        self.metrics = AgentMetrics(self._metric_snapshot)
+        self._txn_seen_start: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -535,10 +544,17 @@ class Agent:
         kvmesh.agent.revisions): held here, so it happens even when the operator's CLI died."""
         timer = ConfirmTimer()
         client: KvStoreClient | None = None
+        seen_rev = -1  # revisions already taken into the config-to-applied histogram
         while not self._stop.wait(CONFIRM_POLL_S):
             try:
                 client = client or KvStoreClient(self.config.kv_url)
                 kept = node_revisions(client, self.config.node)
+                for rev in sorted(r for r in kept if r > seen_rev):
+                    record = kept[rev][1]
+                    for key, change in record["changes"].items():
+                        if change.get("after") is not None:
+                            self.metrics.written(key, float(record["time"]))
+                seen_rev = max(kept, default=seen_rev)
                 due = timer.due({rev: record for rev, (_v, record) in kept.items()},
                                 time.monotonic())
                 for rev in due:
@@ -598,6 +614,15 @@ class Agent:
         finally:
             client.close()
 
+    def _observe_transactions(self) -> None:
+        """Transaction durations into their histogram, from the history (at scrape time: a
+        transaction trimmed from the history before a scrape — 10 000 kept — is not seen)."""
+        records = self.scheduler.transaction_history(since=self._txn_seen_start)
+        fresh = [r for r in records if r.seq > self.metrics.last_txn_seq and r.end is not None]
+        if fresh:
+            self.metrics.observe_transactions(fresh)
+            self._txn_seen_start = max(r.start for r in fresh)
+
     def _collect_statuses(self, timeout: float) -> None:
         try:
             item = self._status_queue.get(timeout=timeout)
@@ -607,6 +632,8 @@ class Agent:
             kind, payload = item
             if isinstance(payload, ValueStatus):
                 self.publisher.on_status(payload)
+                if payload.state is ValueState.CONFIGURED and payload.derived_from is None:
+                    self.metrics.configured(payload.key, time.time())
             elif kind == "device":
                 self.publisher.publish(device_key(self.config.node, str(payload["device"])),
                                        payload)
@@ -663,7 +690,10 @@ class Agent:
     def plan_values(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The operations a transaction of `values` (model key -> value, None deletes) would
         execute, in order; read-only (the scheduler simulates it on its graph)."""
-        return [op.as_dict() for op in self.scheduler.plan(dict(values))]
+        return [{"operation": op.op.value, "key": op.key, "flags": op.flags(),
+                 "new_state": op.new_state.name,
+                 "error": None if op.error is None else str(op.error)}
+                for op in self.scheduler.plan(dict(values))]
 
     def recon_services(self) -> Any:
         return {
@@ -675,12 +705,21 @@ class Agent:
         }
 
     def metrics_text(self) -> str:
+        self._observe_transactions()
+        return self.metrics.text()
+
+    def _metric_snapshot(self) -> list[Metric]:
+        """What /metrics reads at scrape time (counters and states)."""
         families: list[MetricFamily] = []
+        extra: list[Metric] = []
         try:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
             families += flat_counters("kvmesh", kv, gauges=[k for k in kv if ".num_" in k],
                                       help_prefix="KvStore counter ")
+            histogram = flood_batch_histogram(kv)
+            if histogram is not None:
+                extra.append(histogram)
         except KvStoreError:
             pass
         sched = _numbers(self.scheduler.stats())
@@ -705,7 +744,7 @@ class Agent:
                     if isinstance(value, int):
                         family.add(value, device=device, service=service)
         families += per_service.values()
-        return render(families)
+        return [f.to_prometheus() for f in families if f.samples] + extra
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
