@@ -100,3 +100,11 @@ def test_rest_schema_and_validate() -> None:
                                good).body) == {"valid": True, "errors": {}}
     bad = dispatch(api, "POST", "/configuration/validate", b"[1")  # type: ignore[arg-type]
     assert bad.status == 400 and "JSON" in json.loads(bad.body)["error"]
+
+
+def test_models_reference_is_generated_from_the_models() -> None:
+    from kvmesh.agent.models_doc import reference
+
+    assert (ROOT / "docs" / "models.md").read_text() == reference(), (
+        "docs/models.md is stale: python -m kvmesh.agent.models_doc > docs/models.md")
+    assert "| `mtu` | integer (68..65535) or null |" in reference()
