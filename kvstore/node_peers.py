@@ -30,6 +30,7 @@ from typing import Protocol
 import zmq
 
 from kvstore import wire
+from kvstore.batch_sizes import count_batch
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
@@ -316,6 +317,7 @@ class Peering:
         targets = self.table.flood_targets(delta, exclude=path)
         if not targets:
             return
+        count_batch(self.counters, len(delta))
         if self.limiter is not None:
             release = self.limiter.submit(delta, now)
             if release is None:

@@ -4,6 +4,8 @@ Generic: it knows descriptors (how to create/update/delete/retrieve one type of 
 Linux, VPP or the KvStore. See docs/scheduler.md.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from scheduler.api import (
     Dependency,
     Descriptor,
@@ -24,7 +26,19 @@ from scheduler.api import (
 )
 from scheduler.history import NodeRevision
 from scheduler.records import RecordedOp, TxnRecord
-from scheduler.scheduler import KVScheduler, Txn
+
+if TYPE_CHECKING:
+    from scheduler.scheduler import KVScheduler, Txn
+
+
+def __getattr__(name: str) -> Any:
+    # The engine (and networkx under it) loads on first use: the API types alone — what
+    # models and the CLI need — import in a fraction of the time.
+    if name in ("KVScheduler", "Txn"):
+        from scheduler import scheduler as engine_module
+
+        return getattr(engine_module, name)
+    raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
 
 __all__ = [
     "Dependency",

@@ -479,6 +479,12 @@ class Engine:
         statuses = self.statuses
         now = record.end if record.end is not None else self.clock()
         changes: list[tuple[Key, Node | None]] = []
+        # A value a northbound transaction names gets its status republished (with this seq)
+        # even when unchanged: whoever set it learns that it was processed. Resyncs, which
+        # touch everything, publish real changes only.
+        named = ({value.key for value in record.values}
+                 if record.txn_type is TxnType.NB_TRANSACTION and record.resync is None
+                 else set())
         for key in touched:
             node = self.graph.get(key)
             changes.append((key, node))
@@ -500,7 +506,7 @@ class Engine:
                 )
                 continue
             status = _status_of(node, record.seq)
-            if previous is not None and _same_status(previous, status):
+            if previous is not None and _same_status(previous, status) and key not in named:
                 continue
             statuses[key] = status
             self.stats.state_changed(None if previous is None else previous.state, status.state)

@@ -30,7 +30,7 @@ from scheduler.api import (
     ValueState,
     ValueStatus,
 )
-from scheduler.dot import graph_to_dot
+from scheduler.dot import graph_to_dot, revisions_to_dot
 from scheduler.engine import Engine, RetryRequest, TxnOutcome
 from scheduler.history import NodeRevision
 from scheduler.records import RecordedOp, TxnRecord
@@ -329,10 +329,24 @@ class KVScheduler:
             return engine.history.snapshot(time)
 
     def dump(
-        self, descriptor: str | None = None, key_prefix: str | None = None, view: str = "cached"
+        self, descriptor: str | None = None, key_prefix: str | None = None, view: str = "cached",
+        state: ValueState | None = None,
     ) -> list[DumpedValue]:
         """Values by descriptor and/or key prefix: ``cached`` (the graph), ``NB`` (last desired
-        state), ``SB`` (calls Retrieve)."""
+        state), ``SB`` (calls Retrieve). ``state`` keeps the values in that state (in the
+        cached view also values that do not exist, e.g. PENDING ones)."""
+        dumped = self._dump(descriptor, key_prefix, view, state)
+        if state is None:
+            return dumped
+        with self._lock:
+            statuses = self._engine.statuses
+            return [item for item in dumped
+                    if (found := statuses.get(item.key)) is not None and found.state is state]
+
+    def _dump(
+        self, descriptor: str | None, key_prefix: str | None, view: str,
+        state: ValueState | None,
+    ) -> list[DumpedValue]:
         normalized = view.upper() if view.lower() in ("nb", "sb") else view.lower()
         if normalized not in ("cached", "NB", "SB"):
             self._engine.stats.rejected_requests += 1
@@ -360,7 +374,7 @@ class KVScheduler:
                 if normalized == "NB":
                     if node.origin is ValueOrigin.FROM_NB and node.nb_value is not None:
                         out.append(DumpedValue(key, node.nb_value, node.metadata, node.origin))
-                elif node.available:
+                elif node.available or (state is not None and node.state is state):
                     out.append(DumpedValue(key, node.value, node.metadata, node.origin))
             return out
 
@@ -398,10 +412,20 @@ class KVScheduler:
         snapshot["graph_size"] = len(self._engine.graph)
         return snapshot
 
-    def graph_dot(self) -> str:
-        """The graph in Graphviz DOT (clusters per descriptor, colours per state)."""
-        with self._lock:
-            return graph_to_dot(self._engine.graph)
+    def graph_dot(self, txn: int | None = None) -> str:
+        """The graph in Graphviz DOT (clusters per descriptor, colours per state); with
+        ``txn``, the graph as it was right after that transaction (from the history), the
+        values it touched highlighted. KeyError when the transaction is not in the history."""
+        if txn is None:
+            with self._lock:
+                return graph_to_dot(self._engine.graph)
+        records = self.transaction_history(seq=txn)
+        if not records or records[0].end is None:
+            raise KeyError(f"no finished transaction {txn} in the history")
+        record = records[0]
+        touched = {op.key for op in record.executed} | {v.key for v in record.values}
+        snapshot = [rev for rev in self.graph_snapshot(record.end) if rev.seq <= txn]
+        return revisions_to_dot(snapshot, touched)
 
     # -- lifecycle -------------------------------------------------------------------------
 

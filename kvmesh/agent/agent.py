@@ -24,9 +24,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prometheus_client.core import Metric
+
+from kvmesh.agent.config_writer import (
+    WriteRefused,
+    desired_values,
+    mark,
+    node_revisions,
+    who_am_i,
+    write_node_change,
+)
 from kvmesh.agent.desired import DesiredState, Model
 from kvmesh.agent.keys import agent_key, config_prefix, device_key, device_of, status_prefix
-from kvmesh.agent.metrics import MetricFamily, flat_counters, render
+from kvmesh.agent.metrics import (
+    AgentMetrics,
+    MetricFamily,
+    flat_counters,
+    flood_batch_histogram,
+)
 from kvmesh.agent.recon import (
     CancelToken,
     DeviceState,
@@ -35,6 +50,7 @@ from kvmesh.agent.recon import (
     ResultIntent,
     RunOutcome,
 )
+from kvmesh.agent.revisions import ROLLED_BACK, ConfirmTimer, revision_key, rollback_values
 from kvmesh.agent.status import StatusPublisher
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.store_state import StoreState, store_is_current, why_not_current
@@ -43,6 +59,7 @@ from scheduler import (
     RetryPolicy,
     SchedulerClosedError,
     TransactionError,
+    ValueState,
     ValueStatus,
 )
 
@@ -58,6 +75,7 @@ STAGES: tuple[tuple[int, str, tuple[str, ...]], ...] = (
 DEFAULT_RETRY = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
 #: Priority of the built-in service that waits for the KvStore's initial sync.
 KVSTORE_SYNC_PRIORITY = 0
+CONFIRM_POLL_S = 0.5  # how often the agent looks for revisions due for rollback
 
 
 @dataclass(frozen=True)
@@ -122,8 +140,12 @@ class Agent:
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
             "statuses_published": 0, "drift_repairs": 0, "nb_values_refused": 0,
+            "confirm_rollbacks": 0, "rest_transactions": 0, "rest_transaction_errors": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters
+        # Serialises northbound transactions (the NB loop's and REST POST /configuration), so
+        # a batch taken from the mesh before a REST apply is not committed over it.
+        self._txn_lock = threading.Lock()
         # ("status", ValueStatus) | ("device"/"agent", record) | ("refusal", (model key, reason))
         self._status_queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -140,6 +162,8 @@ class Agent:
         self.store_state: StoreState | None = None  # as last read from the KvStore
         # Why a device is held out of KNOWN, while it is (published with its state).
         self._hold_reasons: dict[str, str] = {}
+        self.metrics = AgentMetrics(self._metric_snapshot)
+        self._txn_seen_start: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -150,6 +174,7 @@ class Agent:
         self._register_services()
         self._spawn("agent-status", self._status_loop)
         self._spawn("agent-nb", self._nb_loop)
+        self._spawn("agent-confirm", self._confirm_loop)
         self._start_southbounds()
         if not self.devices:
             # Nothing to reconcile: load the desired state right away (every value will be
@@ -526,27 +551,68 @@ class Agent:
         """Commit pending changes once the stream went quiet, the coalescing window closed, or
         the batch is full; changes for devices that are not KNOWN stay pending."""
         cfg = self.config
-        with self._lock:
-            first = self.desired.first_pending_at
-            if first is None or not self._initial_load_done.is_set():
+        with self._txn_lock:
+            with self._lock:
+                first = self.desired.first_pending_at
+                if first is None or not self._initial_load_done.is_set():
+                    return
+                window_closed = time.monotonic() - first >= cfg.coalesce_s
+                if not (quiet or window_closed or len(self.desired.pending) >= cfg.max_batch):
+                    return
+                batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
+            if not batch:
                 return
-            window_closed = time.monotonic() - first >= cfg.coalesce_s
-            if not (quiet or window_closed or len(self.desired.pending) >= cfg.max_batch):
-                return
-            batch = self.desired.take_pending(cfg.max_batch, accept=self._device_known)
-        if not batch:
-            return
-        txn = self.scheduler.start_txn()
-        for key, value in batch.items():
-            txn.set_value(key, value)
-        self._count("nb_transactions")
-        self._count("nb_values_applied", len(batch))
-        try:
-            txn.commit(retry=self.config.retry,
-                       description=f"northbound: {len(batch)} value(s) from the KvStore")
-        except TransactionError as exc:
-            self._count("nb_transaction_errors")
-            log.warning("northbound transaction: %s", exc)
+            txn = self.scheduler.start_txn()
+            for key, value in batch.items():
+                txn.set_value(key, value)
+            self._count("nb_transactions")
+            self._count("nb_values_applied", len(batch))
+            try:
+                txn.commit(retry=self.config.retry,
+                           description=f"northbound: {len(batch)} value(s) from the KvStore")
+            except TransactionError as exc:
+                self._count("nb_transaction_errors")
+                log.warning("northbound transaction: %s", exc)
+
+    def apply_configuration(self, values: Mapping[str, Model], replace: bool) -> dict[str, Any]:
+        """REST POST /configuration: `values` (already validated) as one transaction with
+        revert — all or nothing — then recorded in the mesh (desired state with a revision;
+        statuses as usual). ``replace`` also removes desired values `values` does not name."""
+        node = self.config.node
+        with self._txn_lock:
+            with self._lock:
+                current = dict(self.desired.desired)
+            target: dict[str, Model | None] = dict(values)
+            if replace:
+                target.update({key: None for key in current if key not in values})
+            changes = {key: value for key, value in target.items() if current.get(key) != value}
+            if not changes:
+                return {"ok": True, "seq": None, "revision": None, "changed": []}
+            txn = self.scheduler.start_txn()
+            for key, value in changes.items():
+                txn.set_value(key, value)
+            try:
+                seq = txn.commit(revert=True, description=f"REST POST /configuration: "
+                                                          f"{len(changes)} value(s)")
+            except TransactionError as exc:
+                self._count("rest_transaction_errors")
+                return {"ok": False, "error": str(exc),
+                        "errors": {key: f"{op}: {err}" for key, (op, err) in exc.errors.items()}}
+            with self._lock:
+                self.desired.record_applied(changes)
+            try:
+                with KvStoreClient(self.config.kv_url) as client:
+                    rev = write_node_change(
+                        client, node, changes, {key: current.get(key) for key in changes},
+                        who=who_am_i(f"agent {node}, REST POST /configuration"),
+                        description="REST POST /configuration")
+            except (KvStoreError, WriteRefused) as exc:
+                # Applied here but not in the mesh: the next re-dump brings the node back to
+                # what the mesh says; the caller is told.
+                return {"ok": False, "seq": seq, "error": f"applied, but not recorded in the "
+                                                          f"mesh (it will be undone): {exc}"}
+            self._count("rest_transactions")
+            return {"ok": True, "seq": seq, "revision": rev, "changed": sorted(changes)}
 
     def _repair_soon(self, device: str) -> None:
         """A southbound reported drift: run a downstream resync of that device shortly, once
@@ -575,6 +641,47 @@ class Agent:
         except SchedulerClosedError:
             return
         self._count("drift_repairs")
+
+    def _confirm_loop(self) -> None:
+        """Rolls back this node's revisions left unconfirmed past their confirm timeout (see
+        kvmesh.agent.revisions): held here, so it happens even when the operator's CLI died."""
+        timer = ConfirmTimer()
+        client: KvStoreClient | None = None
+        seen_rev = -1  # revisions already taken into the config-to-applied histogram
+        while not self._stop.wait(CONFIRM_POLL_S):
+            try:
+                client = client or KvStoreClient(self.config.kv_url)
+                kept = node_revisions(client, self.config.node)
+                for rev in sorted(r for r in kept if r > seen_rev):
+                    record = kept[rev][1]
+                    for key, change in record["changes"].items():
+                        if change.get("after") is not None:
+                            self.metrics.written(key, float(record["time"]))
+                seen_rev = max(kept, default=seen_rev)
+                due = timer.due({rev: record for rev, (_v, record) in kept.items()},
+                                time.monotonic())
+                for rev in due:
+                    self._roll_back(client, rev, *kept[rev])
+                    timer.forget(rev)
+            except KvStoreError as exc:
+                log.warning("confirm timer: KvStore %s: %s (retrying)", self.config.kv_url, exc)
+                if client is not None:
+                    client.close()
+                client = None
+        if client is not None:
+            client.close()
+
+    def _roll_back(self, client: KvStoreClient, rev: int, value: Any,
+                   record: dict[str, Any]) -> None:
+        node = self.config.node
+        writes = rollback_values(record)
+        current = desired_values(client, node, writes)
+        new_rev = write_node_change(
+            client, node, writes, current, who=who_am_i(f"agent {node}"),
+            description=f"rollback of revision {rev}: not confirmed in time",
+            extra={revision_key(node, rev): mark(client, value, record, ROLLED_BACK)})
+        self._count("confirm_rollbacks")
+        log.warning("revision %d not confirmed in time: rolled back (revision %d)", rev, new_rev)
 
     def _periodic_downstream_resync(self) -> None:
         if any(self.recon.device_state(d) is not DeviceState.KNOWN for d in self.devices):
@@ -610,6 +717,15 @@ class Agent:
         finally:
             client.close()
 
+    def _observe_transactions(self) -> None:
+        """Transaction durations into their histogram, from the history (at scrape time: a
+        transaction trimmed from the history before a scrape — 10 000 kept — is not seen)."""
+        records = self.scheduler.transaction_history(since=self._txn_seen_start)
+        fresh = [r for r in records if r.seq > self.metrics.last_txn_seq and r.end is not None]
+        if fresh:
+            self.metrics.observe_transactions(fresh)
+            self._txn_seen_start = max(r.start for r in fresh)
+
     def _collect_statuses(self, timeout: float) -> None:
         try:
             item = self._status_queue.get(timeout=timeout)
@@ -619,6 +735,8 @@ class Agent:
             kind, payload = item
             if isinstance(payload, ValueStatus):
                 self.publisher.on_status(payload)
+                if payload.state is ValueState.CONFIGURED and payload.derived_from is None:
+                    self.metrics.configured(payload.key, time.time())
             elif kind == "device":
                 self.publisher.publish(device_key(self.config.node, str(payload["device"])),
                                        payload)
@@ -643,26 +761,45 @@ class Agent:
     def graph_snapshot(self, time: float | None) -> Any:
         return self.scheduler.graph_snapshot(time)
 
-    def dump(self, descriptor: str | None, key_prefix: str | None, view: str) -> Any:
-        return self.scheduler.dump(descriptor=descriptor, key_prefix=key_prefix, view=view)
+    def dump(self, descriptor: str | None, key_prefix: str | None, view: str,
+             state: str | None = None) -> Any:
+        return self.scheduler.dump(descriptor=descriptor, key_prefix=key_prefix, view=view,
+                                   state=None if state is None else ValueState[state])
 
     def value_status(self, key: str | None) -> Any:
         if key is not None:
             return self.scheduler.get_value_status(key)
         return self.scheduler.get_value_statuses()
 
-    def graph_dot(self) -> str:
-        return self.scheduler.graph_dot()
+    def graph_dot(self, txn: int | None = None) -> str:
+        return self.scheduler.graph_dot(txn)
 
     def stats(self) -> Any:
         return {"scheduler": self.scheduler.stats(), "agent": dict(self.counters),
                 "devices": {d: s.value for d, s in self.recon.devices().items()}}
 
     def downstream_resync(self, retry: bool) -> Any:
-        seq = self.scheduler.resync(kind="downstream", retry=retry or None,
-                                    description="downstream resync (REST)")
+        """The resync's record and its failed values (a resync that ran with failures is not
+        an error of the request)."""
+        errors: dict[str, str] = {}
+        try:
+            seq = self.scheduler.resync(kind="downstream", retry=retry or None,
+                                        description="downstream resync (REST)")
+        except TransactionError as exc:
+            if exc.seq is None:
+                raise
+            seq = exc.seq
+            errors = {key: f"{op}: {err}" for key, (op, err) in exc.errors.items()}
         records = self.scheduler.transaction_history(seq=seq)
-        return records[0] if records else {"seq": seq}
+        return {"record": records[0] if records else {"seq": seq}, "errors": errors}
+
+    def plan_values(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The operations a transaction of `values` (model key -> value, None deletes) would
+        execute, in order; read-only (the scheduler simulates it on its graph)."""
+        return [{"operation": op.op.value, "key": op.key, "flags": op.flags(),
+                 "new_state": op.new_state.name,
+                 "error": None if op.error is None else str(op.error)}
+                for op in self.scheduler.plan(dict(values))]
 
     def recon_services(self) -> Any:
         return {
@@ -676,12 +813,21 @@ class Agent:
         }
 
     def metrics_text(self) -> str:
+        self._observe_transactions()
+        return self.metrics.text()
+
+    def _metric_snapshot(self) -> list[Metric]:
+        """What /metrics reads at scrape time (counters and states)."""
         families: list[MetricFamily] = []
+        extra: list[Metric] = []
         try:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
             families += flat_counters("kvmesh", kv, gauges=[k for k in kv if ".num_" in k],
                                       help_prefix="KvStore counter ")
+            histogram = flood_batch_histogram(kv)
+            if histogram is not None:
+                extra.append(histogram)
         except KvStoreError:
             pass
         sched = _numbers(self.scheduler.stats())
@@ -706,7 +852,7 @@ class Agent:
                     if isinstance(value, int):
                         family.add(value, device=device, service=service)
         families += per_service.values()
-        return render(families)
+        return [f.to_prometheus() for f in families if f.samples] + extra
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

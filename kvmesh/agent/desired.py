@@ -136,6 +136,19 @@ class DesiredState:
             self.first_pending_at = None
         return batch
 
+    def record_applied(self, values: Mapping[str, Model | None]) -> None:
+        """Values applied by other means (the agent's transactional REST apply), about to be
+        written to the mesh: taken as desired and not pending, so their publication arriving
+        later changes nothing (no second transaction re-applying or undoing them)."""
+        for model_key, value in values.items():
+            if value is None:
+                self.desired.pop(model_key, None)
+            else:
+                self.desired[model_key] = value
+            self.pending.pop(model_key, None)
+        if not self.pending:
+            self.first_pending_at = None
+
     def _stage(self, model_key: str, value: Model | None, now: float) -> int:
         if value is None:
             if model_key not in self.desired and model_key not in self.pending:

@@ -7,6 +7,7 @@ Every handler validates its query parameters; a bad one is a 400 with a JSON err
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -17,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from kvmesh.agent.http_server import GuardedHttpServer, HttpLimits, HttpSecurity
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
+from scheduler import ValueState
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -40,11 +42,12 @@ class ApiBackend(Protocol):
 
     def graph_snapshot(self, time: float | None) -> Any: ...
 
-    def dump(self, descriptor: str | None, key_prefix: str | None, view: str) -> Any: ...
+    def dump(self, descriptor: str | None, key_prefix: str | None, view: str,
+             state: str | None = None) -> Any: ...
 
     def value_status(self, key: str | None) -> Any: ...
 
-    def graph_dot(self) -> str: ...
+    def graph_dot(self, txn: int | None = None) -> str: ...
 
     def stats(self) -> Any: ...
 
@@ -53,6 +56,10 @@ class ApiBackend(Protocol):
     def recon_services(self) -> Any: ...
 
     def assume_current(self) -> Any: ...
+
+    def plan_values(self, values: dict[str, Any]) -> list[Any]: ...
+
+    def apply_configuration(self, values: dict[str, Any], replace: bool) -> dict[str, Any]: ...
 
     def metrics_text(self) -> str: ...
 
@@ -75,6 +82,25 @@ class Response:
 
 Query = dict[str, str]
 Handler = Callable[[ApiBackend, Query], Response]
+H = TypeVar("H", bound=Callable[..., Response])
+
+
+def accepts(*names: str) -> Callable[[H], H]:
+    """The query parameters a handler takes: any other one is a 400 (not silently ignored)."""
+
+    def wrap(handler: H) -> H:
+        @functools.wraps(handler)
+        def checked(api: ApiBackend, query: Query, *rest: Any) -> Response:
+            unknown = sorted(set(query) - set(names))
+            if unknown:
+                allowed = ", ".join(names) or "none"
+                raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
+                                 f"(accepted: {allowed})")
+            return handler(api, query, *rest)
+
+        return cast(H, checked)
+
+    return wrap
 
 
 def _time_param(query: Query, name: str) -> float | None:
@@ -123,6 +149,7 @@ def _choice(query: Query, name: str, choices: tuple[str, ...], default: str) -> 
     raise BadRequest(f"parameter {name!r}: expected one of {', '.join(choices)}, got {raw!r}")
 
 
+@accepts("format", "seq-num", "since", "until")
 def _txn_history(api: ApiBackend, q: Query) -> Response:
     fmt = _choice(q, "format", ("json", "text"), "json")
     seq = _int_param(q, "seq-num")
@@ -144,6 +171,7 @@ def _record_text(record: Any) -> str:
     return out if out.endswith("\n") else out + "\n"
 
 
+@accepts("key")
 def _key_timeline(api: ApiBackend, q: Query) -> Response:
     key = q.get("key")
     if not key:
@@ -151,23 +179,42 @@ def _key_timeline(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.key_timeline(key))
 
 
+@accepts("time")
 def _graph_snapshot(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.graph_snapshot(_time_param(q, "time")))
 
 
+@accepts("descriptor", "key-prefix", "view", "state")
 def _dump(api: ApiBackend, q: Query) -> Response:
     view = _choice(q, "view", ("cached", "NB", "SB"), "cached")
     descriptor, prefix = q.get("descriptor") or None, q.get("key-prefix") or None
-    return Response.json(api.dump(descriptor, prefix, view))
+    state = q.get("state") or None
+    if state is not None:
+        state = _choice(q, "state", tuple(s.name for s in ValueState), "")
+    try:
+        return Response.json(api.dump(descriptor, prefix, view, state))
+    except KeyError as exc:  # unknown descriptor
+        raise BadRequest(str(exc.args[0] if exc.args else exc)) from None
+    except ValueError as exc:  # e.g. view=SB on a descriptor without Retrieve
+        raise BadRequest(str(exc)) from None
 
 
+@accepts("key")
 def _status(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.value_status(q.get("key") or None))
 
 
+@accepts("format", "txn")
 def _graph(api: ApiBackend, q: Query) -> Response:
-    fmt = _choice(q, "format", ("dot", "svg"), "dot")
-    dot = api.graph_dot()
+    """The value graph; `txn=SEQ`: as it was right after that transaction, the values it
+    touched highlighted. SVG unless `format=dot` (what a browser asking for the URL wants)."""
+    fmt = _choice(q, "format", ("dot", "svg"), "svg")
+    txn = _int_param(q, "txn")
+    try:
+        dot = api.graph_dot(txn)
+    except KeyError as exc:
+        return Response.json({"error": str(exc.args[0] if exc.args else exc)},
+                             HTTPStatus.NOT_FOUND)
     if fmt == "dot":
         return Response.text(dot, "text/vnd.graphviz; charset=utf-8")
     return Response(200, render_svg(dot), "image/svg+xml")
@@ -190,30 +237,116 @@ class ServiceUnavailable(Exception):
     """The request is valid but cannot be served here (HTTP 503)."""
 
 
+@accepts()
 def _stats(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.stats())
 
 
+@accepts("retry", "verbose")
 def _downstream_resync(api: ApiBackend, q: Query) -> Response:
     retry = _bool_param(q, "retry")
     verbose = _bool_param(q, "verbose")
     result = api.downstream_resync(retry)
-    return Response.json(result if verbose else {"seq": getattr(result, "seq", result)})
+    # The resync ran even when values failed: 200, with the failures in "errors".
+    errors, record = result["errors"], to_jsonable(result["record"])
+    if verbose:
+        return Response.json({**record, "errors": errors or record.get("errors") or {}})
+    return Response.json({"seq": record.get("seq"), "errors": errors})
 
 
+@accepts()
 def _recon_services(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.recon_services())
 
 
+@accepts()
 def _assume_current(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.assume_current())
 
 
+@accepts()
 def _metrics(api: ApiBackend, q: Query) -> Response:
     return Response.text(api.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
 
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+
+
+def _values_body(body: bytes) -> dict[str, Any]:
+    """``{"values": {model key: value or null}}`` (the shape of POST /configuration too)."""
+    data = _json_body(body)
+    values = data.get("values") if isinstance(data, dict) else None
+    if not isinstance(values, dict):
+        raise BadRequest('expected a JSON body {"values": {<model key>: <value>, ...}}')
+    return values
+
+
+@accepts("model")
+def _jsonschema(api: ApiBackend, q: Query) -> Response:
+    from kvmesh.agent.models import ModelError, json_schema
+
+    try:
+        return Response.json(json_schema(q.get("model") or None))
+    except ModelError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+@accepts()
+def _validate(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """Each value checked against its model: ``{"valid": bool, "errors": {key: {field: ...}}}``."""
+    from kvmesh.agent.models import invalid_values
+
+    values = _values_body(body)
+    errors = {key: {"error": str(exc), "fields": exc.problems}
+              for key, exc in invalid_values({k: v for k, v in values.items()
+                                              if v is not None}).items()}
+    return Response.json({"valid": not errors, "errors": errors})
+
+
+@accepts()
+def _plan(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """What the scheduler would do with these changes (read-only)."""
+    values = _values_body(body)
+    return Response.json({"operations": api.plan_values(values)})
+
+
+@accepts()
+def _configuration(api: ApiBackend, q: Query, body: bytes) -> Response:
+    """The node's values as one transaction with revert (after Ligato's gRPC northbound):
+    400 with every bad field when a value is invalid (nothing applied), 409 with the errors
+    when the node refused it (everything reverted), else 200."""
+    from kvmesh.agent.models import invalid_values
+
+    data = _json_body(body)
+    values = _values_body(body)
+    replace = data.get("replace", False)
+    if not isinstance(replace, bool):
+        raise BadRequest("'replace' must be true or false")
+    if any(not isinstance(v, dict) for v in values.values()):
+        raise BadRequest("every value must be a JSON object (omit a key, with replace, to "
+                         "remove it)")
+    invalid = invalid_values(values)
+    if invalid:
+        return Response.json({"error": f"{len(invalid)} invalid value(s): nothing applied",
+                              "errors": {k: {"error": str(e), "fields": e.problems}
+                                         for k, e in invalid.items()}}, HTTPStatus.BAD_REQUEST)
+    result = api.apply_configuration(values, replace)
+    return Response.json(result, HTTPStatus.OK if result["ok"] else HTTPStatus.CONFLICT)
+
+
+BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
+BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
+    ("POST", "/configuration/validate"): _validate,
+    ("POST", "/scheduler/plan"): _plan,
+    ("POST", "/configuration"): _configuration,
+}
+
 ROUTES: dict[tuple[str, str], Handler] = {
+    ("GET", "/info/configuration/jsonschema"): _jsonschema,
     ("GET", "/scheduler/txn-history"): _txn_history,
     ("GET", "/scheduler/key-timeline"): _key_timeline,
     ("GET", "/scheduler/graph-snapshot"): _graph_snapshot,
@@ -228,18 +361,23 @@ ROUTES: dict[tuple[str, str], Handler] = {
 }
 
 
-def dispatch(api: ApiBackend, method: str, target: str) -> Response:
+def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"") -> Response:
     """Route one request; never raises."""
     parsed = urllib.parse.urlsplit(target)
     path = parsed.path.rstrip("/") or "/"
     handler = ROUTES.get((method, path))
+    body_handler = BODY_ROUTES.get((method, path))
+    if body_handler is not None:
+        def handler(api: ApiBackend, query: Query) -> Response:
+            return body_handler(api, query, body)
     if handler is None:
-        allowed = sorted(m for (m, p) in ROUTES if p == path)
+        allowed = sorted(m for (m, p) in (*ROUTES, *BODY_ROUTES) if p == path)
         if allowed:
             return Response.json({"error": f"method {method} not allowed; use {allowed[0]}"},
                                  HTTPStatus.METHOD_NOT_ALLOWED)
         return Response.json({"error": f"no such endpoint: {path}",
-                              "endpoints": sorted(f"{m} {p}" for m, p in ROUTES)},
+                              "endpoints": sorted(f"{m} {p}" for m, p in
+                                                  (*ROUTES, *BODY_ROUTES))},
                              HTTPStatus.NOT_FOUND)
     try:
         pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True, strict_parsing=False)
@@ -268,7 +406,7 @@ class HttpApi:
         backend = api
 
         def respond(method: str, target: str, body: bytes) -> tuple[int, bytes, str]:
-            resp = dispatch(backend, method, target)
+            resp = dispatch(backend, method, target, body)
             payload = resp.body
             if resp.status == 200 and urllib.parse.urlsplit(target).path == "/metrics":
                 # The server's own refusals and limits hit (kvmesh_agent_http_*_total).

@@ -1,68 +1,112 @@
-"""Validation of desired values before they enter the mesh (used by `kvmesh config set`).
+"""The configurable models, in one table: name, key shape, pydantic model, validator.
 
-Each southbound owns its models and their field-level validation; this module only finds the
-validator for a model key, so a bad value is refused on the operator's terminal instead of
-turning INVALID on a remote node later.
+Each southbound defines its models once (``southbound.linux.models``, ``southbound.vpp.models``)
+and validates through them; this module finds the model for a model key, so the CLI refuses a
+bad value on the operator's terminal (instead of it turning INVALID on a remote node later), the
+agent's REST API validates and publishes the JSON Schema, and ``kvmesh model`` lists them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel
+
+from southbound.linux.interface_model import parse_interface
+from southbound.linux.models import LinuxInterface, LinuxRoute
+from southbound.linux.route_model import parse_route
+from southbound.validation import FieldsInvalidError
+from southbound.vpp.models import (
+    VppBridgeDomain,
+    VppInterface,
+    VppRoute,
+    normalize_bd,
+    normalize_interface,
+    normalize_route,
+)
 
 
 class ModelError(ValueError):
-    """The model key is unknown or the value does not validate."""
+    """The model key is unknown or the value does not validate. ``problems`` maps each bad
+    field to what is wrong (empty for an unknown model key)."""
+
+    def __init__(self, message: str, problems: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = dict(problems or {})
 
 
-def _linux_interface(key: str, value: Any) -> None:
-    from southbound.linux.interface_model import parse_interface
+@dataclass(frozen=True)
+class Model:
+    name: str  # "linux/interface"
+    shape: str  # "linux/interface/<name>"
+    pattern: re.Pattern[str]
+    schema: type[BaseModel]
+    check: Callable[[str, Any], object]
 
-    parse_interface(key, value)
-
-
-def _linux_route(key: str, value: Any) -> None:
-    from southbound.linux.route_model import parse_route
-
-    parse_route(key, value)
-
-
-def _vpp_interface(key: str, value: Any) -> None:
-    from southbound.vpp.models import normalize_interface
-
-    normalize_interface(key, value)
+    @property
+    def description(self) -> str:
+        """The model's documentation without its key shape, on one line."""
+        text = " ".join((self.schema.__doc__ or "").split()).replace("``", "`")
+        return text.split(": ", 1)[1] if text.startswith("`") and ": " in text else text
 
 
-def _vpp_bd(key: str, value: Any) -> None:
-    from southbound.vpp.models import normalize_bd
-
-    normalize_bd(key, value)
-
-
-def _vpp_route(key: str, value: Any) -> None:
-    from southbound.vpp.models import normalize_route
-
-    normalize_route(key, value)
-
-
-MODELS: tuple[tuple[str, re.Pattern[str], Callable[[str, Any], None]], ...] = (
-    ("linux/interface/<name>", re.compile(r"linux/interface/(?!host/)[^/]+"), _linux_interface),
-    ("linux/route/<table>/<dst cidr>/<dev>", re.compile(r"linux/route/.+"), _linux_route),
-    ("vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"), _vpp_interface),
-    ("vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), _vpp_bd),
-    ("vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"), _vpp_route),
+MODELS: tuple[Model, ...] = (
+    Model("linux/interface", "linux/interface/<name>",
+          re.compile(r"linux/interface/(?!host/)[^/]+"), LinuxInterface, parse_interface),
+    Model("linux/route", "linux/route/<table>/<dst cidr>/<dev>", re.compile(r"linux/route/.+"),
+          LinuxRoute, parse_route),
+    Model("vpp/interface", "vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"),
+          VppInterface, normalize_interface),
+    Model("vpp/bd", "vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), VppBridgeDomain, normalize_bd),
+    Model("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
+          VppRoute, normalize_route),
 )
+BY_NAME = {model.name: model for model in MODELS}
+
+
+def model_for(model_key: str) -> Model:
+    for model in MODELS:
+        if model.pattern.fullmatch(model_key):
+            return model
+    shapes = ", ".join(model.shape for model in MODELS)
+    raise ModelError(f"unknown model key {model_key!r}; configurable models: {shapes}",
+                     {"(key)": "unknown model"})
 
 
 def validate_model(model_key: str, value: Any) -> None:
     """Raise ModelError with a field-level message unless `value` is valid for `model_key`."""
-    for _shape, pattern, validate in MODELS:
-        if pattern.fullmatch(model_key):
-            try:
-                validate(model_key, value)
-            except Exception as exc:  # each southbound has its own error types
-                raise ModelError(str(exc)) from exc
-            return
-    shapes = ", ".join(shape for shape, _p, _v in MODELS)
-    raise ModelError(f"unknown model key {model_key!r}; configurable models: {shapes}")
+    model = model_for(model_key)
+    try:
+        model.check(model_key, value)
+    except FieldsInvalidError as exc:
+        raise ModelError(str(exc), exc.problems) from exc
+
+
+def invalid_values(values: Mapping[str, Any]) -> dict[str, ModelError]:
+    """Every model key of `values` whose value does not validate, with its error."""
+    errors: dict[str, ModelError] = {}
+    for model_key, value in values.items():
+        try:
+            validate_model(model_key, value)
+        except ModelError as exc:
+            errors[model_key] = exc
+    return errors
+
+
+def json_schema(name: str | None = None) -> dict[str, Any]:
+    """The JSON Schema of one model (by name), or of all: ``{"models": {name: schema}}``."""
+    if name is not None:
+        model = BY_NAME.get(name)
+        if model is None:
+            raise ModelError(f"unknown model {name!r}; models: {', '.join(BY_NAME)}")
+        return _schema_of(model)
+    return {"models": {model.name: _schema_of(model) for model in MODELS}}
+
+
+def _schema_of(model: Model) -> dict[str, Any]:
+    schema = model.schema.model_json_schema()
+    schema["x-kvmesh-key"] = model.shape
+    return schema

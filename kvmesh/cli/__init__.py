@@ -1,19 +1,26 @@
 """The `kvmesh` command line.
 
 Each subsystem owns one module of commands (`kvstore_cmds`, `vpp_cmds`, ...) and exposes a
-`register(group)` function; this module only builds the top-level group and its global options.
+`register(group)` function; this module only builds the top-level group and its global options
+(accepted before the subcommand and, through `accept_global_options`, after it too).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 
-from kvmesh.cli import agent_cmds, cluster_cmds, keys_cmds, kvstore_cmds, vpp_cmds
+from kvmesh.cli import agent_cmds, cluster_cmds, keys_cmds, kvstore_cmds, ops_cmds, vpp_cmds
 from kvmesh.cli.agent_cmds import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvmesh.cli.context import DEFAULT_URL, CliContext
 from kvstore.curve import KEY_FILE_ENV, SERVER_KEY_ENV
+
+URL_HELP = "Command URL of the KvStore node to talk to."
+JSON_HELP = "Print machine-readable JSON."
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,9 +29,9 @@ from kvstore.curve import KEY_FILE_ENV, SERVER_KEY_ENV
     envvar="KVMESH_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help="Command URL of the KvStore node to talk to.",
+    help=URL_HELP,
 )
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--key-file", envvar=KEY_FILE_ENV, default=None,
               help=f"Your CurveZMQ secret key file (NAME.key_secret) [env {KEY_FILE_ENV}].")
 @click.option("--server-key", envvar=SERVER_KEY_ENV, default=None,
@@ -46,5 +53,42 @@ def main(ctx: click.Context, url: str, as_json: bool, key_file: str | None,
     ctx.obj = CliContext(url=url, as_json=as_json)
 
 
-for _module in (kvstore_cmds, vpp_cmds, agent_cmds, cluster_cmds, keys_cmds):
+for _module in (kvstore_cmds, vpp_cmds, agent_cmds, cluster_cmds, keys_cmds, ops_cmds):
     _module.register(main)
+
+
+def _set_global(name: str) -> Callable[[click.Context, click.Parameter, object], None]:
+    """Callback of a global option given after the subcommand: overrides the root's value
+    (the root group's callback has run by then: click invokes a group before parsing its
+    subcommand's arguments)."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: object) -> None:
+        if value is None or value is False:
+            return
+        root = ctx.find_root()
+        if isinstance(root.obj, CliContext):
+            changes: dict[str, Any] = {name: value}
+            root.obj = dataclasses.replace(root.obj, **changes)
+
+    return callback
+
+
+def _commands(group: click.Group) -> Iterator[click.Command]:
+    for command in group.commands.values():
+        yield command
+        if isinstance(command, click.Group):
+            yield from _commands(command)
+
+
+def accept_global_options(group: click.Group) -> None:
+    """Give every subcommand (and subgroup) `--url` and `--json` too, so `kvmesh cluster status
+    --json` works as `kvmesh --json cluster status` does."""
+    for command in _commands(group):
+        command.params.append(click.Option(["--url"], default=None, expose_value=False,
+                                           callback=_set_global("url"), help=URL_HELP))
+        command.params.append(click.Option(["--json"], is_flag=True, default=None,
+                                           expose_value=False, callback=_set_global("as_json"),
+                                           help=JSON_HELP))
+
+
+accept_global_options(main)

@@ -172,8 +172,45 @@ def config_get(node: str, prefix: str) -> None:
 @click.command("status", cls=KvCommand)
 @click.argument("node", required=False)
 @click.option("--prefix", default="", help="Only model keys starting with P.")
-def status(node: str | None, prefix: str) -> None:
+@click.option("--watch", is_flag=True, help="Live table, redrawn every --interval (Ctrl-C "
+              "ends it).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between redraws with --watch.")
+def status(node: str | None, prefix: str, watch: bool, interval: float) -> None:
     """Value states of NODE (all nodes when omitted), read from the mesh."""
+    if not watch:
+        show_status(node, prefix)
+        return
+    try:
+        while True:
+            text = status_text(node, prefix)
+            click.clear()
+            click.echo(f"{time.strftime('%H:%M:%S')}  kvmesh status "
+                       f"{node or '(all nodes)'}  every {interval:g}s\n{text}")
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def show_status(node: str | None, prefix: str) -> None:
+    if cli_context().as_json:
+        emit(status_rows(node, prefix), "")
+        return
+    click.echo(status_text(node, prefix))
+
+
+def status_text(node: str | None, prefix: str) -> str:
+    rows = status_rows(node, prefix)
+    lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<12} {'LAST OP':<8} DETAILS / ERROR"]
+    for node_name, values in rows.items():
+        for model_key, rec in values.items():
+            extra = rec.get("error") or ", ".join(rec.get("details") or ())
+            lines.append(f"{node_name:<8} {model_key:<50} {rec['state']:<12} "
+                         f"{rec.get('last_op', ''):<8} {extra}")
+    return "\n".join(lines) if len(lines) > 1 else "no statuses found"
+
+
+def status_rows(node: str | None, prefix: str) -> dict[str, dict[str, dict[str, Any]]]:
     scan = status_prefix(node) if node else STATUS
     dump: dict[str, Value] = run_client(lambda c: c.dump(prefix=scan))
     rows: dict[str, dict[str, dict[str, Any]]] = {}
@@ -183,16 +220,7 @@ def status(node: str | None, prefix: str) -> None:
         if record is None or not model_key.startswith(prefix):
             continue
         rows.setdefault(node_name, {})[model_key] = record
-    if cli_context().as_json:
-        emit(rows, "")
-        return
-    lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<12} {'LAST OP':<8} DETAILS / ERROR"]
-    for node_name, values in rows.items():
-        for model_key, rec in values.items():
-            extra = rec.get("error") or ", ".join(rec.get("details") or ())
-            lines.append(f"{node_name:<8} {model_key:<50} {rec['state']:<12} "
-                         f"{rec.get('last_op', ''):<8} {extra}")
-    click.echo("\n".join(lines) if len(lines) > 1 else "no statuses found")
+    return rows
 
 
 # -- the agent's REST views ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 
-import scheduler
+from southbound.validation import FieldsInvalidError
 
 # Errors a later attempt can plausibly get past: the kernel was busy or short of buffers.
 # ENETUNREACH: a route whose gateway subnet exists on a link that is not up yet; it succeeds
@@ -31,17 +31,9 @@ class LinuxSouthboundError(Exception):
     """Base class of every error raised by this package."""
 
 
-class InvalidValueError(LinuxSouthboundError, scheduler.InvalidValueError, ValueError):
-    """A value that breaks the model.
-
-    ``problems`` maps each bad field to what is wrong with it; ``fields`` (the scheduler's
-    attribute, shown as the INVALID status details) names the fields."""
-
-    def __init__(self, key: str, problems: dict[str, str]) -> None:
-        self.key = key
-        self.problems = dict(problems)
-        detail = "; ".join(f"field '{name}': {text}" for name, text in self.problems.items())
-        scheduler.InvalidValueError.__init__(self, f"{key}: {detail}", tuple(self.problems))
+class InvalidValueError(LinuxSouthboundError, FieldsInvalidError):
+    """A value that breaks the model (``southbound.validation.FieldsInvalidError``: ``problems``
+    maps each bad field to what is wrong with it; ``fields`` names them)."""
 
 
 class NamespaceNotFoundError(LinuxSouthboundError, FileNotFoundError):

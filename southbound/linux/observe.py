@@ -13,13 +13,13 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from southbound.linux.fields import sort_addresses
 from southbound.linux.interface_model import (
     InterfaceSpec,
     MacvlanSpec,
     VethSpec,
     VxlanSpec,
 )
+from southbound.linux.models import sort_addresses
 from southbound.linux.records import Link
 
 _UNKNOWN_PEER = "?"

@@ -1,4 +1,5 @@
-"""The route model: validation and canonical form of ``linux/route/<table>/<dst>/<dev>`` values.
+"""The canonical form of ``linux/route/<table>/<dst>/<dev>`` values (validated with the model
+``southbound.linux.models.LinuxRoute``).
 
 The key carries the route's identity (table, destination, device); the value may repeat those
 fields (they must then agree with the key) and adds ``gateway``, ``metric`` and ``scope``.
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from southbound.linux import keys
-from southbound.linux.addr import Cidr, parse_address, parse_cidr, parse_network
-from southbound.linux.fields import FieldChecker, interface_name_problem
+from southbound.linux.addr import parse_address, parse_cidr, parse_network
+from southbound.linux.errors import InvalidValueError
+from southbound.linux.models import SCOPES, LinuxRoute, interface_name_problem
+from southbound.validation import KEY_FIELD, validate
 
-SCOPES = {"universe": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
 SCOPE_NAMES = {number: name for name, number in SCOPES.items()}
 MAIN_TABLE = keys.TABLE_NAMES["main"]
 TABLE_NAMES = keys.TABLE_NAMES
@@ -25,7 +27,6 @@ table_in_key = keys.table_in_key
 TABLE_RANGE = (1, 2**32 - 1)
 METRIC_RANGE = (0, 2**32 - 1)
 IPV6_DEFAULT_METRIC = 1024
-FIELDS = ("dst", "dev", "gateway", "metric", "table", "scope")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,85 +62,50 @@ def default_scope(version: int, gateway: str | None) -> str:
 
 
 def parse_route(key: str, value: object) -> RouteSpec:
-    """Validate a route value against its key; raise ``InvalidValueError`` listing bad fields."""
-    check = FieldChecker(key, value)
+    """Validate a route value (``models.LinuxRoute``) against its key; raise
+    ``InvalidValueError`` listing every bad field."""
     parsed = keys.parse_route_key(key)
     if parsed is None:
-        check.fail("(key)", "must be 'linux/route/<table>/<dst cidr>/<dev>'")
-        check.raise_if_any()
-        raise AssertionError("unreachable")
-    check.reject_unknown(FIELDS)
-    table = _key_table(check, parsed.table)
-    network = _key_network(check, parsed.dst)
-    dev = parsed.dev
-    problem = interface_name_problem(dev)
-    if problem:
-        check.fail("(key)", f"device {problem}")
-    if isinstance(check.value.get("table"), str) and check.value["table"] in TABLE_NAMES:
-        _agrees_with_key(check, "table", None if table is None else table_in_key(table))
-    else:
-        _agrees_with_key(check, "table", table)
-    _agrees_with_key(check, "dev", dev)
-    value_dst = check.take_network("dst")
-    if value_dst is not None and network is not None and value_dst != network:
-        check.fail("dst", f"must match the key ({network.text})")
-    gateway = check.take_ip("gateway")
-    metric = check.take_int("metric", *METRIC_RANGE)
-    scope = check.take_choice("scope", SCOPES)
-    if network is not None:
-        if gateway is not None and gateway.version != network.version:
-            check.fail("gateway", f"must be an IPv{network.version} address like the destination")
-        if network.version == 6 and scope not in (None, "universe"):
-            check.fail("scope", "IPv6 routes only support 'universe'")
-        if gateway is not None and scope in ("link", "host", "nowhere"):
-            check.fail("scope", "a route with a gateway must have scope 'universe' or 'site'")
-    check.raise_if_any()
+        raise InvalidValueError(key, {KEY_FIELD: "must be 'linux/route/<table>/<dst cidr>/<dev>'"})
+    table, network, problem = _key_table(parsed.table), None, None
+    if table is None:
+        problem = (f"table must be one of {', '.join(TABLE_NAMES)} or an integer "
+                   f"{TABLE_RANGE[0]}..{TABLE_RANGE[1]}")
+    elif table_in_key(table) != parsed.table:
+        problem, table = f"write table {parsed.table} as {table_in_key(table)!r}", None
+    try:
+        network = parse_network(parsed.dst)
+    except ValueError:
+        problem = problem or "destination must be a network in CIDR notation with host bits zero"
+    if network is not None and network.text != parsed.dst:
+        # Retrieve reports routes under the canonical key: another spelling would never match.
+        problem, network = problem or f"write the destination {parsed.dst} as {network.text}", None
+    dev_problem = interface_name_problem(parsed.dev)
+    problem = problem or (f"device {dev_problem}" if dev_problem else None)
+    model = validate(LinuxRoute, key, value,
+                     key_problems={KEY_FIELD: problem} if problem else None,
+                     context={"table": table, "network": network, "dev": parsed.dev},
+                     error=InvalidValueError)
     assert network is not None and table is not None
-    gateway_text = str(gateway) if gateway is not None else None
+    metric = model.metric
     if metric is None or (network.version == 6 and metric == 0):
         metric = default_metric(network.version)
     return RouteSpec(
         table=table,
         dst=network.text,
-        dev=dev,
-        gateway=gateway_text,
+        dev=parsed.dev,
+        gateway=model.gateway,
         metric=metric,
-        scope=scope or default_scope(network.version, gateway_text),
+        scope=model.scope or default_scope(network.version, model.gateway),
     )
 
 
-def _key_table(check: FieldChecker, text: str) -> int | None:
+def _key_table(text: str) -> int | None:
     if text in TABLE_NAMES:
         return TABLE_NAMES[text]
     if not text.isdigit() or not TABLE_RANGE[0] <= int(text) <= TABLE_RANGE[1]:
-        check.fail("(key)", f"table must be one of {', '.join(TABLE_NAMES)} or an integer "
-                            f"{TABLE_RANGE[0]}..{TABLE_RANGE[1]}")
-        return None
-    if table_in_key(int(text)) != text:
-        check.fail("(key)", f"write table {text} as {table_in_key(int(text))!r}")
         return None
     return int(text)
-
-
-def _key_network(check: FieldChecker, text: str) -> Cidr | None:
-    try:
-        network = parse_network(text)
-    except ValueError:
-        check.fail("(key)", "destination must be a network in CIDR notation with host bits zero")
-        return None
-    if network.text != text:
-        # Retrieve reports routes under the canonical key: another spelling would never match.
-        check.fail("(key)", f"write the destination {text} as {network.text}")
-        return None
-    return network
-
-
-def _agrees_with_key(check: FieldChecker, field: str, expected: object) -> None:
-    raw = check.value.get(field)
-    if raw is None or expected is None:
-        return
-    if raw != expected or isinstance(raw, bool):
-        check.fail(field, f"must match the key ({expected})")
 
 
 def gateway_in_address(gateway: str, cidr: str) -> bool:

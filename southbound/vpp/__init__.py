@@ -10,15 +10,29 @@ Models and keys: see `southbound.vpp.models` and docs/vpp.md.
 
 from __future__ import annotations
 
-from scheduler import KVScheduler
-from southbound.vpp.connection import VppConnection
-from southbound.vpp.errors import (
-    VppApiError,
-    VppConnectionError,
-    VppError,
-    VppUnsupportedError,
-)
-from southbound.vpp.plugin import InterfaceEvent, VppPlugin
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler import KVScheduler
+    from southbound.vpp.errors import (
+        VppApiError,
+        VppConnectionError,
+        VppError,
+        VppUnsupportedError,
+    )
+    from southbound.vpp.plugin import InterfaceEvent, VppPlugin
+
+# Loaded on first use (vpp_papi under them): the models (southbound.vpp.models) import without
+# the client machinery, which keeps the CLI quick to start.
+_LAZY = {"VppApiError": "errors", "VppConnectionError": "errors", "VppError": "errors",
+         "VppUnsupportedError": "errors", "InterfaceEvent": "plugin", "VppPlugin": "plugin"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'southbound.vpp' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"southbound.vpp.{_LAZY[name]}"), name)
 
 DEFAULT_SOCKET = "/run/vpp/api.sock"
 
@@ -51,6 +65,10 @@ def register(
     connection and raise `VppConnectionError` if VPP is not there; with 0, return at once and keep
     trying in the background (operations fail with a retriable error until connected).
     """
+    from southbound.vpp.connection import VppConnection
+    from southbound.vpp.errors import VppConnectionError
+    from southbound.vpp.plugin import VppPlugin
+
     connection = VppConnection(
         socket, client_name=client_name, read_timeout=read_timeout, apidir=apidir
     )

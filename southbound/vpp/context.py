@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from southbound.vpp.binapi import VppApi
 from southbound.vpp.errors import MissingInterfaceError
-from southbound.vpp.fields import OWNER_TAG
+from southbound.vpp.models import OWNER_TAG
 
 INTERFACE_DESCRIPTOR = "vpp-interface"
 ADDRESS_DESCRIPTOR = "vpp-interface-address"

@@ -33,8 +33,7 @@ from southbound.vpp.errors import (
     VppError,
     is_retriable,
 )
-from southbound.vpp.fields import address_sort_key, parse_interface_address
-from southbound.vpp.models import normalize_interface
+from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
 
 log = logging.getLogger("southbound.vpp.interface")
 

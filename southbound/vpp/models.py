@@ -1,8 +1,11 @@
-"""The configuration models of the VPP southbound: validation and normalisation.
+"""The configuration models of the VPP southbound, defined once as pydantic models
+(`VppInterface`, `VppBridgeDomain`, `VppRoute`: types, ranges, defaults, documentation; the JSON
+Schema is generated from them), and their normalisation.
 
-`normalize_*` checks a value as the user wrote it and returns it in canonical form (defaults
-filled in, addresses canonical and sorted, MACs lower-case); a bad value raises the scheduler's
-`InvalidValueError` naming every bad field. Retrieve reports values in exactly this form, so the
+`normalize_*` validates a value as the user wrote it and returns it in canonical form (defaults
+filled in, addresses canonical and sorted, MACs lower-case); a bad value raises
+`southbound.validation.FieldsInvalidError` (a scheduler `InvalidValueError`) naming every bad
+field. Retrieve reports values in exactly this form, so the
 scheduler's comparison with the desired state is exact.
 
 Interface (`vpp/interface/<name>`)::
@@ -31,25 +34,17 @@ Route (`vpp/route/<vrf>/<dst cidr>/<next hop>`)::
 from __future__ import annotations
 
 import ipaddress
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
 from scheduler import InvalidValueError
+from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
-from southbound.vpp.fields import (
-    Problems,
-    address_sort_key,
-    check_mapping,
-    get_bool,
-    get_int,
-    get_linux_ifname,
-    get_mac,
-    name_problem,
-    parse_interface_address,
-    unknown_fields,
-)
 
 INTERFACE_TYPES = ("loopback", "tap", "af_packet")
 MIN_MTU = 64
@@ -58,28 +53,237 @@ MAX_VRF = 0xFFFFFFFE
 MAX_BD_ID = 0xFFFFFF
 MAX_RING = 32768
 DEFAULT_RING = 256
+# VPP tags (string[64]) carry "kvmesh:<name>", so names stay within 63 - len("kvmesh:") chars.
+OWNER_TAG = "kvmesh:"
+NAME_MAX = 63 - len(OWNER_TAG)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+LINUX_IFNAME_RE = re.compile(r"^[^/\s:]{1,15}$")
+MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
-INTERFACE_FIELDS = {
-    "type",
-    "enabled",
-    "mtu",
-    "mac",
-    "addresses",
-    "vrf",
-    "unnumbered",
-    "tap",
-    "af_packet",
-}
-BD_FIELDS = {
-    "bd_id",
-    "flood",
-    "forward",
-    "learn",
-    "unknown_unicast_flood",
-    "arp_term",
-    "interfaces",
-}
-ROUTE_FIELDS = {"dst", "next_hop", "outgoing_interface", "vrf", "weight", "preference"}
+
+def name_problem(name: Any, what: str = "name") -> str | None:
+    if not isinstance(name, str) or not name:
+        return f"{what} must be a non-empty string"
+    if len(name) > NAME_MAX:
+        return f"{what} is longer than {NAME_MAX} characters"
+    if not NAME_RE.match(name):
+        return f"{what} {name!r} may only use letters, digits and _ . : - (no '/')"
+    return None
+
+
+def _vpp_name(name: str) -> str:
+    problem = name_problem(name, "interface name")
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+def _linux_ifname(name: str) -> str:
+    if not LINUX_IFNAME_RE.match(name):
+        raise ValueError(f"must be a Linux interface name (1..15 characters, no '/'), "
+                         f"got {name!r}")
+    return name
+
+
+def _mac(text: str) -> str:
+    if not MAC_RE.match(text):
+        raise ValueError(f"must be a MAC address like 02:00:00:00:00:01, got {text!r}")
+    if int(text[:2], 16) & 1:
+        raise ValueError(f"must be a unicast MAC address, got {text!r}")
+    return text.lower()
+
+
+def parse_interface_address(raw: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """An address with its prefix length, e.g. 10.0.0.1/24 (raises ValueError)."""
+    if not isinstance(raw, str) or "/" not in raw:
+        raise ValueError(f"must be an address with a prefix length like 10.0.0.1/24, got {raw!r}")
+    return ipaddress.ip_interface(raw)
+
+
+def address_sort_key(
+    addr: ipaddress.IPv4Interface | ipaddress.IPv6Interface,
+) -> tuple[int, int, int]:
+    return addr.version, int(addr.ip), addr.network.prefixlen
+
+
+def _address(text: str) -> str:
+    return str(parse_interface_address(text))
+
+
+def _addresses(addresses: list[str]) -> list[str]:
+    parsed: dict[str, Any] = {}
+    for position, text in enumerate(addresses):
+        if text in parsed:
+            raise FieldProblems({f"[{position}]": f"{text} is listed twice"})
+        parsed[text] = ipaddress.ip_interface(text)
+    return [str(a) for a in sorted(parsed.values(), key=address_sort_key)]
+
+
+def _ring(size: int) -> int:
+    if size & (size - 1):
+        raise ValueError(f"must be a power of two up to {MAX_RING}, got {size}")
+    return size
+
+
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text))
+    except ValueError as exc:
+        raise ValueError(f"must be a network like 10.1.0.0/16: {exc}") from None
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"must be an IP address, got {text!r}") from None
+
+
+VppName = Annotated[str, AfterValidator(_vpp_name), Field(
+    min_length=1, max_length=NAME_MAX, pattern=NAME_RE.pattern,
+    description="a kvmesh VPP object name (letters, digits, _ . : -)")]
+LinuxIfName = Annotated[str, AfterValidator(_linux_ifname), Field(
+    pattern=LINUX_IFNAME_RE.pattern, description="a Linux interface name")]
+Mac = Annotated[str, AfterValidator(_mac), Field(
+    pattern=MAC_RE.pattern, description="a unicast MAC address, e.g. 02:00:00:00:00:01")]
+InterfaceAddress = Annotated[str, AfterValidator(_address), Field(
+    description="an address with its prefix length, e.g. 10.0.0.1/24")]
+RingSize = Annotated[int, AfterValidator(_ring), Field(
+    ge=1, le=MAX_RING, description=f"a power of two up to {MAX_RING}")]
+
+
+class UnnumberedSection(StrictModel):
+    """Borrow the addresses of another interface."""
+
+    interface_with_ip: VppName = Field(description="the interface whose addresses are used")
+
+
+class VppTapSection(StrictModel):
+    """A tap interface (VPP end; the Linux end is created by VPP)."""
+
+    host_if_name: LinuxIfName | None = Field(None, description="Linux name (unset: VPP's)")
+    rx_ring_size: RingSize = DEFAULT_RING
+    tx_ring_size: RingSize = DEFAULT_RING
+
+
+class AfPacketSection(StrictModel):
+    """An af_packet interface on a Linux link."""
+
+    host_if_name: LinuxIfName = Field(description="the Linux interface to attach to")
+
+
+class VppInterface(StrictModel):
+    """`vpp/interface/<name>`: a VPP interface kvmesh owns. `mtu` and `mac` unset (null) leave
+    VPP's choice alone."""
+
+    type: Literal["loopback", "tap", "af_packet"] = Field(description="interface type")
+    enabled: bool = Field(True, description="administratively up")
+    mtu: int | None = Field(None, ge=MIN_MTU, le=MAX_MTU, description="MTU (unset: VPP's)")
+    mac: Mac | None = Field(None, description="MAC address (unset: VPP's)")
+    vrf: int = Field(0, ge=0, le=MAX_VRF, description="IP table the interface is bound to")
+    addresses: Annotated[list[InterfaceAddress], AfterValidator(_addresses)] = Field(
+        default_factory=list, description="addresses with prefix length, e.g. 10.0.0.1/24")
+    unnumbered: UnnumberedSection | None = Field(None, description="instead of addresses")
+    tap: VppTapSection | None = Field(None, description="only with type tap")
+    af_packet: AfPacketSection | None = Field(None, description="required with type af_packet")
+
+    @classmethod
+    def section_problems(cls, value: Mapping[str, Any]) -> dict[str, str]:
+        problems = {}
+        for section in ("tap", "af_packet"):
+            if value.get(section) is not None and value.get("type") != section:
+                problems[section] = f"only allowed with type '{section}'"
+        return problems
+
+    @model_validator(mode="after")
+    def _sections(self, info: ValidationInfo) -> VppInterface:
+        name = (info.context or {}).get("name")
+        problems: dict[str, str] = {}
+        if self.unnumbered is not None:
+            if self.unnumbered.interface_with_ip == name:
+                problems["unnumbered.interface_with_ip"] = \
+                    "an interface cannot borrow its own addresses"
+            elif self.addresses:
+                problems["unnumbered"] = "an unnumbered interface cannot have addresses of its own"
+        problems.update(self.section_problems(self.model_dump(include={"type", "tap",
+                                                                         "af_packet"})))
+        if self.type == "af_packet" and self.af_packet is None:
+            problems["af_packet"] = \
+                "required with type 'af_packet': {'host_if_name': <linux interface>}"
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+
+class BridgeDomainMember(StrictModel):
+    """An interface in a bridge domain."""
+
+    name: VppName = Field(description="a vpp/interface name")
+    bvi: bool = Field(False, description="the bridge's routed interface (at most one)")
+
+
+def _members(members: list[BridgeDomainMember]) -> list[BridgeDomainMember]:
+    problems: dict[str, str] = {}
+    seen: set[str] = set()
+    for position, member in enumerate(members):
+        if member.name in seen:
+            problems.setdefault(f"[{position}].name", f"interface {member.name!r} is listed twice")
+        seen.add(member.name)
+    if sum(member.bvi for member in members) > 1:
+        problems[""] = "at most one interface can be the BVI"
+    if problems:
+        raise FieldProblems(problems)
+    return sorted(members, key=lambda member: member.name)
+
+
+class VppBridgeDomain(StrictModel):
+    """`vpp/bd/<name>`: an L2 bridge domain and its member interfaces."""
+
+    bd_id: int = Field(ge=1, le=MAX_BD_ID, description="bridge domain id")
+    flood: bool = Field(True, description="flood broadcast")
+    forward: bool = Field(True, description="forward unicast")
+    learn: bool = Field(True, description="learn MAC addresses")
+    unknown_unicast_flood: bool = Field(True, description="flood unknown unicast")
+    arp_term: bool = Field(False, description="terminate ARP")
+    interfaces: Annotated[list[BridgeDomainMember], AfterValidator(_members)] = Field(
+        default_factory=list, description="member interfaces")
+
+
+class VppRoute(StrictModel):
+    """`vpp/route/<vrf>/<dst cidr>/<next hop>`: an IP route. The key carries vrf, destination
+    and next hop (the value may repeat them; they must agree); next hop 0.0.0.0 or :: means an
+    attached route, which needs `outgoing_interface`."""
+
+    dst: Annotated[str, AfterValidator(_network)] | None = Field(
+        None, description="destination network (as in the key)")
+    next_hop: Annotated[str, AfterValidator(_ip)] | None = Field(
+        None, description="next hop (as in the key; \"\" or unset: attached)")
+    outgoing_interface: VppName | None = Field(None, description="a vpp/interface name")
+    vrf: int | None = Field(None, ge=0, le=MAX_VRF, description="IP table (as in the key)")
+    weight: int = Field(1, ge=1, le=255, description="ECMP weight")
+    preference: int = Field(0, ge=0, le=255, description="route preference")
+
+    @model_validator(mode="after")
+    def _agrees_with_key(self, info: ValidationInfo) -> VppRoute:
+        context = info.context or {}
+        problems: dict[str, str] = {}
+        key_dst, key_hop, key_vrf = context.get("dst"), context.get("next_hop"), \
+            context.get("vrf")
+        if self.dst is not None and self.dst != key_dst:
+            problems["dst"] = f"{self.dst} does not match the key's {key_dst!r}"
+        if self.next_hop is not None:
+            hop = ipaddress.ip_address(self.next_hop)
+            if self.dst is not None and hop.version != ipaddress.ip_network(self.dst).version:
+                problems["next_hop"] = f"{hop} is not of the destination's address family"
+            elif self.next_hop != key_hop:
+                problems["next_hop"] = f"{hop} does not match the key's {key_hop!r}"
+            if hop.is_unspecified and self.outgoing_interface is None:
+                problems["outgoing_interface"] = "required for a route without a next hop"
+        if self.vrf is not None and key_vrf is not None and self.vrf != key_vrf:
+            problems["vrf"] = f"{self.vrf} does not match the key's {key_vrf}"
+        if problems:
+            raise FieldProblems(problems)
+        return self
 
 
 Normalizer = Callable[[str, Any], dict[str, Any]]
@@ -111,7 +315,7 @@ def memoized(fn: Normalizer) -> Normalizer:
                 if len(cache) > MEMO_SIZE:
                     cache.popitem(last=False)
         if isinstance(hit, InvalidValueError):
-            raise InvalidValueError(str(hit), fields=hit.fields)
+            raise hit
         return hit
 
     normalize.__doc__ = fn.__doc__
@@ -119,240 +323,59 @@ def memoized(fn: Normalizer) -> Normalizer:
     return normalize
 
 
-def _key_name(key: str, parse: Any, what: str) -> str:
+def _key_name(key: str, parse: Any, what: str) -> tuple[str, dict[str, str]]:
     name = parse(key)
     problem = name_problem(name, f"{what} name") if name is not None else "malformed key"
-    if problem:
-        raise InvalidValueError(f"{key}: {problem}", fields=["key"])
-    assert name is not None
-    return str(name)
+    return (str(name) if name is not None else ""), ({KEY_FIELD: problem} if problem else {})
 
 
-# ---------------------------------------------------------------------------------- interface
 @memoized
 def normalize_interface(key: str, value: Any) -> dict[str, Any]:
-    name = _key_name(key, keys.interface_name, "interface")
-    value = check_mapping(value, key)
-    p = Problems()
-    unknown_fields(value, INTERFACE_FIELDS, p)
-    if_type = value.get("type")
-    if if_type not in INTERFACE_TYPES:
-        p.add("type", f"must be one of {', '.join(INTERFACE_TYPES)}, got {if_type!r}")
-    result: dict[str, Any] = {
-        "type": if_type,
-        "enabled": get_bool(value, "enabled", True, p),
-        "mtu": get_int(value, "mtu", None, MIN_MTU, MAX_MTU, p),
-        "mac": get_mac(value, "mac", p),
-        "vrf": get_int(value, "vrf", 0, 0, MAX_VRF, p),
-        "addresses": _addresses(value.get("addresses"), p),
-        "unnumbered": _unnumbered(name, value.get("unnumbered"), p),
-        "tap": _tap(if_type, value.get("tap"), p),
-        "af_packet": _af_packet(if_type, value.get("af_packet"), p),
-    }
-    if result["unnumbered"] is not None and result["addresses"]:
-        p.add("unnumbered", "an unnumbered interface cannot have addresses of its own")
-    p.raise_for(key)
+    name, key_problems = _key_name(key, keys.interface_name, "interface")
+    model = validate(VppInterface, key, value, key_problems=key_problems,
+                     context={"name": name})
+    result = model.model_dump()
+    if model.type == "tap" and model.tap is None:
+        result["tap"] = VppTapSection.model_validate({}).model_dump()
     return result
 
 
-def _addresses(raw: Any, p: Problems) -> list[str]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        p.add("addresses", f"must be a list of addresses like 10.0.0.1/24, got {raw!r}")
-        return []
-    parsed = {}
-    for i, item in enumerate(raw):
-        try:
-            addr = parse_interface_address(item)
-        except ValueError as exc:
-            p.add(f"addresses[{i}]", str(exc))
-            continue
-        if str(addr) in parsed:
-            p.add(f"addresses[{i}]", f"{addr} is listed twice")
-        parsed[str(addr)] = addr
-    return [str(a) for a in sorted(parsed.values(), key=address_sort_key)]
-
-
-def _unnumbered(name: str, raw: Any, p: Problems) -> dict[str, str] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        p.add("unnumbered", f"must be an object {{'interface_with_ip': <name>}}, got {raw!r}")
-        return None
-    unknown_fields(raw, {"interface_with_ip"}, p, "unnumbered.")
-    other = raw.get("interface_with_ip")
-    problem = name_problem(other, "interface name")
-    if problem:
-        p.add("unnumbered.interface_with_ip", problem)
-        return None
-    if other == name:
-        p.add("unnumbered.interface_with_ip", "an interface cannot borrow its own addresses")
-        return None
-    return {"interface_with_ip": str(other)}
-
-
-def _tap(if_type: Any, raw: Any, p: Problems) -> dict[str, Any] | None:
-    if if_type != "tap":
-        if raw is not None:
-            p.add("tap", "only allowed with type 'tap'")
-        return None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        p.add("tap", f"must be an object, got {raw!r}")
-        return None
-    unknown_fields(raw, {"host_if_name", "rx_ring_size", "tx_ring_size"}, p, "tap.")
-    rings = {}
-    for ring in ("rx_ring_size", "tx_ring_size"):
-        size = get_int(raw, ring, DEFAULT_RING, 1, MAX_RING, p, label=f"tap.{ring}")
-        if size is not None and size & (size - 1):
-            p.add(f"tap.{ring}", f"must be a power of two up to {MAX_RING}, got {size}")
-        rings[ring] = size
-    return {
-        "host_if_name": get_linux_ifname(raw, "host_if_name", p, "tap.host_if_name"),
-        **rings,
-    }
-
-
-def _af_packet(if_type: Any, raw: Any, p: Problems) -> dict[str, Any] | None:
-    if if_type != "af_packet":
-        if raw is not None:
-            p.add("af_packet", "only allowed with type 'af_packet'")
-        return None
-    if not isinstance(raw, Mapping):
-        p.add("af_packet", "required with type 'af_packet': {'host_if_name': <linux interface>}")
-        return None
-    unknown_fields(raw, {"host_if_name"}, p, "af_packet.")
-    host = get_linux_ifname(raw, "host_if_name", p, "af_packet.host_if_name")
-    if host is None and "af_packet.host_if_name" not in p.fields:
-        p.add("af_packet.host_if_name", "required")
-    return {"host_if_name": host}
-
-
-# ---------------------------------------------------------------------------------- bridge domain
 @memoized
 def normalize_bd(key: str, value: Any) -> dict[str, Any]:
-    _key_name(key, keys.bd_name, "bridge domain")
-    value = check_mapping(value, key)
-    p = Problems()
-    unknown_fields(value, BD_FIELDS, p)
-    bd_id = get_int(value, "bd_id", None, 1, MAX_BD_ID, p)
-    if bd_id is None and "bd_id" not in p.fields:
-        p.add("bd_id", f"required: an integer 1..{MAX_BD_ID}")
-    result: dict[str, Any] = {
-        "bd_id": bd_id,
-        "flood": get_bool(value, "flood", True, p),
-        "forward": get_bool(value, "forward", True, p),
-        "learn": get_bool(value, "learn", True, p),
-        "unknown_unicast_flood": get_bool(value, "unknown_unicast_flood", True, p),
-        "arp_term": get_bool(value, "arp_term", False, p),
-        "interfaces": _bd_members(value.get("interfaces"), p),
-    }
-    p.raise_for(key)
-    return result
+    _name, key_problems = _key_name(key, keys.bd_name, "bridge domain")
+    return validate(VppBridgeDomain, key, value, key_problems=key_problems).model_dump()
 
 
-def _bd_members(raw: Any, p: Problems) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        p.add("interfaces", "must be a list of {'name': <interface>, 'bvi': false}")
-        return []
-    members: dict[str, dict[str, Any]] = {}
-    for i, item in enumerate(raw):
-        where = f"interfaces[{i}]"
-        if not isinstance(item, Mapping):
-            p.add(where, f"must be an object {{'name': ..., 'bvi': ...}}, got {item!r}")
-            continue
-        unknown_fields(item, {"name", "bvi"}, p, f"{where}.")
-        problem = name_problem(item.get("name"), "interface name")
-        if problem:
-            p.add(f"{where}.name", problem)
-            continue
-        name = item["name"]
-        if name in members:
-            p.add(f"{where}.name", f"interface {name!r} is listed twice")
-        members[name] = {"name": name, "bvi": get_bool(item, "bvi", False, p)}
-    if sum(m["bvi"] for m in members.values()) > 1:
-        p.add("interfaces", "at most one interface can be the BVI")
-    return sorted(members.values(), key=lambda m: m["name"])
-
-
-# ---------------------------------------------------------------------------------- route
 @memoized
 def normalize_route(key: str, value: Any) -> dict[str, Any]:
     parts = keys.parse_route_key(key)
     if parts is None:
-        raise InvalidValueError(
-            f"{key}: malformed key (vpp/route/<vrf>/<dst cidr>/<next hop>)", fields=["key"]
-        )
-    value = check_mapping(value, key)
-    p = Problems()
-    unknown_fields(value, ROUTE_FIELDS, p)
-
-    vrf = get_int(value, "vrf", None, 0, MAX_VRF, p)
-    if not parts.vrf.isdigit() or int(parts.vrf) > MAX_VRF:
-        p.add("vrf", f"the key's vrf {parts.vrf!r} is not an integer 0..{MAX_VRF}")
-    elif vrf is None:
-        vrf = int(parts.vrf)
-    elif vrf != int(parts.vrf):
-        p.add("vrf", f"{vrf} does not match the key's {parts.vrf}")
-
-    dst = _dst(value.get("dst", parts.dst), parts.dst, p)
-    next_hop = _next_hop(value, parts.next_hop, dst, p)
-    oif = value.get("outgoing_interface")
-    if oif is not None:
-        problem = name_problem(oif, "interface name")
-        if problem:
-            p.add("outgoing_interface", problem)
-            oif = None
-    attached = next_hop is not None and ipaddress.ip_address(next_hop).is_unspecified
-    if attached and oif is None and "outgoing_interface" not in p.fields:
-        p.add("outgoing_interface", "required for a route without a next hop")
-    result = {
-        "dst": dst,
-        "next_hop": next_hop,
-        "outgoing_interface": oif,
-        "vrf": vrf,
-        "weight": get_int(value, "weight", 1, 1, 255, p),
-        "preference": get_int(value, "preference", 0, 0, 255, p),
-    }
-    p.raise_for(key)
+        raise validation_error(key, {KEY_FIELD: "malformed key (vpp/route/<vrf>/<dst cidr>/"
+                                                "<next hop>)"})
+    key_problems = {}
+    key_vrf = int(parts.vrf) if parts.vrf.isdigit() and int(parts.vrf) <= MAX_VRF else None
+    if key_vrf is None:
+        key_problems["vrf"] = f"the key's vrf {parts.vrf!r} is not an integer 0..{MAX_VRF}"
+    filled = dict(value) if isinstance(value, Mapping) else value
+    if isinstance(filled, dict):
+        # What the value leaves out, the key says (and is validated as if written here).
+        if filled.get("dst") is None:
+            filled["dst"] = parts.dst
+        if filled.get("next_hop") is None:
+            filled["next_hop"] = parts.next_hop
+        elif filled["next_hop"] == "":
+            filled["next_hop"] = "::" if ":" in str(filled["dst"]) else "0.0.0.0"
+    model = validate(VppRoute, key, filled, key_problems=key_problems, context={
+        "dst": parts.dst, "next_hop": parts.next_hop, "vrf": key_vrf})
+    result = model.model_dump()
+    result["vrf"] = key_vrf if model.vrf is None else model.vrf
     return result
 
 
-def _dst(raw: Any, in_key: str, p: Problems) -> str | None:
-    try:
-        network = ipaddress.ip_network(raw) if isinstance(raw, str) else None
-    except ValueError as exc:
-        p.add("dst", f"must be a network like 10.1.0.0/16: {exc}")
-        return None
-    if network is None:
-        p.add("dst", f"must be a network like 10.1.0.0/16, got {raw!r}")
-        return None
-    if str(network) != in_key:
-        p.add("dst", f"{network} does not match the key's {in_key!r}")
-    return str(network)
+def validation_error(key: str, problems: dict[str, str]) -> Exception:
+    from southbound.validation import FieldsInvalidError
 
-
-def _next_hop(value: Mapping[str, Any], in_key: str, dst: str | None, p: Problems) -> str | None:
-    raw = value.get("next_hop", in_key)
-    family = ipaddress.ip_network(dst).version if dst else None
-    if raw in (None, ""):
-        raw = "::" if family == 6 else "0.0.0.0"
-    try:
-        hop = ipaddress.ip_address(raw) if isinstance(raw, str) else None
-    except ValueError:
-        hop = None
-    if hop is None:
-        p.add("next_hop", f"must be an IP address, got {raw!r}")
-        return None
-    if family is not None and hop.version != family:
-        p.add("next_hop", f"{hop} is not of the destination's address family")
-    if str(hop) != in_key:
-        p.add("next_hop", f"{hop} does not match the key's {in_key!r}")
-    return str(hop)
+    return FieldsInvalidError(key, problems)
 
 
 def route_key_for(value: Mapping[str, Any]) -> str:

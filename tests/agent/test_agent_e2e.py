@@ -360,3 +360,53 @@ def test_undecodable_desired_values_get_an_invalid_status(cluster: Cluster) -> N
         kvmesh(cluster.n1.cmd_url, "config", "del", "n2", model_key)
         wait_until(functools.partial(state_is, model_key, None), timeout=30,
                    message=f"refusal of {model_key} withdrawn")
+
+
+def test_rest_gaps_parameters_dump_graph_resync(cluster: Cluster) -> None:
+    agent = cluster.agent
+    url = cluster.n1.cmd_url
+    kvmesh(url, "config", "set", "n2", "linux/interface/br4", json.dumps({"type": "bridge"}))
+    kvmesh(url, "config", "set", "n2", "linux/route/main/10.44.0.0/24/nodev4", "{}")
+    wait_until(lambda: cluster.state_from_n1("linux/interface/br4") == "CONFIGURED",
+               timeout=30, message="br4 CONFIGURED")
+    wait_until(lambda: cluster.state_from_n1("linux/route/main/10.44.0.0/24/nodev4")
+               == "PENDING", timeout=30, message="route PENDING")
+    # Unknown parameters, unknown descriptor, SB view without Retrieve: 400 with the reason.
+    for bad, fragment in (("/scheduler/stats?verbose=1", "unknown parameter"),
+                          ("/scheduler/dump?colour=red", "unknown parameter"),
+                          ("/scheduler/dump?descriptor=nope", "nope"),
+                          ("/scheduler/dump?descriptor=linux-interface-address&view=SB",
+                           "Retrieve"),
+                          ("/scheduler/dump?state=HAPPY", "state")):
+        status, body = agent.get(bad)
+        assert status == 400 and fragment in json.loads(body)["error"], (bad, body)
+    # state= filters the dump.
+    pending = agent.get_json("/scheduler/dump?state=PENDING")
+    assert [d["key"] for d in pending] == ["linux/route/main/10.44.0.0/24/nodev4"]
+    assert "linux/interface/br4" in [
+        d["key"] for d in agent.get_json("/scheduler/dump?state=CONFIGURED")]
+    # The graph after one transaction, its values highlighted; SVG by default.
+    history = agent.get_json("/scheduler/txn-history")
+    (seq,) = [t["seq"] for t in history
+              if any(v["key"] == "linux/interface/br4" for v in t["values"])]
+    status, dot = agent.get(f"/scheduler/graph?format=dot&txn={seq}")
+    assert status == 200
+    br4 = [line for line in dot.decode().splitlines() if line.strip().startswith(
+        '"linux/interface/br4"')]
+    assert br4 and "penwidth=3" in br4[0]
+    assert b"10.44.0.0/24" not in dot  # configured after that transaction
+    status, svg = agent.get(f"/scheduler/graph?txn={seq}")
+    assert status == 200 and b"<svg" in svg
+    assert agent.get("/scheduler/graph?txn=99999")[0] == 404
+    # A resync that runs although a value fails: 200, the failure in "errors".
+    kvmesh(url, "config", "set", "n2", "linux/interface/vx40",
+           json.dumps({"type": "vxlan", "vxlan": {"vni": 40}}))
+    kvmesh(url, "config", "set", "n2", "linux/interface/vx41",
+           json.dumps({"type": "vxlan", "vxlan": {"vni": 40}}))
+    wait_until(lambda: {cluster.state_from_n1("linux/interface/vx40"),
+                        cluster.state_from_n1("linux/interface/vx41")} & {"FAILED", "RETRYING"},
+               timeout=30, message="one of the twin VXLANs fails")
+    status, body = agent.get("/scheduler/downstream-resync", "POST")
+    result = json.loads(body)
+    assert status == 200 and result["seq"] > 0, body
+    assert set(result["errors"]) & {"linux/interface/vx40", "linux/interface/vx41"}

@@ -27,3 +27,59 @@ def test_rendered_text_parses_with_labels_and_types() -> None:
     recon = parsed["kvmesh_recon_successes"].samples[0]
     assert recon.labels == {"device": "vpp", "service": 'we"ird\nname'} and recon.value == 2
     assert parsed["kvmesh_sched_value_state"].samples[0].value == 1.5
+
+
+def test_flood_batch_sizes_become_a_cumulative_histogram() -> None:
+    from kvmesh.agent.metrics import flood_batch_histogram
+    from kvmesh.agent.metrics import render as render_families
+    from kvstore.batch_sizes import count_batch
+
+    counters: dict[str, int] = {}
+    for size in (1, 1, 3, 700, 20000):
+        count_batch(counters, size)
+    family = flood_batch_histogram(counters)
+    assert family is not None
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class One:
+        def collect(self):
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(One())
+    parsed = {f.name: f for f in text_string_to_metric_families(
+        generate_latest(registry).decode())}
+    samples = {(s.name, s.labels.get("le")): s.value
+               for s in parsed["kvmesh_kvstore_flood_batch_size"].samples}
+    assert samples[("kvmesh_kvstore_flood_batch_size_bucket", "1.0")] == 2
+    assert samples[("kvmesh_kvstore_flood_batch_size_bucket", "5.0")] == 3
+    assert samples[("kvmesh_kvstore_flood_batch_size_bucket", "1000.0")] == 4
+    assert samples[("kvmesh_kvstore_flood_batch_size_bucket", "+Inf")] == 5
+    assert samples[("kvmesh_kvstore_flood_batch_size_sum", None)] == 20705
+    # the raw bucket counters are not exported as counters of their own
+    assert "batch_size" not in render_families(flat_counters("kvmesh", counters))
+
+
+def test_agent_histograms_transactions_and_config_to_applied() -> None:
+    from types import SimpleNamespace
+
+    from kvmesh.agent.metrics import AgentMetrics
+
+    metrics = AgentMetrics(lambda: [])
+    metrics.observe_transactions([SimpleNamespace(seq=1, start=10.0, end=10.2),
+                                  SimpleNamespace(seq=2, start=11.0, end=None)])
+    metrics.observe_transactions([SimpleNamespace(seq=1, start=10.0, end=10.2)])  # seen
+    metrics.written("a", 100.0)
+    metrics.configured("a", 100.5)  # write seen first
+    metrics.configured("b", 200.3)
+    metrics.written("b", 200.0)  # status seen first
+    metrics.configured("c", 1.0)  # no write known: nothing observed
+    parsed = {f.name: f for f in text_string_to_metric_families(metrics.text())}
+    txn = {s.name: s.value for s in
+           parsed["kvmesh_scheduler_transaction_duration_seconds"].samples}
+    assert txn["kvmesh_scheduler_transaction_duration_seconds_count"] == 1
+    latency = {(s.name, s.labels.get("le")): s.value
+               for s in parsed["kvmesh_config_to_applied_seconds"].samples}
+    assert latency[("kvmesh_config_to_applied_seconds_count", None)] == 2
+    assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.25")] == 0
+    assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.5")] == 2

@@ -27,11 +27,23 @@ Convergence, also reported: when each node held every key, the CPU time of the n
 of their agents and of this process during the run, and how many key-values the nodes received
 per key set (floods on a ring deliver some keys twice).
 
+Operator workflow (issue 11), on the farthest node, written through n1 (needs namespaces):
+  apply_1000_values_wait_s  `kvmesh apply -f FILE --wait` of 1000 new values (600 veth ends,
+                            300 with an address, and 400 routes via those addresses), from the
+                            CLI's start to its exit (every value CONFIGURED)            <= 3
+  plan_1000_s               `kvmesh plan -f FILE` of the same file (desired-state diff and the
+                            node's scheduler plan of 1000 creates), start to exit       <= 1
+  baselines: cli_startup_s (`kvmesh model list`: interpreter + imports), and
+    apply_1000_values_raw_s: the same 1000 values written by this process in one KEY_SET,
+    until every status is CONFIGURED (no CLI) -> the ratio is the CLI's own cost.
+  Each run starts from an empty node (the previous run's values removed with --replace).
+
 Needs root for the per-node network namespaces (the Linux southbound). Without root, or with
 --no-namespaces, config_to_applied cannot be measured (agents have no southbound): only the hop
 baseline and convergence are, and the output says so.
 
 Usage: cluster_bench.py [--quick] [--json] [--nodes N] [--samples N] [--runs N] [--no-namespaces]
+                        [--only-operator]
   --quick: a 4-node ring (farthest node n3), 5 samples, 1 convergence run: well under a minute.
   --json: one JSON object, metric name -> number (every figure above, by its name).
 The cluster runs from a temporary directory and is always torn down (also on Ctrl-C / SIGTERM).
@@ -70,7 +82,8 @@ from kvstore.client import KvStoreClient, make_value  # noqa: E402
 from kvstore.gen.kvstore_thrift.ttypes import Value  # noqa: E402
 from kvstore.signature import store_signature  # noqa: E402
 
-TARGETS = {"config_to_applied_p50_ms": 150.0, "convergence_10k_keys_s": 2.0}
+TARGETS = {"config_to_applied_p50_ms": 150.0, "convergence_10k_keys_s": 2.0,
+           "apply_1000_values_wait_s": 3.0, "plan_1000_s": 1.0}
 N_KEYS = 10_000
 KEY_SET_BATCH = 1_000
 VALUE_BYTES = 100
@@ -501,6 +514,116 @@ def on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
+# ---------------------------------------------------------------------- operator workflow
+
+
+def operator_values() -> dict[str, dict[str, object]]:
+    """1000 values: 300 veth pairs (600 interfaces, the first end of each with a /30), and
+    400 routes via the far end of the first 200 pairs' subnets."""
+    values: dict[str, dict[str, object]] = {}
+    for i in range(300):
+        a, b = f"oa{i}", f"ob{i}"
+        net = 4 * i
+        values[f"linux/interface/{a}"] = {
+            "type": "veth", "veth": {"peer": b},
+            "addresses": [f"10.{100 + net // 65536}.{net // 256 % 256}.{net % 256 + 1}/30"]}
+        values[f"linux/interface/{b}"] = {"type": "veth", "veth": {"peer": a}}
+    for j in range(400):
+        i = j // 2
+        net = 4 * i
+        gateway = f"10.{100 + net // 65536}.{net // 256 % 256}.{net % 256 + 2}"
+        values[f"linux/route/main/172.{16 + j // 256}.{j % 256}.0/24/oa{i}"] = {
+            "gateway": gateway}
+    assert len(values) == 1000
+    return values
+
+
+def kvmesh_cli(url: str, *args: str, timeout_s: float = 300.0) -> float:
+    """Wall time of one `kvmesh` run (raises BenchError unless it exits 0)."""
+    import subprocess
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kvmesh", "--url", url, *args],
+                          capture_output=True, text=True, timeout=timeout_s)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise BenchError(f"kvmesh {' '.join(args)}: exit {done.returncode}: "
+                         f"{(done.stderr or done.stdout)[-2000:]}")
+    return elapsed
+
+
+def raw_apply(client: KvStoreClient, node: str, values: dict[str, dict[str, object]],
+              timeout_s: float = 300.0) -> float:
+    """The baseline: the same values in one KEY_SET from this process, until all CONFIGURED."""
+    origin = client.node_info().name
+    keys = {config_key(node, k): v for k, v in values.items()}
+    held = client.get(list(keys))
+    started = time.monotonic()
+    refused = client.set({key: make_value(encode_config_value(v), version=(
+        held[key].version + 1 if key in held else 1), originator_id=origin)
+        for key, v in keys.items()})
+    if refused:
+        raise BenchError(f"raw apply: {len(refused)} key(s) refused")
+    prefix = status_key(node, "")
+    while True:
+        found = client.dump(prefix=prefix)
+        states = {k[len(prefix):]: (decode_status(v.value) or {}).get("state")
+                  for k, v in found.items()}
+        if all(states.get(k) == "CONFIGURED" for k in values):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            raise BenchError("raw apply: values not CONFIGURED in time")
+        time.sleep(0.02)  # polling interval of the condition, not a synchronisation
+
+
+def clear_node(url: str, node: str, state_dir: Path) -> None:
+    empty = state_dir / "empty.json"
+    empty.write_text(json.dumps({"nodes": {node: {}}}))
+    kvmesh_cli(url, "apply", "-f", str(empty), "--replace", "--wait", "--timeout", "300")
+
+
+def measure_operator(state: cluster.ClusterState, runs: int, work: Path) -> dict[str, float]:
+    n1 = state.nodes["n1"].cmd_url
+    far = farthest_node(list(state.nodes))
+    work.mkdir(parents=True, exist_ok=True)
+    values = operator_values()
+    path = work / "state1000.json"
+    path.write_text(json.dumps({"nodes": {far: values}}))
+    samples: dict[str, list[float]] = {"plan": [], "apply": [], "raw": [], "startup": []}
+    with KvStoreClient(n1) as client:
+        wait_devices_known(client, list(state.nodes))
+        for run in range(runs):
+            say(f"operator run {run + 1}/{runs}: plan + apply --wait of 1000 values on {far}")
+            clear_node(n1, far, work)
+            samples["startup"].append(kvmesh_cli(n1, "model", "list"))
+            samples["plan"].append(kvmesh_cli(n1, "plan", "-f", str(path)))
+            samples["apply"].append(kvmesh_cli(n1, "apply", "-f", str(path), "--wait",
+                                               "--timeout", "300"))
+            say(f"  plan {samples['plan'][-1]:.3f}s, apply --wait {samples['apply'][-1]:.3f}s")
+            clear_node(n1, far, work)
+            samples["raw"].append(raw_apply(client, far, values))
+        clear_node(n1, far, work)
+    apply_s, raw_s = median(samples["apply"]), median(samples["raw"])
+    return {
+        "apply_1000_values_wait_s": round(apply_s, 3),
+        "plan_1000_s": round(median(samples["plan"]), 3),
+        "cli_startup_s": round(median(samples["startup"]), 3),
+        "apply_1000_values_raw_s": round(raw_s, 3),
+        "apply_1000_values_ratio_vs_raw": round(apply_s / raw_s, 2),
+        "operator_runs": runs,
+    }
+
+
+def print_operator(result: dict[str, float]) -> None:
+    print(f"operator workflow, 1000 values on one node (median of {result['operator_runs']:g} "
+          f"run(s)):")
+    for metric in ("apply_1000_values_wait_s", "plan_1000_s"):
+        print(f"  {metric:<26} {result[metric]:.3f}  {verdict(metric, result[metric])}")
+    print(f"  baselines: apply_1000_values_raw_s {result['apply_1000_values_raw_s']:.3f} "
+          f"(-> x{result['apply_1000_values_ratio_vs_raw']}), cli_startup_s "
+          f"{result['cli_startup_s']:.3f}")
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -595,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="convergence runs [3; quick 1]")
     parser.add_argument("--no-namespaces", action="store_true",
                         help="no per-node namespaces: skips config_to_applied")
+    parser.add_argument("--only-operator", action="store_true",
+                        help="only apply_1000_values_wait_s and plan_1000_s")
     args = parser.parse_args(argv)
     nodes = args.nodes or (4 if args.quick else 8)
     samples = args.samples or (5 if args.quick else 20)
@@ -612,14 +737,24 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="kvmesh-cluster-bench-"))
     ok = False
     try:
+        operator: dict[str, float] = {}
         with running_cluster(run_dir / "ring", nodes, "ring", namespaces) as ring:
             far = farthest_node(list(ring.nodes))
-            say(f"config_to_applied: {samples} samples (+{WARMUP_SAMPLES} warm-up), n1 -> {far}")
-            config = measure_config(ring, samples, hop_only=not namespaces)
-            with running_cluster(run_dir / "pair", 2, "chain", False) as pair:
-                say(f"convergence: {runs} run(s) of {N_KEYS} keys")
-                convergence = measure_convergence(ring, pair, runs)
-        result = build_result(config, convergence, nodes, with_config=namespaces)
+            if namespaces:
+                operator = measure_operator(ring, runs, run_dir / "operator")
+            if args.only_operator:
+                if not namespaces:
+                    raise BenchError("the operator metrics need root (namespaces)")
+                result: dict[str, float] = {"nodes": nodes, **operator}
+            else:
+                say(f"config_to_applied: {samples} samples (+{WARMUP_SAMPLES} warm-up), "
+                    f"n1 -> {far}")
+                config = measure_config(ring, samples, hop_only=not namespaces)
+                with running_cluster(run_dir / "pair", 2, "chain", False) as pair:
+                    say(f"convergence: {runs} run(s) of {N_KEYS} keys")
+                    convergence = measure_convergence(ring, pair, runs)
+                result = {**build_result(config, convergence, nodes, with_config=namespaces),
+                          **operator}
         ok = True
     except KeyboardInterrupt:
         say("interrupted: cluster torn down")
@@ -635,7 +770,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"note: {note}")
         print(json.dumps(result, sort_keys=True))
     else:
-        print_table(result, notes)
+        if not args.only_operator:
+            print_table(result, notes)
+        if "apply_1000_values_wait_s" in result:
+            print_operator(result)
     return 0
 
 

@@ -110,7 +110,7 @@ def test_interface_message_format() -> None:
         parse_interface("linux/interface/veth0", {"type": "veth", "veth": {"peer": "v1"},
                                                   "mtu": 1})
     assert str(caught.value) == ("linux/interface/veth0: field 'mtu': must be an integer "
-                                 "68..65535")
+                                 "68..65535, got 1")
 
 
 @pytest.mark.parametrize(("key", "fragment"), [

@@ -95,9 +95,9 @@ def test_interface_single_field_errors(value, field):
 
 
 def test_bad_keys_and_non_objects():
-    assert "key" in problems(normalize_interface, "vpp/interface/" + "x" * 60, {"type": "tap"})
-    assert "key" in problems(normalize_interface, "vpp/interface/bad name", {"type": "tap"})
-    with pytest.raises(InvalidValueError, match="value must be an object"):
+    assert "(key)" in problems(normalize_interface, "vpp/interface/" + "x" * 60, {"type": "tap"})
+    assert "(key)" in problems(normalize_interface, "vpp/interface/bad name", {"type": "tap"})
+    with pytest.raises(InvalidValueError, match="must be a JSON object"):
         normalize_interface("vpp/interface/lo1", ["loopback"])
 
 
@@ -148,7 +148,7 @@ def test_route_model_takes_missing_fields_from_the_key():
         ("vpp/route/0/10.1.0.0/16/fd00::1", {}, "next_hop"),
         ("vpp/route/0/10.1.0.0/16/0.0.0.0", {}, "outgoing_interface"),
         ("vpp/route/0/10.1.0.0/16/10.0.0.2", {"weight": 0}, "weight"),
-        ("vpp/route/0/10.1.0.0/16", {}, "key"),
+        ("vpp/route/0/10.1.0.0/16", {}, "(key)"),
     ],
 )
 def test_route_errors(key, value, field):

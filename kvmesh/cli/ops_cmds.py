@@ -1,0 +1,485 @@
+"""Operator workflow: models, a node's state as a file, plan and apply.
+
+`model list|schema` show the configurable models (JSON Schema generated from them). `config
+export` writes the desired state held in the mesh as a state file; `plan -f FILE` shows what
+applying it changes (desired-state diff, and each node's scheduler plan fetched read-only from
+its agent); `apply -f FILE` validates everything, writes one batch per node and, with `--wait`,
+follows the statuses the agents publish until every written value settled.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from kvmesh.agent.desired import decode_config_value
+from kvmesh.agent.keys import CONFIG, agent_key, status_prefix
+from kvmesh.agent.status import decode_status
+from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
+from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
+from kvstore.client import KvStoreClient
+
+# RETRYING counts as settled (as FAILED): the value failed; the node keeps retrying on its own.
+SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",
+                            "UNIMPLEMENTED"})
+GONE_STATES = frozenset({"REMOVED", "NONEXISTENT"})
+POLL_S = 0.05
+PLAN_TIMEOUT_S = 30.0
+
+# -- models ----------------------------------------------------------------------------------
+
+
+@click.group("model", cls=KvGroup)
+def model_group() -> None:
+    """The configurable models and their JSON Schema."""
+
+
+@model_group.command("list")
+def model_list() -> None:
+    """The models, their key shapes and what they are."""
+    from kvmesh.agent.models import MODELS
+
+    rows = [{"model": m.name, "key": m.shape, "description": m.description} for m in MODELS]
+    emit(rows, "\n".join(f"{r['model']:<16} {r['key']:<40} {r['description']}" for r in rows))
+
+
+@model_group.command("schema")
+@click.argument("model", required=False)
+def model_schema(model: str | None) -> None:
+    """JSON Schema of MODEL (all models when omitted), generated from the models."""
+    from kvmesh.agent.models import ModelError, json_schema
+
+    try:
+        click.echo(json.dumps(json_schema(model), indent=2, sort_keys=True))
+    except ModelError as exc:
+        fail(str(exc), code=2)
+
+
+# -- reading the mesh --------------------------------------------------------------------------
+
+
+def desired_state(client: KvStoreClient, nodes: list[str] | None = None) -> State:
+    """The desired state held in the mesh: node -> model key -> value (tombstones left out)."""
+    prefixes = [f"{CONFIG}{node}/" for node in nodes] if nodes else [CONFIG]
+    state: State = {node: {} for node in nodes or ()}
+    for prefix in prefixes:
+        for key, value in client.dump(prefix=prefix).items():
+            node, _, model_key = key[len(CONFIG):].partition("/")
+            if not model_key or not value.value:
+                continue
+            try:
+                decoded = decode_config_value(value.value)
+            except ValueError:
+                continue  # not a map: the agent reports it; export cannot reproduce it
+            if decoded is not None:
+                state.setdefault(node, {})[model_key] = decoded
+    return state
+
+
+def read_state_file(path: str) -> State:
+    try:
+        if path == "-":
+            return parse_state(sys.stdin.read(), "standard input")
+        with open(path, encoding="utf-8") as handle:
+            return parse_state(handle.read(), path)
+    except (OSError, StateFileError) as exc:
+        fail(str(exc), code=2)
+
+
+def refuse_invalid(state: State) -> None:
+    """Every value validated first: one bad value refuses the whole file (nothing written)."""
+    from kvmesh.agent.models import invalid_values
+
+    lines: list[str] = []
+    for node, values in state.items():
+        lines.extend(f"{node}: {exc}" for exc in invalid_values(values).values())
+    if lines:
+        click.echo("\n".join(f"invalid: {line}" for line in lines), err=True)
+        fail(f"{len(lines)} invalid value(s) in the file: nothing was written")
+
+
+def agent_url(client: KvStoreClient, node: str) -> str | None:
+    found = client.get([agent_key(node)]).get(agent_key(node))
+    record = decode_status(found.value if found else None)
+    return f"http://{record['http']}" if record and record.get("http") else None
+
+
+def agent_post(base: str, path: str, body: Any, timeout_s: float = PLAN_TIMEOUT_S) -> Any:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(),
+                                     method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        raise RuntimeError(f"{path}: HTTP {exc.code}: {detail.strip()}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise RuntimeError(f"agent at {base} unreachable: {exc}") from None
+
+
+# -- export, plan ------------------------------------------------------------------------------
+
+
+@click.command("export", cls=KvCommand)
+@click.argument("nodes", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml",
+              show_default=True)
+def config_export(nodes: tuple[str, ...], fmt: str) -> None:
+    """Desired state of NODES (all when omitted) as a state file (see `kvmesh apply`)."""
+    state = run_client(lambda c: desired_state(c, list(nodes) or None))
+    click.echo(export_state(state, "json" if cli_context().as_json else fmt), nl=False)
+
+
+def compute_diff(client: KvStoreClient, wanted: State, replace: bool) -> dict[str, NodeDiff]:
+    return diff_state(desired_state(client, sorted(wanted)), wanted, replace)
+
+
+def scheduler_plans(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> dict[str, Any]:
+    """Each changed node's scheduler plan, from its agent (read-only), or why there is none."""
+    plans: dict[str, Any] = {}
+    for node, diff in diffs.items():
+        if diff.empty:
+            continue
+        base = agent_url(client, node)
+        if base is None:
+            plans[node] = {"error": f"no agent with a REST API registered for {node}"}
+            continue
+        try:
+            plans[node] = agent_post(base, "/scheduler/plan", {"values": diff.writes()})
+        except RuntimeError as exc:
+            plans[node] = {"error": str(exc)}
+    return plans
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
+    lines: list[str] = []
+    for node, diff in diffs.items():
+        lines.append(f"node {node}: {len(diff.added)} to add, {len(diff.changed)} to change, "
+                     f"{len(diff.removed)} to remove")
+        for key, value in diff.added.items():
+            lines.append(f"  + {key} {_short(value)}")
+        for key, (_old, _new, changes) in diff.changed.items():
+            lines.append(f"  ~ {key}")
+            lines.extend(f"      {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in changes)
+        for key in diff.removed:
+            lines.append(f"  - {key}")
+        plan = plans.get(node)
+        if plan is None:
+            continue
+        if "error" in plan:
+            lines.append(f"  scheduler plan: unavailable ({plan['error']})")
+            continue
+        lines.append(f"  scheduler plan ({len(plan['operations'])} operation(s)):")
+        for number, op in enumerate(plan["operations"], 1):
+            flags = f" [{', '.join(op['flags'])}]" if op["flags"] else ""
+            error = f" error: {op['error']}" if op.get("error") else ""
+            lines.append(f"    {number}. {op['operation']} {op['key']}{flags}{error}")
+    return "\n".join(lines)
+
+
+@click.command("plan", cls=KvCommand)
+@click.option("-f", "--file", "path", required=True, help="State file (YAML or JSON; - reads "
+              "standard input).")
+@click.option("--replace", is_flag=True, help="Also remove values the file does not name.")
+@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when there are changes.")
+def plan(path: str, replace: bool, detailed_exitcode: bool) -> None:
+    """What applying FILE would change; read-only (nothing is written anywhere)."""
+    wanted = read_state_file(path)
+    refuse_invalid(wanted)
+
+    def action(client: KvStoreClient) -> tuple[dict[str, NodeDiff], dict[str, Any]]:
+        diffs = compute_diff(client, wanted, replace)
+        return diffs, scheduler_plans(client, diffs)
+
+    diffs, plans = run_client(action)
+    changed = any(not d.empty for d in diffs.values())
+    as_json = {node: {"added": sorted(d.added), "changed": {
+        k: [{"path": c.path, "old": c.old, "new": c.new} for c in changes]
+        for k, (_o, _n, changes) in d.changed.items()}, "removed": sorted(d.removed),
+        "scheduler": plans.get(node)} for node, d in diffs.items()}
+    emit(as_json, plan_text(diffs, plans) if changed else "no changes")
+    sys.exit(2 if changed and detailed_exitcode else 0)
+
+
+# -- apply -------------------------------------------------------------------------------------
+
+
+def write_batches(client: KvStoreClient, diffs: Mapping[str, NodeDiff], source: str,
+                  confirm_timeout_s: float | None) -> dict[str, int]:
+    """One KEY_SET per changed node with every change and its revision; node -> revision."""
+    from kvmesh.agent.config_writer import WriteRefused, who_am_i, write_node_change
+
+    written = {}
+    for node, diff in diffs.items():
+        if diff.empty:
+            continue
+        try:
+            written[node] = write_node_change(
+                client, node, diff.writes(), diff.previous(), who=who_am_i("kvmesh apply"),
+                description=f"apply {source}", confirm_timeout_s=confirm_timeout_s)
+        except WriteRefused as exc:
+            fail(str(exc))
+    return written
+
+
+def status_snapshot(client: KvStoreClient, node: str) -> dict[str, dict[str, Any]]:
+    prefix = status_prefix(node)
+    out = {}
+    for key, value in client.dump(prefix=prefix).items():
+        record = decode_status(value.value)
+        if record is not None:
+            out[key[len(prefix):]] = record
+    return out
+
+
+def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
+            now: dict[str, Any] | None) -> bool:
+    """Has the agent reported on this write? A new status (another transaction than before)
+    in a final state; for a removal, the status gone."""
+    if wanted is None:
+        return now is None or now.get("state") in GONE_STATES
+    if now is None or now.get("state") not in SETTLED_STATES:
+        return False
+    return before is None or now.get("seq") != before.get("seq")
+
+
+def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
+            done: bool) -> tuple[str, str]:
+    """(result, details) of one written value for the final table."""
+    if not done:
+        state = record.get("state") if record else "no status"
+        return "PENDING" if state == "PENDING" else "TIMEOUT", f"last state {state}"
+    if wanted is None:
+        return "removed", ""
+    assert record is not None
+    state = record["state"]
+    if state == "CONFIGURED":
+        return "applied", ""
+    if state == "PENDING":
+        missing = ", ".join(record.get("details") or ()) or "unknown dependency"
+        return "PENDING", f"waiting for {missing}"
+    error = record.get("error") or ", ".join(record.get("details") or ())
+    if state == "RETRYING":
+        return "FAILED", f"(the node retries) {error}"
+    return state, error
+
+
+def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
+                 before: Mapping[str, dict[str, dict[str, Any]]], timeout_s: float,
+                 progress: bool) -> dict[str, dict[str, tuple[bool, dict[str, Any] | None]]]:
+    deadline = time.monotonic() + timeout_s
+    shown = ""
+    while True:
+        result: dict[str, dict[str, tuple[bool, dict[str, Any] | None]]] = {}
+        for node, diff in diffs.items():
+            writes = diff.writes()
+            if not writes:
+                continue
+            now = status_snapshot(client, node)
+            result[node] = {key: (settled(value, before[node].get(key), now.get(key)),
+                                  now.get(key)) for key, value in writes.items()}
+        line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
+                         for node, rows in result.items())
+        if progress and line != shown:
+            click.echo(f"\r{line}", err=True, nl=False)
+            shown = line
+        all_done = all(d for rows in result.values() for d, _r in rows.values())
+        if all_done or time.monotonic() >= deadline:
+            if progress and shown:
+                click.echo("", err=True)
+            return result
+        time.sleep(POLL_S)
+
+
+@click.command("apply", cls=KvCommand)
+@click.option("-f", "--file", "path", required=True, help="State file (YAML or JSON; - reads "
+              "standard input).")
+@click.option("--replace", is_flag=True, help="Also remove values the file does not name.")
+@click.option("--wait/--no-wait", default=None, help="Follow the statuses until every written "
+              "value settled [default: on a terminal].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, help="How long --wait waits (seconds).")
+@click.option("--confirm-timeout", "confirm_s", type=click.FloatRange(min=1), default=None,
+              help="Roll back unless `kvmesh confirm` runs within S seconds (held by the "
+                   "nodes' agents).")
+def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
+          confirm_s: float | None) -> None:
+    """Make the desired state of the file's nodes what FILE declares (one revision per
+    changed node; see `kvmesh config history`)."""
+    wanted = read_state_file(path)
+    refuse_invalid(wanted)
+    follow = sys.stdout.isatty() if wait is None else wait
+
+    def action(client: KvStoreClient) -> Any:
+        diffs = compute_diff(client, wanted, replace)
+        before = {node: status_snapshot(client, node) for node, d in diffs.items()
+                  if follow and not d.empty}
+        revs = write_batches(client, diffs, path, confirm_s)
+        if confirm_s is not None:
+            click.echo("revision(s) " + ", ".join(f"{n}: {r}" for n, r in revs.items())
+                       + f": run `kvmesh confirm` within {confirm_s:g} s or they are rolled "
+                       "back", err=True)
+        if not follow:
+            return diffs, None
+        return diffs, wait_settled(client, diffs, before, timeout_s, progress=True)
+
+    diffs, waited = run_client(action)
+    written = {node: d.writes() for node, d in diffs.items() if not d.empty}
+    if not written:
+        emit({"changed": {}}, "no changes")
+        return
+    if waited is None:
+        emit({"changed": {n: sorted(w) for n, w in written.items()}},
+             "\n".join(f"{node}: {len(w)} value(s) written" for node, w in written.items()))
+        return
+    rows = []
+    for node, keys in written.items():
+        for model_key, value in keys.items():
+            done, record = waited[node][model_key]
+            result, details = outcome(value, record, done)
+            rows.append({"node": node, "key": model_key, "result": result, "details": details})
+    width = max(len(r["key"]) for r in rows)
+    text = [f"{'NODE':<8} {'KEY':<{width}} {'RESULT':<13} DETAILS"]
+    text += [f"{r['node']:<8} {r['key']:<{width}} {r['result']:<13} {r['details']}".rstrip()
+             for r in rows]
+    emit(rows, "\n".join(text))
+    if any(r["result"] not in ("applied", "removed") for r in rows):
+        sys.exit(1)
+
+
+# -- revisions: confirm, history, rollback ------------------------------------------------------
+
+
+def nodes_with_revisions(client: KvStoreClient) -> list[str]:
+    nodes = set()
+    for key in client.dump(prefix="node/"):
+        node, _, rest = key[len("node/"):].partition("/")
+        if rest.startswith("revision/"):
+            nodes.add(node)
+    return sorted(nodes)
+
+
+@click.command("confirm", cls=KvCommand)
+@click.argument("nodes", nargs=-1)
+def confirm(nodes: tuple[str, ...]) -> None:
+    """Confirm the pending revisions of NODES (all nodes when omitted): no rollback."""
+    from kvmesh.agent.config_writer import mark, node_revisions
+    from kvmesh.agent.revisions import CONFIRMED, is_pending, revision_key
+
+    def action(client: KvStoreClient) -> dict[str, list[int]]:
+        done: dict[str, list[int]] = {}
+        for node in nodes or nodes_with_revisions(client):
+            batch = {revision_key(node, rev): mark(client, value, record, CONFIRMED)
+                     for rev, (value, record) in node_revisions(client, node).items()
+                     if is_pending(record)}
+            if batch:
+                refused = client.set(batch)
+                if refused:
+                    fail(f"{node}: confirm refused: {refused}")
+                done[node] = sorted(int(key.rsplit("/", 1)[1]) for key in batch)
+        return done
+
+    done = run_client(action)
+    if not done:
+        fail("no pending revision to confirm (already rolled back, or confirmed)")
+    emit(done, "\n".join(f"{node}: confirmed revision(s) {', '.join(map(str, revs))}"
+                         for node, revs in done.items()))
+
+
+@click.command("history", cls=KvCommand)
+@click.argument("node")
+def config_history(node: str) -> None:
+    """NODE's revisions (every apply and rollback): time, who/where, keys changed, state."""
+    from kvmesh.agent.config_writer import node_revisions
+
+    kept = run_client(lambda c: node_revisions(c, node))
+    rows = [{"rev": rev, "time": record["time"], "who": record["who"],
+             "description": record.get("description", ""),
+             "keys": sorted(record["changes"]),
+             "confirm": (record.get("confirm") or {}).get("state")}
+            for rev, (_value, record) in sorted(kept.items())]
+    lines = [f"{'REV':>4}  {'TIME':<19}  {'CONFIRM':<11}  WHO / WHAT / KEYS"]
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
+        lines.append(f"{row['rev']:>4}  {when:<19}  {row['confirm'] or '-':<11}  {row['who']}")
+        lines.append(f"{'':>38}{row['description']}: {len(row['keys'])} key(s): "
+                     + ", ".join(row["keys"][:5]) + (" ..." if len(row["keys"]) > 5 else ""))
+    emit(rows, "\n".join(lines) if rows else f"no revisions for {node}")
+
+
+@click.command("rollback", cls=KvCommand)
+@click.argument("node")
+@click.argument("rev", type=int)
+def config_rollback(node: str, rev: int) -> None:
+    """Restore NODE's desired state as it was right after revision REV (a new revision)."""
+    from kvmesh.agent.config_writer import (
+        WriteRefused,
+        desired_values,
+        node_revisions,
+        who_am_i,
+        write_node_change,
+    )
+    from kvmesh.agent.revisions import restore_values
+
+    def action(client: KvStoreClient) -> tuple[int | None, int]:
+        kept = node_revisions(client, node)
+        try:
+            target = restore_values([record for _v, record in kept.values()], rev)
+        except ValueError as exc:
+            fail(str(exc), code=2)
+        now = desired_values(client, node, target)
+        writes = {key: value for key, value in target.items() if now.get(key) != value}
+        if not writes:
+            return None, 0
+        try:
+            return write_node_change(
+                client, node, writes, now, who=who_am_i("kvmesh config rollback"),
+                description=f"rollback to revision {rev}"), len(writes)
+        except WriteRefused as exc:
+            fail(str(exc))
+
+    new_rev, count = run_client(action)
+    if new_rev is None:
+        emit({"rev": None, "changed": 0}, f"{node} is already as after revision {rev}")
+        return
+    emit({"rev": new_rev, "changed": count},
+         f"{node}: back to revision {rev} ({count} key(s) written, revision {new_rev})")
+
+
+@click.command("completion", cls=KvCommand)
+@click.argument("shell", type=click.Choice(["bash", "zsh"]))
+def completion(shell: str) -> None:
+    """Shell completion script (click's): `eval "$(kvmesh completion bash)"`."""
+    from click.shell_completion import get_completion_class
+
+    from kvmesh.cli import main
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(main, {}, "kvmesh", "_KVMESH_COMPLETE").source())
+
+
+def register(group: click.Group) -> None:
+    from kvmesh.cli.agent_cmds import config_group
+
+    group.add_command(model_group)
+    group.add_command(plan)
+    group.add_command(apply)
+    group.add_command(confirm)
+    group.add_command(completion)
+    config_group.add_command(config_export)
+    config_group.add_command(config_history)
+    config_group.add_command(config_rollback)

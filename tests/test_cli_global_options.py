@@ -1,0 +1,55 @@
+"""Global options (--json, --url) are accepted before and after the subcommand, everywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from kvmesh.cli import main
+from kvstore.node_ports import free_tcp_port
+
+
+def test_json_after_the_subcommand(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for args in (["--json", "cluster", "status"], ["cluster", "status", "--json"]):
+        out = runner.invoke(main, [*args, "--run-dir", str(tmp_path)])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.output) == {"nodes": {}, "running": False}
+    listed = runner.invoke(main, ["model", "list", "--json"])
+    assert json.loads(listed.output)[0]["model"] == "linux/interface"
+
+
+def test_url_after_the_subcommand() -> None:
+    url = f"tcp://127.0.0.1:{free_tcp_port()}"  # nothing listens there
+    out = CliRunner().invoke(main, ["key", "get", "k", "--url", url])
+    assert out.exit_code == 1 and url in out.output
+
+
+def test_every_command_has_both() -> None:
+    def walk(group: click.Group):
+        for command in group.commands.values():
+            yield command
+            if isinstance(command, click.Group):
+                yield from walk(command)
+
+    for command in walk(main):
+        names = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert {"--json", "--url"} <= names, command.name
+
+
+def test_completion_scripts_and_completing() -> None:
+    import os
+    import subprocess
+    import sys
+
+    for shell, marker in (("bash", "complete -o nosort -F"), ("zsh", "compdef")):
+        out = CliRunner().invoke(main, ["completion", shell])
+        assert out.exit_code == 0 and marker in out.output and "_KVMESH_COMPLETE" in out.output
+    env = {**os.environ, "_KVMESH_COMPLETE": "bash_complete", "COMP_WORDS": "kvmesh con",
+           "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-m", "kvmesh"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.split() == ["plain,config", "plain,confirm"], done

@@ -1,0 +1,318 @@
+"""The operator workflow on a real 2-node cluster (namespaces, processes, ZeroMQ, netlink):
+config export, plan, apply --wait, --replace; see docs/operator.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvmesh import cluster
+from kvmesh.cli.ops_cmds import outcome
+from tests.netns import netns_available
+from tests.util import wait_until
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)"),
+]
+
+
+class Cli:
+    def __init__(self, url: str, tmp: Path, prefix: str, http: dict[str, str]) -> None:
+        self.url, self.tmp, self.prefix, self.http = url, tmp, prefix, http
+        self.files = 0
+
+    def post(self, node: str, path: str, body: object) -> tuple[int, dict]:
+        request = urllib.request.Request(f"http://{self.http[node]}{path}", method="POST",
+                                         data=json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    def state_file(self, nodes: dict) -> str:
+        self.files += 1
+        path = self.tmp / f"state{self.files}.yaml"
+        path.write_text(yaml.safe_dump({"nodes": nodes}))
+        return str(path)
+
+    def desired(self, node: str) -> dict:
+        out = self.run("config", "get", node)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def links(self, node: str) -> set[str]:
+        out = subprocess.run(["ip", "-n", f"{self.prefix}-{node}", "-j", "link", "show"],
+                             capture_output=True, text=True, check=True).stdout
+        return {link["ifname"] for link in json.loads(out)}
+
+    def routes(self, node: str) -> set[str]:
+        out = subprocess.run(["ip", "-n", f"{self.prefix}-{node}", "-j", "route", "show"],
+                             capture_output=True, text=True, check=True).stdout
+        return {route["dst"] for route in json.loads(out)}
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    tmp = tmp_path_factory.mktemp("operator")
+    prefix = f"kvop{os.getpid()}"
+    run_dir = tmp / "run"
+    try:
+        state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
+        yield Cli(state.nodes["n1"].cmd_url, tmp, prefix,
+                  {name: str(info.http) for name, info in state.nodes.items()})
+    finally:
+        cluster.down(run_dir)
+
+
+VETH: dict[str, dict] = {
+    "linux/interface/veth0": {"type": "veth", "veth": {"peer": "veth1"},
+                              "addresses": ["10.0.12.1/24"]},
+    "linux/interface/veth1": {"type": "veth", "veth": {"peer": "veth0"}},
+    "linux/route/main/10.9.0.0/24/veth0": {"gateway": "10.0.12.2"},
+}
+
+
+def test_invalid_file_writes_nothing(cli: Cli) -> None:
+    path = cli.state_file({"n2": {**VETH, "linux/interface/br1": {"type": "bridge", "mtu": 1}}})
+    out = cli.run("apply", "-f", path, "--wait")
+    assert out.returncode != 0
+    assert "linux/interface/br1: field 'mtu'" in out.stderr and "nothing was written" in out.stderr
+    assert cli.desired("n2") == {}
+    planned = cli.run("plan", "-f", path)
+    assert planned.returncode != 0 and "field 'mtu'" in planned.stderr
+
+
+def test_plan_then_apply_does_exactly_the_plan(cli: Cli) -> None:
+    path = cli.state_file({"n2": VETH})
+    planned = cli.run("--json", "plan", "-f", path, "--detailed-exitcode")
+    assert planned.returncode == 2, planned.stderr
+    plan = json.loads(planned.stdout)["n2"]
+    assert plan["added"] == sorted(VETH) and plan["changed"] == {} and plan["removed"] == []
+    operations = [(op["operation"], op["key"]) for op in plan["scheduler"]["operations"]]
+    assert ("CREATE", "linux/route/main/10.9.0.0/24/veth0") in operations
+    assert cli.desired("n2") == {} and "veth0" not in cli.links("n2")  # plan changed nothing
+
+    applied = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "60")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    rows = {row["key"]: row["result"] for row in json.loads(applied.stdout)}
+    assert rows == dict.fromkeys(VETH, "applied")
+    assert {"veth0", "veth1"} <= cli.links("n2") and "10.9.0.0/24" in cli.routes("n2")
+
+    history = json.loads(cli.run("--json", "history", "--node", "n2").stdout)
+    executed = [(op["operation"], op["key"]) for txn in history if txn["type"] != "RETRY"
+                and any(v["key"] in VETH for v in txn["values"]) for op in txn["executed"]]
+    assert executed == operations
+
+
+def test_unchanged_export_plans_to_nothing(cli: Cli) -> None:
+    exported = cli.run("config", "export", "n2")
+    assert exported.returncode == 0, exported.stderr
+    assert yaml.safe_load(exported.stdout) == {"nodes": {"n2": VETH}}
+    path = cli.tmp / "export.yaml"
+    path.write_text(exported.stdout)
+    planned = cli.run("plan", "-f", str(path), "--detailed-exitcode")
+    assert planned.returncode == 0 and planned.stdout.strip() == "no changes"
+    applied = cli.run("apply", "-f", str(path), "--wait")
+    assert applied.returncode == 0 and applied.stdout.strip() == "no changes"
+
+
+def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
+    changed = {**VETH,
+               "linux/interface/veth0": {**VETH["linux/interface/veth0"], "mtu": 1400},
+               # no interface veth7: waits for it
+               "linux/route/main/10.7.0.0/24/veth7": {},
+               # the kernel refuses a second VXLAN device with the same VNI and port
+               "linux/interface/vx0": {"type": "vxlan", "vxlan": {"vni": 42}},
+               "linux/interface/vx1": {"type": "vxlan", "vxlan": {"vni": 42}}}
+    path = cli.state_file({"n2": changed})
+    planned = json.loads(cli.run("--json", "plan", "-f", path).stdout)["n2"]
+    assert planned["changed"]["linux/interface/veth0"] == [
+        {"path": "mtu", "old": None, "new": 1400}]
+    out = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "30")
+    assert out.returncode == 1, out.stdout + out.stderr
+    rows = {row["key"]: row for row in json.loads(out.stdout)}
+    assert set(rows) == {"linux/interface/veth0", "linux/route/main/10.7.0.0/24/veth7",
+                         "linux/interface/vx0", "linux/interface/vx1"}
+    assert rows["linux/interface/veth0"]["result"] == "applied"
+    pending = rows["linux/route/main/10.7.0.0/24/veth7"]
+    assert pending["result"] == "PENDING" and "veth7" in pending["details"]
+    vxlans = sorted(rows[f"linux/interface/vx{n}"]["result"] for n in (0, 1))
+    assert vxlans == ["FAILED", "applied"], rows
+    assert all(row["details"] for row in rows.values() if row["result"] == "FAILED")
+
+
+def test_replace_removes_what_the_file_no_longer_has(cli: Cli) -> None:
+    path = cli.state_file({"n2": {"linux/interface/veth0": VETH["linux/interface/veth0"],
+                                  "linux/interface/veth1": VETH["linux/interface/veth1"]}})
+    planned = json.loads(cli.run("--json", "plan", "-f", path, "--replace").stdout)["n2"]
+    assert set(planned["removed"]) == {"linux/route/main/10.9.0.0/24/veth0",
+                                       "linux/route/main/10.7.0.0/24/veth7",
+                                       "linux/interface/vx0", "linux/interface/vx1"}
+    out = cli.run("--json", "apply", "-f", path, "--replace", "--wait", "--timeout", "30")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert set(cli.desired("n2")) == {"linux/interface/veth0", "linux/interface/veth1"}
+    assert "10.9.0.0/24" not in cli.routes("n2") and not {"vx0", "vx1"} & cli.links("n2")
+
+
+def test_outcome_of_each_final_state() -> None:
+    assert outcome({}, {"state": "CONFIGURED"}, True) == ("applied", "")
+    assert outcome({}, {"state": "INVALID", "error": "field 'x'"}, True) == ("INVALID",
+                                                                            "field 'x'")
+    assert outcome({}, {"state": "PENDING", "details": ["interface v7"]}, True) == (
+        "PENDING", "waiting for interface v7")
+    assert outcome(None, None, True) == ("removed", "")
+    assert outcome({}, {"state": "RETRYING", "error": "EEXIST"}, True) == (
+        "FAILED", "(the node retries) EEXIST")
+    assert outcome({}, {"state": "CONFIGURED"}, False) == ("TIMEOUT", "last state CONFIGURED")
+
+
+def history(cli: Cli, node: str) -> list[dict]:
+    out = cli.run("--json", "config", "history", node)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_confirm_timeout_rolls_back_even_when_the_cli_is_killed(cli: Cli) -> None:
+    before = cli.desired("n2")
+    path = cli.state_file({"n2": {"linux/interface/br5": {"type": "bridge"}}})
+    proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "apply", "-f",
+                             path, "--wait", "--confirm-timeout", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "br5" in cli.links("n2"), timeout=30, message="br5 created")
+    finally:
+        proc.kill()  # the operator's session dies right after apply
+        proc.wait()
+    wait_until(lambda: "br5" not in cli.links("n2"), timeout=30,
+               message="the agent rolled back the unconfirmed revision")
+    assert cli.desired("n2") == before
+    revs = history(cli, "n2")
+    applied, rollback = revs[-2], revs[-1]
+    assert applied["keys"] == ["linux/interface/br5"] and applied["confirm"] == "rolled-back"
+    assert rollback["keys"] == ["linux/interface/br5"] and "agent n2" in rollback["who"]
+
+
+def test_confirm_keeps_the_change(cli: Cli) -> None:
+    path = cli.state_file({"n2": {"linux/interface/br6": {"type": "bridge"}}})
+    out = cli.run("apply", "-f", path, "--no-wait", "--confirm-timeout", "30")
+    assert out.returncode == 0, out.stderr
+    assert "kvmesh confirm" in out.stderr
+    confirmed = cli.run("confirm", "n2")
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert history(cli, "n2")[-1]["confirm"] == "confirmed"
+    assert "linux/interface/br6" in cli.desired("n2")
+    again = cli.run("confirm", "n2")
+    assert again.returncode != 0 and "no pending revision" in again.stderr
+
+
+def test_history_and_rollback_round_trip(cli: Cli) -> None:
+    start = cli.desired("n2")
+    first = cli.state_file({"n2": {"linux/interface/br8": {"type": "bridge", "mtu": 1300}}})
+    second = cli.state_file({"n2": {"linux/interface/br8": {"type": "bridge", "mtu": 1200},
+                                    "linux/interface/br9": {"type": "bridge"}}})
+    assert cli.run("apply", "-f", first, "--wait").returncode == 0
+    after_first = cli.desired("n2")
+    rev_first = history(cli, "n2")[-1]["rev"]
+    assert cli.run("apply", "-f", second, "--wait").returncode == 0
+    assert cli.desired("n2")["linux/interface/br8"]["mtu"] == 1200
+    wait_until(lambda: "br9" in cli.links("n2"), timeout=30, message="br9 created")
+
+    out = cli.run("config", "rollback", "n2", str(rev_first))
+    assert out.returncode == 0, out.stderr
+    assert cli.desired("n2") == after_first
+    wait_until(lambda: "br9" not in cli.links("n2"), timeout=30, message="br9 removed")
+    revs = history(cli, "n2")
+    assert revs[-1]["description"] == f"rollback to revision {rev_first}"
+    assert revs[-1]["keys"] == ["linux/interface/br8", "linux/interface/br9"]
+    back = cli.run("config", "rollback", "n2", str(rev_first - 1))
+    assert back.returncode == 0, back.stderr
+    assert cli.desired("n2") == start
+    missing = cli.run("config", "rollback", "n2", "999")
+    assert missing.returncode == 2 and "no revision 999" in missing.stderr
+
+
+def test_post_configuration_is_all_or_nothing(cli: Cli) -> None:
+    links, desired, revs = cli.links("n2"), cli.desired("n2"), history(cli, "n2")
+    values = {"linux/interface/br20": {"type": "bridge"},
+              "linux/interface/vx20": {"type": "vxlan", "vxlan": {"vni": 77}},
+              "linux/interface/vx21": {"type": "vxlan", "vxlan": {"vni": 77}}}  # one fails
+    status, body = cli.post("n2", "/configuration", {"values": values})
+    assert status == 409 and body["ok"] is False, body
+    assert set(body["errors"]) & {"linux/interface/vx20", "linux/interface/vx21"}
+    assert cli.links("n2") == links  # reverted in the kernel
+    assert cli.desired("n2") == desired and history(cli, "n2") == revs  # nothing in the mesh
+
+    status, body = cli.post("n2", "/configuration", {"values": {"x/y": {}}})
+    assert status == 400 and "x/y" in body["errors"]
+
+
+def test_post_configuration_is_recorded_and_not_reapplied(cli: Cli) -> None:
+    values = {**cli.desired("n2"), "linux/interface/br21": {"type": "bridge", "mtu": 1280}}
+    status, body = cli.post("n2", "/configuration", {"values": values, "replace": True})
+    assert status == 200 and body["ok"] and body["changed"] == ["linux/interface/br21"], body
+    assert "br21" in cli.links("n2")
+    assert cli.desired("n2")["linux/interface/br21"] == {"type": "bridge", "mtu": 1280}
+    assert history(cli, "n2")[-1]["rev"] == body["revision"]
+    # A later change through the mesh is applied: by then the agent has seen its own write.
+    marker = cli.run("config", "set", "n2", "linux/interface/br22", '{"type": "bridge"}')
+    assert marker.returncode == 0, marker.stderr
+    wait_until(lambda: "br22" in cli.links("n2"), timeout=30, message="br22 created")
+    txns = json.loads(cli.run("--json", "history", "--node", "n2").stdout)
+    later = [txn for txn in txns if txn["seq"] > body["seq"]
+             and any(v["key"] == "linux/interface/br21" for v in txn["values"])]
+    assert later == [], "the NB loop re-applied the REST transaction's values"
+
+
+def test_status_watch_redraws_a_live_table(cli: Cli) -> None:
+    out_path = cli.tmp / "watch.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "status",
+                                 "n2", "--watch", "--interval", "0.2"], stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: out_path.read_text().count("kvmesh status n2") >= 2, timeout=30,
+                   message="two frames of the live table")
+        frame = out_path.read_text().rsplit("kvmesh status n2", 1)[1]
+        assert "linux/interface/veth0" in frame and "CONFIGURED" in frame
+        cli.run("config", "set", "n2", "linux/interface/br30", '{"type": "bridge"}')
+        wait_until(lambda: "linux/interface/br30" in out_path.read_text().rsplit(
+            "kvmesh status n2", 1)[1], timeout=30, message="the table follows changes")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_metrics_histograms_on_a_real_node(cli: Cli) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def families() -> dict:
+        with urllib.request.urlopen(f"http://{cli.http['n2']}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        return {f.name: {(s.name, s.labels.get("le")): s.value for s in f.samples}
+                for f in text_string_to_metric_families(text)}
+
+    path = cli.state_file({"n2": {"linux/interface/br40": {"type": "bridge"}}})
+    assert cli.run("apply", "-f", path, "--wait").returncode == 0
+    count = ("kvmesh_config_to_applied_seconds_count", None)
+    found = wait_until(lambda: (f := families()) and f["kvmesh_config_to_applied_seconds"][
+        count] >= 1 and f, timeout=30, message="the apply's latency observed (revision seen)")
+    assert found["kvmesh_scheduler_transaction_duration_seconds"][
+        ("kvmesh_scheduler_transaction_duration_seconds_count", None)] >= 1
+    flood = found["kvmesh_kvstore_flood_batch_size"]
+    assert flood[("kvmesh_kvstore_flood_batch_size_count", None)] >= 1
+    assert "kvmesh_kvstore_flood_batch_size_le_1" not in found
