@@ -43,8 +43,10 @@ from kvstore.value import (
     TTL_INFINITY,
     NoMergeReason,
     Value,
+    hop_ttl,
     invalid_reason,
     is_wire_text,
+    with_ttl,
 )
 
 __all__ = ["KvStoreDb", "MergeResult", "compare_values"]
@@ -490,9 +492,7 @@ class KvStoreDb:
                 ttl -= now_ms
                 if ttl <= 0:
                     continue
-            out[key] = Value(
-                cur.version, cur.originator_id, cur.value, ttl, cur.ttl_version, cur.hash
-            )
+            out[key] = with_ttl(cur, ttl)
         return out
 
     def dump(
@@ -599,7 +599,6 @@ class KvStoreDb:
         send: dict[str, Value] = {}
         want: list[str] = []
         kv_get = self._kv.get
-        decrement = self.ttl_decrement_ms
         for key, theirs in their_hashes.items():
             mine = kv_get(key)
             # Fast path, the common case of a periodic sync: an identical live entry. My fields are
@@ -623,7 +622,7 @@ class KvStoreDb:
             if rc == 0:
                 continue
             if rc != -1:
-                self._add_for_sync(send, key, mine, now_ms, decrement)
+                self._add_for_sync(send, key, mine, now_ms)
             if rc != 1:
                 want.append(key)
         kv = self._kv
@@ -634,22 +633,18 @@ class KvStoreDb:
             mine = kv[key]
             if origs is not None and mine.originator_id not in origs:
                 continue
-            self._add_for_sync(send, key, mine, now_ms, decrement)
+            self._add_for_sync(send, key, mine, now_ms)
         self.counters["kvstore.full_sync.sent_keys"] += len(send)
         self.counters["kvstore.full_sync.requested_keys"] += len(want)
         return send, want
 
-    @staticmethod
-    def _add_for_sync(
-        out: dict[str, Value], key: str, cur: Value, now_ms: int, decrement: int
-    ) -> None:
-        ttl = cur.ttl_ms
+    def _add_for_sync(self, out: dict[str, Value], key: str, cur: Value, now_ms: int) -> None:
+        ttl: int | None = cur.ttl_ms
         if ttl != _INF:
-            ttl -= now_ms
-            if ttl <= decrement:
+            ttl = hop_ttl(cur.ttl_ms - now_ms, self.ttl_decrement_ms, self.ttl_threshold_ms)
+            if ttl is None:
                 return
-            ttl -= decrement
-        out[key] = Value(cur.version, cur.originator_id, cur.value, ttl, cur.ttl_version, cur.hash)
+        out[key] = with_ttl(cur, ttl)
 
     # ------------------------------------------------------------------ flooding
 
@@ -692,22 +687,15 @@ class KvStoreDb:
             if expires == _INF:
                 out[key] = value
                 continue
-            remaining = expires - now_ms
-            if remaining <= decrement or remaining < threshold:
+            wire_ttl = hop_ttl(expires - now_ms, decrement, threshold)
+            if wire_ttl is None:
                 dropped += 1
                 continue
             if in_place:
-                value.ttl_ms = remaining - decrement
+                value.ttl_ms = wire_ttl
                 out[key] = value
                 continue
-            out[key] = Value(
-                value.version,
-                value.originator_id,
-                value.value,
-                remaining - decrement,
-                value.ttl_version,
-                value.hash,
-            )
+            out[key] = with_ttl(value, wire_ttl)
         if dropped:
             self.counters["kvstore.flood.dropped_keys"] += dropped
         return out

@@ -48,6 +48,7 @@ from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.ratelimit import FloodLimiter, FloodRelease
 from kvstore.transit import age_in_transit
+from kvstore.value import hop_ttl
 
 log = logging.getLogger("kvstore.node")
 
@@ -416,11 +417,12 @@ class Peering:
         threshold = self.config.ttl_threshold_ms
         chunks: list[dict[str, Value]] = []
         current: dict[str, Value] = {}
-        for key, value in self.db.get(keys, now).items():
+        for key, value in self.db.get(keys, now).items():  # fresh copies: ours to change
             if value.ttl_ms != TTL_INFINITY:
-                if value.ttl_ms <= decrement or value.ttl_ms < threshold:
+                wire_ttl = hop_ttl(value.ttl_ms, decrement, threshold)
+                if wire_ttl is None:
                     continue
-                value.ttl_ms -= decrement
+                value.ttl_ms = wire_ttl
             current[key] = value
             if len(current) >= KEYS_PER_MESSAGE:
                 chunks.append(current)

@@ -20,6 +20,7 @@ __all__ = [
     "TTL_INFINITY",
     "NoMergeReason",
     "Value",
+    "hop_ttl",
     "invalid_reason",
     "is_wire_text",
     "with_ttl",
@@ -106,6 +107,16 @@ def is_wire_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def hop_ttl(remaining_ms: int, decrement_ms: int, threshold_ms: int) -> int | None:
+    """The TTL a finite-TTL key carries to the next node (a flood, a full-sync reply, a
+    finalize set), or None: it is not sent. The one rule for every path that sends a key on:
+    each hop takes `decrement_ms` off the remaining time, and a key with no more than the
+    decrement left, or less than `threshold_ms`, would expire in flight (and bounce)."""
+    if remaining_ms <= decrement_ms or remaining_ms < threshold_ms:
+        return None
+    return remaining_ms - decrement_ms
 
 
 def with_ttl(value: Value, ttl_ms: int, *, keep_value: bool = True) -> Value:

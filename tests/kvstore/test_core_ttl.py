@@ -247,3 +247,20 @@ def test_expiry_queue_rebuild_replaces_everything() -> None:
     q.rebuild([("x", 7), ("y", 3)])
     assert len(q) == 2
     assert list(q.pop_due(100)) == [(3, "y"), (7, "x")]
+
+
+def test_one_per_hop_ttl_rule_for_floods_sync_replies_and_finalize() -> None:
+    """Flood (prepare_flood), full-sync reply (dump_difference) and the finalize step (the node's
+    wire_values) send a finite-TTL key on by one rule, `hop_ttl`: decrement, and not at all below
+    the threshold or the decrement."""
+    from kvstore.value import hop_ttl
+
+    assert hop_ttl(10_000, 1, 500) == 9_999
+    assert hop_ttl(499, 1, 500) is None  # would expire in flight
+    assert hop_ttl(1, 1, 0) is None
+    db = KvStoreDb("me", ttl_decrement_ms=100, ttl_threshold_ms=1_000)
+    db.merge({"long": Value(1, "o", b"a", 5_000, 0), "short": Value(1, "o", b"b", 900, 0)}, 0)
+    flooded = db.prepare_flood(db.get(["long", "short"], 0), 0)
+    send, _want = db.dump_difference({}, 0)
+    assert {k: v.ttl_ms for k, v in flooded.items()} == {"long": 4_900}
+    assert {k: v.ttl_ms for k, v in send.items()} == {"long": 4_900}, "sync follows the same rule"
