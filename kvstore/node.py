@@ -61,21 +61,19 @@ from kvstore.publisher import (
     publication_frames,
     subscriber_hwm,
 )
+from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
 from kvstore.value import is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
-# Messages handled per socket wakeup before yielding to timers and other sockets.
-DRAIN_LIMIT = 512
 MAX_ENVELOPE_FRAMES = 16
 TICK_S = 0.05
 # Key-values merged (and flooded) together at most, so publications stay a reasonable size and
 # the next node can start working while this one reads on.
 INGEST_BATCH = 4096
 
-Path = tuple[str, ...]
 # Error code of a request refused by `kvstore.authz` (the reason is in the message and counted as
 # kvstore.auth.refused.<reason>).
 UNAUTHORIZED = "UNAUTHORIZED"
@@ -95,12 +93,6 @@ class BadArgument(Exception):
     """A request that decodes but cannot be served as asked (-> BAD_ARGUMENT)."""
 
 
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class KvStoreNode:

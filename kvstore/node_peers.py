@@ -21,7 +21,6 @@ import asyncio
 import itertools
 import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,13 +46,12 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.ratelimit import FloodLimiter, FloodRelease
+from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
 from kvstore.transit import age_in_transit
 from kvstore.value import hop_ttl
 
 log = logging.getLogger("kvstore.node")
 
-Path = tuple[str, ...]
-DRAIN_LIMIT = 512
 # Keys per finalize KEY_SET message (bounds message size on big differences).
 KEYS_PER_MESSAGE = 20_000
 # The table's own sync timeout is not used: a sync fails when a single step goes unanswered
@@ -61,12 +59,6 @@ KEYS_PER_MESSAGE = 20_000
 _NO_TABLE_TIMEOUT_MS = 1 << 40
 
 
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def charge_transit(
