@@ -30,7 +30,7 @@ from typing import Any, cast
 import zmq
 import zmq.asyncio
 
-from kvstore import wire
+from kvstore import requests, wire
 from kvstore.client import (
     DEFAULT_TIMEOUT_S,
     FROM_ENV,
@@ -41,7 +41,6 @@ from kvstore.client import (
     check_response,
     connect_socket,
     filter_publication,
-    key_set_request,
     resolve_curve,
 )
 from kvstore.curve import (
@@ -51,12 +50,7 @@ from kvstore.curve import (
 )
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
-    Command,
-    KeyDumpParams,
-    KeyGetParams,
     NodeInfo,
-    PeerAddParams,
-    PeerDelParams,
     PeerSpec,
     Publication,
     Request,
@@ -171,51 +165,41 @@ class AsyncKvStoreClient:
 
     async def node_info(self, refresh: bool = False) -> NodeInfo:
         if self._node_info is None or refresh:
-            response = await self.request(Request(cmd=Command.NODE_INFO))
+            response = await self.request(requests.node_info())
             if response.node_info is None:
                 raise KvStoreError(f"{self.url} did not return its node info")
             self._node_info = response.node_info
         return self._node_info
 
     async def get(self, keys: Iterable[str]) -> dict[str, Value]:
-        response = await self.request(
-            Request(cmd=Command.KEY_GET, key_get=KeyGetParams(keys=list(keys)))
-        )
-        return dict(response.publication.key_vals or {}) if response.publication else {}
+        return requests.key_vals_of(await self.request(requests.key_get(keys)))
 
     async def set(self, key_vals: Mapping[str, Value]) -> dict[str, str]:
-        response = await self.request(key_set_request(key_vals, solicit_response=True))
+        response = await self.request(requests.key_set(key_vals, solicit_response=True))
         return dict(response.no_merge_reasons or {})
 
     async def dump(
         self, prefix: str = "", originator_ids: Collection[str] = ()
     ) -> dict[str, Value]:
-        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
-        response = await self.request(Request(cmd=Command.KEY_DUMP, key_dump=params))
-        return dict(response.publication.key_vals or {}) if response.publication else {}
+        return requests.key_vals_of(await self.request(requests.key_dump(prefix, originator_ids)))
 
     async def hash_dump(
         self, prefix: str = "", originator_ids: Collection[str] = ()
     ) -> dict[str, Value]:
-        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
-        response = await self.request(Request(cmd=Command.HASH_DUMP, key_dump=params))
-        return dict(response.publication.key_vals or {}) if response.publication else {}
+        return requests.key_vals_of(
+            await self.request(requests.key_dump(prefix, originator_ids, hashes_only=True)))
 
     async def peers(self) -> dict[str, PeerSpec]:
-        return dict((await self.request(Request(cmd=Command.PEER_DUMP))).peers or {})
+        return dict((await self.request(requests.peer_dump())).peers or {})
 
     async def add_peers(self, peers: Mapping[str, PeerSpec]) -> None:
-        await self.request(
-            Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(peers=dict(peers)))
-        )
+        await self.request(requests.peer_add(peers))
 
     async def del_peers(self, names: Iterable[str]) -> None:
-        await self.request(
-            Request(cmd=Command.PEER_DEL, peer_del=PeerDelParams(peer_names=list(names)))
-        )
+        await self.request(requests.peer_del(names))
 
     async def counters(self) -> dict[str, int]:
-        return dict((await self.request(Request(cmd=Command.COUNTERS_GET))).counters or {})
+        return dict((await self.request(requests.counters())).counters or {})
 
     async def subscribe(self, prefix: str = "", pub_url: str | None = None) -> AsyncSubscription:
         url = pub_url or (await self.node_info()).pub_url

@@ -22,7 +22,7 @@ from typing import Literal
 
 import zmq
 
-from kvstore import wire
+from kvstore import requests, wire
 from kvstore.curve import (
     HANDSHAKE_EVENTS,
     ClientCurve,
@@ -34,14 +34,7 @@ from kvstore.curve import (
 )
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import (
-    Command,
-    DigestParams,
-    KeyDumpParams,
-    KeyGetParams,
-    KeySetParams,
     NodeInfo,
-    PeerAddParams,
-    PeerDelParams,
     PeerSpec,
     Publication,
     Request,
@@ -127,17 +120,6 @@ def connect_socket(
         sock.close()
         raise KvStoreError(f"bad URL {url!r}: {exc}") from exc
     return sock
-
-
-def key_set_request(key_vals: Mapping[str, Value], solicit_response: bool) -> Request:
-    """A client's KEY_SET, stamped with this host's wall clock (`timestamp_ms`): a set that
-    waits in a queue (a paused or unreachable node) has the wait taken off its TTLs when it
-    arrives (docs/kvstore.md, "Time in transit"), rather than starting the TTL afresh."""
-    return Request(
-        cmd=Command.KEY_SET,
-        key_set=KeySetParams(key_vals=dict(key_vals), solicit_response=solicit_response,
-                             node_ids=[], timestamp_ms=int(time.time() * 1000)),
-    )
 
 
 def make_value(
@@ -235,7 +217,7 @@ class KvStoreClient:
 
     def send_oneway(self, key_vals: Mapping[str, Value]) -> None:
         """KEY_SET without a reply (as peers flood). Delivery is not confirmed."""
-        request = key_set_request(key_vals, solicit_response=False)
+        request = requests.key_set(key_vals, solicit_response=False)
         self._socket().send_multipart([b"", wire.encode(request)])
 
     def check_handshake(self) -> None:
@@ -247,19 +229,18 @@ class KvStoreClient:
 
     def node_info(self, refresh: bool = False) -> NodeInfo:
         if self._node_info is None or refresh:
-            response = self.request(Request(cmd=Command.NODE_INFO))
+            response = self.request(requests.node_info())
             if response.node_info is None:
                 raise KvStoreError(f"{self.url} did not return its node info")
             self._node_info = response.node_info
         return self._node_info
 
     def get(self, keys: Iterable[str]) -> dict[str, Value]:
-        response = self.request(Request(cmd=Command.KEY_GET, key_get=KeyGetParams(keys=list(keys))))
-        return _key_vals(response)
+        return requests.key_vals_of(self.request(requests.key_get(keys)))
 
     def set(self, key_vals: Mapping[str, Value]) -> dict[str, str]:
         """Solicited KEY_SET; returns the keys that were not applied, with the reason."""
-        response = self.request(key_set_request(key_vals, solicit_response=True))
+        response = self.request(requests.key_set(key_vals, solicit_response=True))
         return dict(response.no_merge_reasons or {})
 
     def set_key(
@@ -281,34 +262,29 @@ class KvStoreClient:
         return sent, reasons.get(key)
 
     def dump(self, prefix: str = "", originator_ids: Collection[str] = ()) -> dict[str, Value]:
-        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
-        return _key_vals(self.request(Request(cmd=Command.KEY_DUMP, key_dump=params)))
+        return requests.key_vals_of(self.request(requests.key_dump(prefix, originator_ids)))
 
     def hash_dump(self, prefix: str = "", originator_ids: Collection[str] = ()) -> dict[str, Value]:
-        params = KeyDumpParams(prefix=prefix, originator_ids=set(originator_ids))
-        return _key_vals(self.request(Request(cmd=Command.HASH_DUMP, key_dump=params)))
+        return requests.key_vals_of(
+            self.request(requests.key_dump(prefix, originator_ids, hashes_only=True)))
 
     def peers(self) -> dict[str, PeerSpec]:
-        return dict(self.request(Request(cmd=Command.PEER_DUMP)).peers or {})
+        return dict(self.request(requests.peer_dump()).peers or {})
 
     def add_peers(self, peers: Mapping[str, PeerSpec]) -> None:
-        self.request(Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(peers=dict(peers))))
+        self.request(requests.peer_add(peers))
 
     def add_peer(self, name: str, cmd_url: str, pub_url: str = "") -> None:
         self.add_peers({name: PeerSpec(cmd_url=cmd_url, pub_url=pub_url)})
 
     def del_peers(self, names: Iterable[str]) -> None:
-        self.request(
-            Request(cmd=Command.PEER_DEL, peer_del=PeerDelParams(peer_names=list(names)))
-        )
+        self.request(requests.peer_del(names))
 
     def counters(self) -> dict[str, int]:
-        return dict(self.request(Request(cmd=Command.COUNTERS_GET)).counters or {})
+        return dict(self.request(requests.counters()).counters or {})
 
     def digests(self, node_ids: Iterable[int]) -> dict[int, int]:
-        response = self.request(
-            Request(cmd=Command.DIGEST_GET, digest=DigestParams(node_ids=list(node_ids)))
-        )
+        response = self.request(requests.digest_get(node_ids))
         return dict(response.digest.digests or {}) if response.digest else {}
 
     def subscribe(self, prefix: str = "", pub_url: str | None = None) -> Subscription:
@@ -318,11 +294,6 @@ class KvStoreClient:
             curve=self.curve,
         )
 
-
-def _key_vals(response: Response) -> dict[str, Value]:
-    if response.publication is None:
-        return {}
-    return dict(response.publication.key_vals or {})
 
 
 def filter_publication(publication: Publication, prefix: str) -> Publication | None:
