@@ -64,7 +64,7 @@ from kvstore.publisher import (
 from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
-from kvstore.value import is_wire_text
+from kvstore.value import diverged_from_sender, is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
@@ -562,10 +562,12 @@ class KvStoreNode:
         self._ingest = {}
         messages = self._ingest_messages
         self._ingest_messages = []
-        delta = self.db.merge(batch, monotonic_ms(), wire_decoded=True).delta
+        result = self.db.merge(batch, monotonic_ms(), wire_decoded=True)
+        delta = result.delta
         if delta:
             self.counters["kvstore.updated_key_vals"] += len(delta)
             self.queue_flood(self._ingest_path, delta, messages)
+        self._resync_if_diverged(self._ingest_path, result.no_merge)
         # A publication from a peer that changed nothing is redundant (it came by another path).
         redundant = 0
         for message in messages:
@@ -573,6 +575,12 @@ class KvStoreNode:
                 redundant += 1
         if redundant:
             self.counters["kvstore.received_redundant_publications"] += redundant
+
+    def _resync_if_diverged(self, path: Path, no_merge: Mapping[str, str]) -> None:
+        """A peer's flood that shows our stores diverged (`diverged_from_sender`) makes the node
+        resync with that peer (the last hop of the path) at once, not at the next anti-entropy."""
+        if path and self.peering is not None and diverged_from_sender(no_merge):
+            self.peering.resync_diverged(path[-1])
 
     def _flood_size(self) -> int:
         return sum(len(delta) for delta in self._floods.values())
@@ -607,6 +615,7 @@ class KvStoreNode:
             self.queue_flood(tuple(node_ids), result.delta)
         elif node_ids:
             self.counters["kvstore.received_redundant_publications"] += 1
+        self._resync_if_diverged(tuple(node_ids), result.no_merge)
         if not solicited:
             return None
         reply = wire.encode(Response(no_merge_reasons=result.no_merge))

@@ -54,9 +54,6 @@ log = logging.getLogger("kvstore.node")
 
 # Keys per finalize KEY_SET message (bounds message size on big differences).
 KEYS_PER_MESSAGE = 20_000
-# The table's own sync timeout is not used: a sync fails when a single step goes unanswered
-# (`sync_timeout_ms` since the last reply), so a long but progressing sync is not cut off.
-_NO_TABLE_TIMEOUT_MS = 1 << 40
 
 
 
@@ -130,7 +127,6 @@ class Peering:
         self.table = PeerTable(
             initial_backoff_ms=config.sync_initial_backoff_ms,
             max_backoff_ms=config.sync_max_backoff_ms,
-            sync_timeout_ms=_NO_TABLE_TIMEOUT_MS,
             rng=rng,
             backoff_jitter=0.1,
         )
@@ -441,6 +437,17 @@ class Peering:
             if link.session is not None and now - link.last_activity_ms > timeout:
                 self.counters["kvstore.full_sync.timeouts"] += 1
                 self._failed(link, f"no reply within {timeout} ms")
+
+    def resync_diverged(self, name: str) -> None:
+        """The peer's flood showed our stores diverged: sync with it now (no backoff penalty),
+        unless a sync with it is already running (it repairs the same)."""
+        link = self.links.get(name)
+        if link is None or link.session is not None:
+            return
+        if self.table.inconsistency(name, monotonic_ms()):
+            self.counters["kvstore.full_sync.divergence_resyncs"] += 1
+            log.info("peer %s: a flood showed our stores diverged; resyncing", name)
+            self.start_due_syncs()
 
     def start_due_syncs(self, now: int | None = None) -> None:
         now = monotonic_ms() if now is None else now

@@ -5,8 +5,10 @@ The node moves messages; this module decides *when* and *with whom*:
 - `PeerTable.start_syncs(now)` names the IDLE peers to send a full-sync request to now (their
   backoff allows it and the parallel-sync cap has room) and moves them to SYNCING.
 - The node reports the outcome: `sync_succeeded` (-> INITIALIZED, returns the keys flooded while
-  the sync was in flight, to add to the finalize step), `sync_failed` / `expire_syncs` (-> IDLE
-  with exponential backoff), `inconsistency` (-> IDLE without backoff penalty).
+  the sync was in flight, to add to the finalize step), `sync_failed` (-> IDLE with exponential
+  backoff; the node times out each sync step itself, since a long sync that keeps getting replies
+  must not be cut off), `inconsistency` (-> IDLE without backoff penalty: a flood showed the two
+  stores diverged, `kvstore.value.diverged_from_sender`).
 - `PeerTable.flood_targets(keys)` says which peers get a flooded publication (INITIALIZED ones)
   and remembers the keys for peers whose sync is in flight.
 - `AntiEntropyTimer` picks one random peer every interval (±20 % jitter) for a periodic sync.
@@ -112,7 +114,6 @@ class PeerTable:
         *,
         initial_backoff_ms: int = 4_000,
         max_backoff_ms: int = 256_000,
-        sync_timeout_ms: int = 30_000,
         parallel_syncs_start: int = 2,
         parallel_syncs_max: int = 32,
         rng: random.Random | None = None,
@@ -120,15 +121,12 @@ class PeerTable:
     ) -> None:
         if not 0 < parallel_syncs_start <= parallel_syncs_max:
             raise ValueError("need 0 < parallel_syncs_start <= parallel_syncs_max")
-        if sync_timeout_ms <= 0:
-            raise ValueError("sync_timeout_ms must be > 0")
         Backoff(initial_backoff_ms, max_backoff_ms, rng=rng, jitter=backoff_jitter)  # validate
         self._peers: dict[str, Peer] = {}
         self._initial_backoff_ms = initial_backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._rng = rng
         self._backoff_jitter = backoff_jitter
-        self.sync_timeout_ms = sync_timeout_ms
         self.parallel_syncs = parallel_syncs_start
         self.parallel_syncs_max = parallel_syncs_max
         self._sync_ids = 0
@@ -238,29 +236,6 @@ class PeerTable:
         if peer is None:
             return False
         return self._to_idle(peer, now_ms)
-
-    def expire_syncs(self, now_ms: int) -> list[Peer]:
-        """SYNCING peers without a reply for `sync_timeout_ms`: they fail (-> IDLE, backoff)."""
-        timed_out = [
-            p
-            for p in self._peers.values()
-            if p.state == SYNCING and now_ms - p.sync_started_ms >= self.sync_timeout_ms
-        ]
-        for peer in timed_out:
-            self.sync_failed(peer.name, now_ms)
-        return timed_out
-
-    def next_wakeup_ms(self, now_ms: int) -> int | None:
-        """Earliest time start_syncs or expire_syncs may have work (now_ms if they have now)."""
-        times: list[int] = []
-        room = self.parallel_syncs > self.in_flight()
-        for peer in self._peers.values():
-            if peer.state == SYNCING:
-                times.append(peer.sync_started_ms + self.sync_timeout_ms)
-            elif peer.state == IDLE and room:
-                retry = peer.backoff.retry_at_ms
-                times.append(now_ms if retry is None else max(retry, now_ms))
-        return min(times) if times else None
 
     # ---------------------------------------------------------------- flooding
 

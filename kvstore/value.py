@@ -8,6 +8,7 @@ copy-with-TTL helper used by every read path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY as _TTL_INFINITY
@@ -20,6 +21,7 @@ __all__ = [
     "TTL_INFINITY",
     "NoMergeReason",
     "Value",
+    "diverged_from_sender",
     "hop_ttl",
     "invalid_reason",
     "is_wire_text",
@@ -107,6 +109,17 @@ def is_wire_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def diverged_from_sender(no_merge: Mapping[str, str]) -> bool:
+    """Do these merge refusals of a peer's flood show that its store and ours diverged?
+
+    A TTL update for a version (or originator) we do not hold, when ours is not newer
+    (TTL_UPDATE_MISMATCH), means the peer holds a value we missed: a full sync with it repairs
+    that now instead of at the next anti-entropy round. A TTL update for a key we do not hold
+    at all (UNKNOWN_KEY_TTL_UPDATE) does not count: it is also what a key that just expired here
+    looks like, and resyncing on every such race would turn expiry into sync storms."""
+    return NoMergeReason.TTL_UPDATE_MISMATCH in no_merge.values()
 
 
 def hop_ttl(remaining_ms: int, decrement_ms: int, threshold_ms: int) -> int | None:

@@ -121,17 +121,6 @@ def test_inconsistency_resyncs_without_backoff() -> None:
     assert not t.inconsistency("nobody", 5)
 
 
-def test_sync_timeout_fails_the_peer() -> None:
-    t = table(sync_timeout_ms=1000)
-    p = t.add("b", 0)
-    t.start_syncs(0)
-    assert t.next_wakeup_ms(0) == 1000
-    assert t.expire_syncs(999) == []
-    assert [x.name for x in t.expire_syncs(1000)] == ["b"]
-    assert (p.state, p.errors) == (IDLE, 1)
-    assert t.next_wakeup_ms(1000) == 1100
-
-
 def test_parallel_sync_cap_starts_at_2_and_doubles_to_max() -> None:
     t = table(parallel_syncs_max=8)
     for i in range(20):
@@ -139,7 +128,6 @@ def test_parallel_sync_cap_starts_at_2_and_doubles_to_max() -> None:
     first = t.start_syncs(0)
     assert [p.name for p in first] == ["p00", "p01"]
     assert t.start_syncs(0) == []
-    assert t.next_wakeup_ms(0) == 30_000  # only the sync timeout is pending
     for p in first:
         t.sync_succeeded(p.name, p.sync_id, 1)
     assert t.parallel_syncs == 8  # 2 -> 4 -> 8 (capped)
@@ -191,15 +179,12 @@ def test_peer_table_rejects_bad_config() -> None:
     with pytest.raises(ValueError):
         PeerTable(parallel_syncs_start=4, parallel_syncs_max=2)
     with pytest.raises(ValueError):
-        PeerTable(sync_timeout_ms=0)
-    with pytest.raises(ValueError):
         PeerTable(initial_backoff_ms=0)
 
 
-def test_no_peers_means_initial_sync_done_and_no_wakeup() -> None:
+def test_no_peers_means_initial_sync_done() -> None:
     t = table()
     assert t.initial_sync_done()
-    assert t.next_wakeup_ms(0) is None
 
 
 # ---------------------------------------------------------------- anti-entropy

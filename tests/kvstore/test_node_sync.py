@@ -159,3 +159,26 @@ def test_sync_keeps_remaining_ttl(mesh: Mesh) -> None:
     with b.client() as client:
         ttl = client.get(["t"])["t"].ttl_ms
     assert 0 < ttl < 60_000
+
+
+def test_ttl_update_for_a_missed_version_resyncs_with_that_peer(mesh: Mesh) -> None:
+    """A peer floods a TTL refresh of a version this node never got (TTL_UPDATE_MISMATCH): the
+    node resyncs with that peer at once (anti-entropy is off here) and gets the value."""
+    a, b = mesh.chain(["a", "b"])
+    with a.client() as ca, b.client() as cb:
+        ca.set({"k": make_value(b"old", version=1, originator_id="o")})
+        wait_for_value([b], "k", lambda v: v is not None and v.version == 1)
+        # Version 2 reaches b only: its flood path claims it came from a, so b does not flood
+        # it back to a (the way a lost flood looks).
+        cb.request(Request(cmd=Command.KEY_SET, key_set=KeySetParams(
+            key_vals={"k": make_value(b"new", version=2, originator_id="o", ttl_ms=60_000)},
+            node_ids=["a"])))
+        assert ca.get(["k"])["k"].version == 1
+        before = ca.counters().get("kvstore.full_sync.divergence_resyncs", 0)
+        # b's owner refreshes the TTL of version 2; a gets it as b's flood.
+        refresh = make_value(None, version=2, originator_id="o", ttl_ms=60_000, ttl_version=1)
+        ca.request(Request(cmd=Command.KEY_SET, key_set=KeySetParams(
+            key_vals={"k": refresh}, node_ids=["b"])))
+        wait_until(lambda: ca.get(["k"])["k"].version == 2, timeout=15,
+                   message="a resynced with b and got version 2")
+        assert ca.counters()["kvstore.full_sync.divergence_resyncs"] == before + 1
