@@ -102,6 +102,10 @@ class ClusterState:
     def isolated_lab(self) -> netlab.Lab | None:
         return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
 
+    def client(self, node: str, timeout_s: float = 5.0) -> KvStoreClient:
+        """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
+        return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))
+
     def curve(self, node: str) -> ClientCurve | None:
         """The operator's keys for talking to `node` (None: insecure cluster)."""
         info = self.nodes[node]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvmesh import cluster, faults
-from kvstore.client import KvStoreClient, KvStoreError, make_value
+from kvstore.client import KvStoreError, make_value
 from tests.netns import netns_available
 from tests.util import wait_until
 
@@ -35,14 +35,14 @@ def lab_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.Cl
 
 def _has(state: cluster.ClusterState, node: str, key: str) -> bool:
     try:
-        with KvStoreClient(state.nodes[node].cmd_url, timeout_s=0.5) as client:
+        with state.client(node, timeout_s=0.5) as client:
             return key in client.get([key])
     except KvStoreError:
         return False
 
 
 def _set(state: cluster.ClusterState, node: str, key: str) -> None:
-    with KvStoreClient(state.nodes[node].cmd_url, timeout_s=2) as client:
+    with state.client(node, timeout_s=2) as client:
         client.set({key: make_value(b"v", version=1, originator_id="t")})
 
 
@@ -53,7 +53,7 @@ def _tables(state: cluster.ClusterState, node: str) -> str:
 
 def _answers(state: cluster.ClusterState, node: str) -> bool:
     try:
-        with KvStoreClient(state.nodes[node].cmd_url, timeout_s=0.3) as client:
+        with state.client(node, timeout_s=0.3) as client:
             client.node_info(refresh=True)
         return True
     except KvStoreError:

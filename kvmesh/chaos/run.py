@@ -30,7 +30,7 @@ from pathlib import Path
 from kvmesh import cluster, faults, netlab
 from kvmesh.chaos.model import WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
-from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.client import KvStoreError
 
 __all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
 
@@ -91,7 +91,7 @@ class TtlMonitor(threading.Thread):
         self.samples = 0
 
     def run(self) -> None:
-        clients = {n: KvStoreClient(i.cmd_url, timeout_s=0.5) for n, i in self.state.nodes.items()}
+        clients = {n: self.state.client(n, timeout_s=0.5) for n in self.state.nodes}
         try:
             while not self.stop_event.wait(0.5):
                 for name, client in clients.items():
@@ -150,9 +150,9 @@ def _pick_faults(rng: random.Random, config: ChaosConfig, state: cluster.Cluster
 
 def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for name, info in state.nodes.items():
+    for name in state.nodes:
         try:
-            with KvStoreClient(info.cmd_url, timeout_s=2) as client:
+            with state.client(name, timeout_s=2) as client:
                 out[name] = client.counters()
         except KvStoreError:
             out[name] = {}
@@ -163,7 +163,7 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> lis
     """Poll until all digests are equal and every dump checks out; [] then, else the problems."""
     deadline = time.monotonic() + timeout
     problems = ["never polled"]
-    clients = {n: KvStoreClient(i.cmd_url, timeout_s=2) for n, i in state.nodes.items()}
+    clients = {n: state.client(n, timeout_s=2) for n in state.nodes}
     try:
         while time.monotonic() < deadline:
             problems = []
@@ -246,7 +246,8 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
             reports.append(report)
             before = _counters(state)
             acked_before = log.acknowledged()
-            writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30))
+            curves = {info.cmd_url: state.curve(n) for n, info in state.nodes.items()}
+            writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30), curves=curves)
                            for i in range(1, config.writers + 1)]
             for writer in writers:
                 writer.start()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kvmesh.chaos.model import Write, WriteLog
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.curve import ClientCurve
 from kvstore.value import TTL_INFINITY, Value
 
 __all__ = ["Writer", "monotonic_ms"]
@@ -31,10 +32,12 @@ def monotonic_ms() -> int:
 
 class Writer(threading.Thread):
     def __init__(self, name: str, urls: Sequence[str], log: WriteLog, seed: int,
-                 pace_s: float = 0.03) -> None:
+                 pace_s: float = 0.03,
+                 curves: Mapping[str, ClientCurve | None] | None = None) -> None:
         super().__init__(name=f"writer-{name}", daemon=True)
         self.writer = name
         self.urls = list(urls)
+        self.curves = dict(curves or {})  # url -> the operator's keys for that node
         self.log = log
         self.rng = random.Random(seed)
         self.pace_s = pace_s
@@ -62,7 +65,8 @@ class Writer(threading.Thread):
     def _client(self, url: str) -> KvStoreClient:
         client = self._clients.get(url)
         if client is None:
-            client = self._clients[url] = KvStoreClient(url, timeout_s=WRITE_TIMEOUT_S)
+            client = self._clients[url] = KvStoreClient(
+                url, timeout_s=WRITE_TIMEOUT_S, curve=self.curves.get(url))
         return client
 
     def step(self) -> None:
