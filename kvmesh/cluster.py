@@ -21,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -33,6 +35,7 @@ from functools import partial
 from pathlib import Path
 
 from kvmesh import netlab
+from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.curve import (
     KEY_FILE_ENV,
@@ -82,6 +85,11 @@ class ClusterState:
     namespaces_made: list[str] = field(default_factory=list)
     lab: dict[str, object] | None = None  # netlab.Lab.to_json() of an isolated cluster
     operator_key: str | None = None  # the operator's secret key file
+    # The agents' REST credentials of an isolated cluster (its agents listen off loopback):
+    # a self-signed certificate for every node address, its key, a bearer token file.
+    http_cert: str | None = None
+    http_key: str | None = None
+    http_token_file: str | None = None
 
     def save(self) -> None:
         path = Path(self.run_dir) / STATE_FILE
@@ -97,7 +105,9 @@ class ClusterState:
         raw = json.loads(path.read_text())
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
         return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
-                   lab=raw.get("lab"), operator_key=raw.get("operator_key"))
+                   lab=raw.get("lab"), operator_key=raw.get("operator_key"),
+                   http_cert=raw.get("http_cert"), http_key=raw.get("http_key"),
+                   http_token_file=raw.get("http_token_file"))
 
     def isolated_lab(self) -> netlab.Lab | None:
         return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
@@ -133,6 +143,26 @@ def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
     return auth, secrets
 
 
+def make_http_credentials(run_dir: Path, addresses: list[str]) -> tuple[Path, Path, Path]:
+    """For agents whose REST API listens off loopback (an isolated cluster): a self-signed
+    certificate naming every node address (one for the cluster's agents: this is a test and
+    demo launcher, not a PKI), its key, and a bearer token file, under run_dir."""
+    cert, key, token = run_dir / "http-cert.pem", run_dir / "http-key.pem", run_dir / "http-token"
+    if not token.exists():
+        token.write_text(secrets.token_urlsafe(32) + "\n")
+        token.chmod(0o600)
+    san = ",".join(f"IP:{address}" for address in addresses)
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+                        "-subj", "/CN=kvmesh-cluster", "-addext", f"subjectAltName={san}",
+                        "-keyout", str(key), "-out", str(cert)],
+                       check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ClusterError(f"cannot make the agents' TLS certificate with openssl: {exc}") from exc
+    key.chmod(0o600)
+    return cert, key, token
+
+
 def client_env(run_dir: Path = DEFAULT_RUN_DIR, node: str = "n1") -> dict[str, str]:
     """The environment of the cluster's operator talking to `node` (`kvmesh cluster env`)."""
     state = ClusterState.load(run_dir)
@@ -143,6 +173,9 @@ def client_env(run_dir: Path = DEFAULT_RUN_DIR, node: str = "n1") -> dict[str, s
     if state.operator_key and info.public_key:
         env[KEY_FILE_ENV] = state.operator_key
         env[SERVER_KEY_ENV] = info.public_key
+    if state.http_token_file and state.http_cert:
+        env[HTTP_TOKEN_ENV] = state.http_token_file
+        env[HTTP_CA_ENV] = state.http_cert
     return env
 
 
@@ -197,6 +230,9 @@ def node_command(name: str, state: ClusterState, *, agent: bool = True,
             args += ["--linux-netns", info.netns]
         if info.vpp_socket:
             args += ["--vpp-socket", info.vpp_socket]
+        if state.http_token_file:
+            args += ["--http-cert", str(state.http_cert), "--http-key", str(state.http_key),
+                     "--http-token-file", state.http_token_file]
     if state.lab is not None and info.netns:
         args = ["ip", "netns", "exec", info.netns, *args]
     return args
@@ -255,9 +291,18 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
         return False
 
 
-def _http_answers(address: str) -> bool:
+def _http_answers(address: str, state: ClusterState | None = None) -> bool:
+    """Does the agent REST API at `address` answer (over TLS with the token, if the cluster
+    has REST credentials)?"""
+    request = urllib.request.Request(f"http://{address}/scheduler/stats")
+    context = None
+    if state is not None and state.http_token_file and state.http_cert:
+        request = urllib.request.Request(f"https://{address}/scheduler/stats")
+        token = Path(state.http_token_file).read_text().strip()
+        request.add_header("Authorization", f"Bearer {token}")
+        context = ssl.create_default_context(cafile=state.http_cert)
     try:
-        with urllib.request.urlopen(f"http://{address}/scheduler/stats", timeout=1) as resp:
+        with urllib.request.urlopen(request, timeout=1, context=context) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False
@@ -306,6 +351,11 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
             progress(f"isolated network for {nodes} nodes")
             lab = netlab.create_lab(names)
             state.lab = lab.to_json()
+            if agents:
+                cert, key, token = make_http_credentials(
+                    run_dir, [lab.address(name) for name in names])
+                state.http_cert, state.http_key = str(cert), str(key)
+                state.http_token_file = str(token)
             state.save()
             for name in names:
                 address = lab.address(name)
@@ -358,7 +408,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                   f"node {name}")
         for name, info in state.nodes.items():
             if info.http:
-                _wait(partial(_http_answers, str(info.http)), timeout, f"agent of {name}")
+                _wait(partial(_http_answers, str(info.http), state), timeout, f"agent of {name}")
             progress(f"{name}: ready")
     except BaseException:
         state.save()

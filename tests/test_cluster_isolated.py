@@ -9,7 +9,7 @@ import networkx
 import pytest
 
 from kvmesh import cluster
-from kvstore.client import KvStoreClient, make_value
+from kvstore.client import make_value
 from tests.netns import list_netns, netns_available
 from tests.util import wait_until
 
@@ -56,11 +56,11 @@ def test_isolated_cluster_talks_over_the_bridge_and_down_removes_everything(
             assert address.startswith("198.18.") and address in info.cmd_url
             assert info.netns in list_netns()
         # n1 and n3 are not peers: the key goes n1 -> n2 -> n3 over the bridge.
-        with KvStoreClient(state.nodes["n1"].cmd_url) as client:
+        with state.client("n1") as client:
             client.set({"k": make_value(b"v", version=1, originator_id="t")})
 
         def on_n3() -> bool:
-            with KvStoreClient(state.nodes["n3"].cmd_url) as client:
+            with state.client("n3") as client:
                 return "k" in client.get(["k"])
 
         wait_until(on_n3, timeout=20, message="key flooded to n3")
@@ -74,7 +74,7 @@ def test_isolated_cluster_talks_over_the_bridge_and_down_removes_everything(
         assert {lab.address("n1"), lab.address("n3")} <= {a.rsplit(":", 1)[0] for a in to_peers}
         # The agent runs in the node's namespace and answers on its address.
         assert str(n2.http).startswith(lab.address("n2"))
-        assert cluster._http_answers(str(n2.http))
+        assert cluster._http_answers(str(n2.http), state)
         assert lab.host_link in _host_links()
     finally:
         cluster.down(run_dir)

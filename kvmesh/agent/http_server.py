@@ -40,6 +40,10 @@ from kvstore.curve import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")
 
+# What a REST client reads from its environment (the CLI's --http-token-file and --http-ca).
+HTTP_TOKEN_ENV = "KVMESH_HTTP_TOKEN_FILE"  # the bearer token the REST commands send
+HTTP_CA_ENV = "KVMESH_HTTP_CA"  # the certificate (or CA) that verifies an agent's TLS
+
 # (method, target, body) -> (status, body, content type)
 Responder = Callable[[str, str, bytes], tuple[int, bytes, str]]
 

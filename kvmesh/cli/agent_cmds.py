@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value, encode_config_value
-from kvmesh.agent.http_server import HttpConfigError, read_token
+from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV, HttpConfigError, read_token
 from kvmesh.agent.keys import (
     STATUS,
     agent_key,
@@ -51,8 +51,6 @@ from kvstore.client import KvStoreClient, next_version
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
 HTTP_TIMEOUT_S = 30.0
-HTTP_TOKEN_ENV = "KVMESH_HTTP_TOKEN_FILE"  # the bearer token the REST commands send
-HTTP_CA_ENV = "KVMESH_HTTP_CA"  # the certificate (or CA) that verifies an agent's TLS
 
 
 # -- agent run ----------------------------------------------------------------------------------
