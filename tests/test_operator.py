@@ -27,8 +27,10 @@ pytestmark = [
 
 
 class Cli:
-    def __init__(self, url: str, tmp: Path, prefix: str, http: dict[str, str]) -> None:
+    def __init__(self, url: str, tmp: Path, prefix: str, http: dict[str, str],
+                 env: dict[str, str]) -> None:
         self.url, self.tmp, self.prefix, self.http = url, tmp, prefix, http
+        self.env = {**os.environ, **env}  # the cluster operator's keys (kvmesh cluster env)
         self.files = 0
 
     def post(self, node: str, path: str, body: object) -> tuple[int, dict]:
@@ -42,7 +44,7 @@ class Cli:
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, env=self.env)
 
     def state_file(self, nodes: dict) -> str:
         self.files += 1
@@ -74,7 +76,8 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
         yield Cli(state.nodes["n1"].cmd_url, tmp, prefix,
-                  {name: str(info.http) for name, info in state.nodes.items()})
+                  {name: str(info.http) for name, info in state.nodes.items()},
+                  cluster.client_env(run_dir))
     finally:
         cluster.down(run_dir)
 

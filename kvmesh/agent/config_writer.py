@@ -1,7 +1,7 @@
 """Writing a change of one node's desired state as one batch, with its revision record.
 
 Used by `kvmesh apply` / `config rollback` (the CLI) and by the agent's confirm timer: the
-changed `config/<N>/...` keys, the new `node/<N>/revision/<REV>` record, the expiry of the
+changed `config/<N>/...` keys, the new `revision/<N>/<REV>` record, the expiry of the
 oldest revisions and any `extra` key-values go out in one KEY_SET, so the mesh never holds a
 change without its revision (or a rollback without the mark on the revision it undoes).
 """

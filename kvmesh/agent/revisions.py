@@ -1,8 +1,9 @@
 """Revisions of a node's desired state, kept in the mesh, and confirm-or-roll-back (sans-I/O).
 
 Every `kvmesh apply` (and `config rollback`) records a revision per node under
-`node/<N>/revision/<REV>` (zero-padded, infinite TTL; the oldest beyond `MAX_REVISIONS` are
-expired): when, who and where, and for each model key it changed the value before and after.
+`revision/<N>/<REV>` (zero-padded, infinite TTL; the oldest beyond `MAX_REVISIONS` are
+expired; not under `node/<N>/`, which only node N's own agent may write: an operator records
+revisions): when, who and where, and for each model key it changed the value before and after.
 An apply with `--confirm-timeout S` records its revision as `pending`; the node's agent (not the
 CLI, which may be gone) rolls it back — writes the previous values of its keys back to
 `config/<N>/...` — unless `kvmesh confirm` marks it `confirmed` within S seconds of the agent
@@ -18,8 +19,7 @@ from typing import Any
 
 import msgpack
 
-from kvmesh.agent.keys import NODE
-
+REVISION = "revision/"  # revision/<node>/<rev>
 MAX_REVISIONS = 50
 PENDING, CONFIRMED, ROLLED_BACK = "pending", "confirmed", "rolled-back"
 #: Lifetime of the tombstone that expires a revision beyond MAX_REVISIONS.
@@ -29,7 +29,7 @@ Values = Mapping[str, dict[str, Any] | None]
 
 
 def revision_prefix(node: str) -> str:
-    return f"{NODE}{node}/revision/"
+    return f"{REVISION}{node}/"
 
 
 def revision_key(node: str, rev: int) -> str:

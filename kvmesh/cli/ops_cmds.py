@@ -19,6 +19,7 @@ import click
 
 from kvmesh.agent.desired import decode_config_value
 from kvmesh.agent.keys import CONFIG, agent_key, status_prefix
+from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
@@ -365,9 +366,9 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
 
 def nodes_with_revisions(client: KvStoreClient) -> list[str]:
     nodes = set()
-    for key in client.dump(prefix="node/"):
-        node, _, rest = key[len("node/"):].partition("/")
-        if rest.startswith("revision/"):
+    for key in client.dump(prefix=REVISION):
+        node, _, rest = key[len(REVISION):].partition("/")
+        if rest:
             nodes.add(node)
     return sorted(nodes)
 

@@ -13,7 +13,7 @@ def record(rev: int, before: dict, after: dict, timeout: float | None = None) ->
 
 def test_keys_and_records_round_trip() -> None:
     key = r.revision_key("n2", 7)
-    assert key == "node/n2/revision/00000007" and r.revision_of(key, "n2") == 7
+    assert key == "revision/n2/00000007" and r.revision_of(key, "n2") == 7
     assert r.revision_of("node/n2/agent", "n2") is None
     rec = record(7, {"a": None}, {"a": {"x": 1}}, timeout=5)
     assert r.decode(r.encode(rec)) == rec and r.is_pending(rec)
