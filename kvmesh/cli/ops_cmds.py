@@ -187,6 +187,8 @@ def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
         for number, op in enumerate(plan["operations"], 1):
             flags = f" [{', '.join(op['flags'])}]" if op["flags"] else ""
             error = f" error: {op['error']}" if op.get("error") else ""
+            if op.get("details"):
+                error += f" waiting for: {', '.join(op['details'])}"
             lines.append(f"    {number}. {op['operation']} {op['key']}{flags}{error}")
     return "\n".join(lines)
 
