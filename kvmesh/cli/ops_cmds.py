@@ -353,7 +353,7 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}
         revs = write_batches(client, diffs, path, confirm_s)
-        if confirm_s is not None:
+        if confirm_s is not None and revs:
             click.echo("revision(s) " + ", ".join(f"{n}: {r}" for n, r in revs.items())
                        + f": run `kvmesh confirm` within {confirm_s:g} s or they are rolled "
                        "back", err=True)
