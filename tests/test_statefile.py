@@ -6,6 +6,7 @@ import pytest
 
 from kvmesh.statefile import (
     FieldChange,
+    State,
     StateFileError,
     diff_state,
     export_state,
@@ -28,15 +29,15 @@ def test_bad_files_say_what_is_wrong(text: str, fragment: str) -> None:
 
 
 def test_export_parses_back_in_both_formats() -> None:
-    state = {"n3": {"vpp/bd/b1": {"bd_id": 1}}, "n2": {"linux/interface/v0": {"type": "tap"}}}
+    state: State = {"n3": {"vpp/bd/b1": {"bd_id": 1}}, "n2": {"linux/interface/v0": {"type": "tap"}}}
     for fmt in ("yaml", "json"):
         assert parse_state(export_state(state, fmt)) == state
     assert parse_state("nodes: {n2: }") == {"n2": {}}
 
 
 def test_diff_adds_changes_and_removes_only_with_replace() -> None:
-    current = {"n2": {"a": {"x": 1, "s": {"p": 1}}, "b": {"y": 1}, "c": {"z": 1}}}
-    wanted = {"n2": {"a": {"x": 2, "s": {"p": 1, "q": 2}}, "b": {"y": 1}, "d": {"w": 1}},
+    current: State = {"n2": {"a": {"x": 1, "s": {"p": 1}}, "b": {"y": 1}, "c": {"z": 1}}}
+    wanted: State = {"n2": {"a": {"x": 2, "s": {"p": 1, "q": 2}}, "b": {"y": 1}, "d": {"w": 1}},
               "n4": {}}
     diff = diff_state(current, wanted)
     assert diff["n2"].added == {"d": {"w": 1}} and not diff["n2"].removed
