@@ -29,7 +29,8 @@ def test_bad_files_say_what_is_wrong(text: str, fragment: str) -> None:
 
 
 def test_export_parses_back_in_both_formats() -> None:
-    state: State = {"n3": {"vpp/bd/b1": {"bd_id": 1}}, "n2": {"linux/interface/v0": {"type": "tap"}}}
+    state: State = {"n3": {"vpp/bd/b1": {"bd_id": 1}},
+                    "n2": {"linux/interface/v0": {"type": "tap"}}}
     for fmt in ("yaml", "json"):
         assert parse_state(export_state(state, fmt)) == state
     assert parse_state("nodes: {n2: }") == {"n2": {}}
