@@ -308,6 +308,7 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
                     click.echo("", err=True)
                 return result
             publication = subscription.recv(timeout_s=min(POLL_S, left))
+            drain_until = time.monotonic() + POLL_S  # a busy stream must not starve the check
             while publication is not None:
                 for node, prefix in prefixes.items():
                     for key, value in (publication.key_vals or {}).items():
@@ -321,7 +322,8 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
                     for key in publication.expired_keys or ():
                         if key.startswith(prefix):
                             statuses[node].pop(key[len(prefix):], None)
-                publication = subscription.recv(timeout_s=0)
+                publication = (subscription.recv(timeout_s=0)
+                               if time.monotonic() < drain_until else None)
             if time.monotonic() >= next_dump:
                 statuses = {node: status_snapshot(client, node) for node in writes}
                 next_dump = time.monotonic() + REDUMP_S
