@@ -29,6 +29,7 @@ class RecordedOp:
     revert: bool = False
     retry: bool = False
     recreate: bool = False
+    details: tuple[str, ...] = ()  # a PENDING value's missing dependencies
 
     def flags(self) -> list[str]:
         """Flag names in the anchor's order (shown in brackets in the log)."""
@@ -94,6 +95,7 @@ class RecordedOp:
             "prev_error": None if self.prev_error is None else str(self.prev_error),
             "error": None if self.error is None else str(self.error),
             "flags": self.flags(),
+            "details": list(self.details),
         }
 
 

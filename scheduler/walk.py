@@ -257,6 +257,7 @@ class Walker:
             node.error = None
             node.last_op = CREATE
             node.details = missing_labels(graph, node)
+            rec.details = node.details
             self.ctx.record(rec, node.state, noop=True)
             return True
 
@@ -512,6 +513,7 @@ class Walker:
         if pending:
             node.state = ValueState.PENDING
             node.details = missing_labels(graph, node)
+            rec.details = node.details
             self.ctx.record(rec, node.state)
         else:
             node.state = ValueState.REMOVED

@@ -146,6 +146,12 @@ def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
     planned = json.loads(cli.run("--json", "plan", "-f", path).stdout)["n2"]
     assert planned["changed"]["linux/interface/veth0"] == [
         {"path": "mtu", "old": None, "new": 1400}]
+    (pending_op,) = [op for op in planned["scheduler"]["operations"]
+                     if op["key"] == "linux/route/main/10.7.0.0/24/veth7"]
+    assert "IS-PENDING" in pending_op["flags"] and any("veth7" in d for d in
+                                                       pending_op["details"])
+    text = cli.run("plan", "-f", path).stdout
+    assert "waiting for: " in text and "veth7" in text
     out = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "30")
     assert out.returncode == 1, out.stdout + out.stderr
     rows = {row["key"]: row for row in json.loads(out.stdout)}

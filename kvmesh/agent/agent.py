@@ -797,7 +797,7 @@ class Agent:
         """The operations a transaction of `values` (model key -> value, None deletes) would
         execute, in order; read-only (the scheduler simulates it on its graph)."""
         return [{"operation": op.op.value, "key": op.key, "flags": op.flags(),
-                 "new_state": op.new_state.name,
+                 "new_state": op.new_state.name, "details": list(op.details),
                  "error": None if op.error is None else str(op.error)}
                 for op in self.scheduler.plan(dict(values))]
 

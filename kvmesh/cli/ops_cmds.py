@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value
-from kvmesh.agent.keys import CONFIG, agent_key, status_prefix
+from kvmesh.agent.keys import CONFIG, STATUS, agent_key, status_prefix
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
@@ -29,7 +29,8 @@ from kvstore.client import KvStoreClient
 SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",
                             "UNIMPLEMENTED"})
 GONE_STATES = frozenset({"REMOVED", "NONEXISTENT"})
-POLL_S = 0.05
+POLL_S = 0.2  # longest wait for the stream before re-checking the deadline
+REDUMP_S = 1.0
 PLAN_TIMEOUT_S = 30.0
 
 # -- models ----------------------------------------------------------------------------------
@@ -187,6 +188,8 @@ def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
         for number, op in enumerate(plan["operations"], 1):
             flags = f" [{', '.join(op['flags'])}]" if op["flags"] else ""
             error = f" error: {op['error']}" if op.get("error") else ""
+            if op.get("details"):
+                error += f" waiting for: {', '.join(op['details'])}"
             lines.append(f"    {number}. {op['operation']} {op['key']}{flags}{error}")
     return "\n".join(lines)
 
@@ -281,28 +284,52 @@ def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
 def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
                  before: Mapping[str, dict[str, dict[str, Any]]], timeout_s: float,
                  progress: bool) -> dict[str, dict[str, tuple[bool, dict[str, Any] | None]]]:
+    """Follow the statuses on the publication stream (a re-dump every REDUMP_S covers what the
+    stream may miss, e.g. while the subscription connects) until every write settled."""
     deadline = time.monotonic() + timeout_s
-    shown = ""
-    while True:
-        result: dict[str, dict[str, tuple[bool, dict[str, Any] | None]]] = {}
-        for node, diff in diffs.items():
-            writes = diff.writes()
-            if not writes:
-                continue
-            now = status_snapshot(client, node)
-            result[node] = {key: (settled(value, before[node].get(key), now.get(key)),
-                                  now.get(key)) for key, value in writes.items()}
-        line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
-                         for node, rows in result.items())
-        if progress and line != shown:
-            click.echo(f"\r{line}", err=True, nl=False)
-            shown = line
-        all_done = all(d for rows in result.values() for d, _r in rows.values())
-        if all_done or time.monotonic() >= deadline:
-            if progress and shown:
-                click.echo("", err=True)
-            return result
-        time.sleep(POLL_S)
+    writes = {node: d.writes() for node, d in diffs.items() if not d.empty}
+    prefixes = {node: status_prefix(node) for node in writes}
+    subscription = client.subscribe(prefix=STATUS)
+    try:
+        statuses = {node: status_snapshot(client, node) for node in writes}
+        next_dump = time.monotonic() + REDUMP_S
+        shown = ""
+        while True:
+            result = {node: {key: (settled(value, before[node].get(key),
+                                           statuses[node].get(key)), statuses[node].get(key))
+                             for key, value in keys.items()} for node, keys in writes.items()}
+            line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
+                             for node, rows in result.items())
+            if progress and line != shown:
+                click.echo(f"\r{line}", err=True, nl=False)
+                shown = line
+            left = deadline - time.monotonic()
+            if left <= 0 or all(d for rows in result.values() for d, _r in rows.values()):
+                if progress and shown:
+                    click.echo("", err=True)
+                return result
+            publication = subscription.recv(timeout_s=min(POLL_S, left))
+            drain_until = time.monotonic() + POLL_S  # a busy stream must not starve the check
+            while publication is not None:
+                for node, prefix in prefixes.items():
+                    for key, value in (publication.key_vals or {}).items():
+                        if not key.startswith(prefix) or value.value is None:
+                            continue  # another node's, or a TTL refresh
+                        record = decode_status(value.value)
+                        if record is None:  # a tombstone: the value's status is gone
+                            statuses[node].pop(key[len(prefix):], None)
+                        else:
+                            statuses[node][key[len(prefix):]] = record
+                    for key in publication.expired_keys or ():
+                        if key.startswith(prefix):
+                            statuses[node].pop(key[len(prefix):], None)
+                publication = (subscription.recv(timeout_s=0)
+                               if time.monotonic() < drain_until else None)
+            if time.monotonic() >= next_dump:
+                statuses = {node: status_snapshot(client, node) for node in writes}
+                next_dump = time.monotonic() + REDUMP_S
+    finally:
+        subscription.close()
 
 
 @click.command("apply", cls=KvCommand)
@@ -329,7 +356,7 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}
         revs = write_batches(client, diffs, path, confirm_s)
-        if confirm_s is not None:
+        if confirm_s is not None and revs:
             click.echo("revision(s) " + ", ".join(f"{n}: {r}" for n, r in revs.items())
                        + f": run `kvmesh confirm` within {confirm_s:g} s or they are rolled "
                        "back", err=True)
