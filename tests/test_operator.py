@@ -201,7 +201,7 @@ def test_confirm_timeout_rolls_back_even_when_the_cli_is_killed(cli: Cli) -> Non
     path = cli.state_file({"n2": {"linux/interface/br5": {"type": "bridge"}}})
     proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "apply", "-f",
                              path, "--wait", "--confirm-timeout", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli.env)
     try:
         wait_until(lambda: "br5" in cli.links("n2"), timeout=30, message="br5 created")
     finally:
@@ -292,7 +292,7 @@ def test_status_watch_redraws_a_live_table(cli: Cli) -> None:
     with open(out_path, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "kvmesh", "--url", cli.url, "status",
                                  "n2", "--watch", "--interval", "0.2"], stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, env=cli.env)
     try:
         wait_until(lambda: out_path.read_text().count("kvmesh status n2") >= 2, timeout=30,
                    message="two frames of the live table")
