@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--sync-interval-s", type=float, default=3.0,
                         help="the nodes' anti-entropy interval")
+    parser.add_argument("--agents", action="store_true",
+                        help="run every node's agent too and check each namespace's kernel "
+                        "state against its desired state")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/kvmesh-chaos"))
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ChaosConfig(nodes=args.nodes, seed=args.seed, rounds=args.rounds, faults=kinds,
                          duration=args.duration, writers=args.writers, topology=args.topology,
                          degree=args.degree, sync_interval_s=args.sync_interval_s,
-                         run_dir=args.run_dir)
+                         run_dir=args.run_dir, agents=args.agents)
     summary: dict[str, object] = {}
     reports = run(config, say=lambda line: print(line, flush=True), summary=summary)
     if args.json is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -28,9 +29,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvmesh import cluster, faults, netlab
-from kvmesh.chaos.model import WriteLog, check_store, ttl_overrun_ms
+from kvmesh.agent.desired import encode_config_value
+from kvmesh.agent.keys import config_key
+from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.value import TTL_INFINITY, Value
 
 __all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
 
@@ -42,6 +46,7 @@ ERROR_COUNTER_PREFIXES = ("kvstore.errors.", "kvstore.no_merge.INVALID", "kvstor
 ERROR_COUNTERS = ("kvstore.malformed_requests", "kvstore.full_sync.bad_replies")
 BOUND_MS = 250  # documented bound (wall-clock offset: 0, one kernel) + measurement slack
 PRESENT_MARGIN_MS = 2000  # ttl_threshold_ms + transit + polling slack
+AGENT_PREFIXES = ("status/", "node/")  # what agents publish: theirs, not the workload's
 
 
 @dataclass
@@ -57,11 +62,13 @@ class ChaosConfig:
     sync_interval_s: float = 3.0
     converge_timeout: float = 60.0
     run_dir: Path = Path("/tmp/kvmesh-chaos")
+    agents: bool = False  # run each node's agent (Linux southbound in its namespace) and check it
 
     def command(self) -> str:
         return (f"tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
                 f"--faults {','.join(self.faults)} --duration {self.duration:g} "
-                f"--writers {self.writers} --topology {self.topology} --degree {self.degree}")
+                f"--writers {self.writers} --topology {self.topology} --degree {self.degree}"
+                + (" --agents" if self.agents else ""))
 
     def node_config(self) -> dict[str, object]:
         return {"sync_interval_s": self.sync_interval_s, "sync_timeout_ms": 2000,
@@ -77,6 +84,7 @@ class RoundReport:
     uncertain: int = 0
     convergence_s: float | None = None
     redundancy: dict[str, float] = field(default_factory=dict)
+    desired_links: int | None = None  # with agents: links the kernels had to hold
     problems: list[str] = field(default_factory=list)
 
 
@@ -148,6 +156,63 @@ def _pick_faults(rng: random.Random, config: ChaosConfig, state: cluster.Cluster
     return out
 
 
+class DesiredLinks:
+    """Desired Linux state for every node's agent: a few bridges `kc0..kc3`, each set or
+    deleted (tombstone) at random at the start of a round, and the check that the kernel of the
+    node's namespace holds exactly the desired ones. Writes are retried until acknowledged, and
+    logged like the workload's (they are ordinary keys to the store)."""
+
+    NAMES = ("kc0", "kc1", "kc2", "kc3")
+
+    def __init__(self, state: cluster.ClusterState, log: WriteLog) -> None:
+        self.state, self.log = state, log
+        self.wanted: dict[str, set[str]] = {name: set() for name in state.nodes}
+        self._versions: dict[str, int] = {}
+
+    def change(self, rng: random.Random) -> None:
+        urls = [info.cmd_url for info in self.state.nodes.values()]
+        for node in self.state.nodes:
+            for link in self.NAMES:
+                if rng.random() < 0.5:
+                    continue
+                want = rng.random() < 0.6
+                key = config_key(node, f"linux/interface/{link}")
+                version = self._versions[key] = self._versions.get(key, 0) + 1
+                value = Value(version=version, originator_id="chaos",
+                              value=encode_config_value({"type": "bridge"}) if want else b"",
+                              ttl_ms=TTL_INFINITY, ttl_version=0)
+                self._set(rng.choice(urls), key, value)
+                (self.wanted[node].add if want else self.wanted[node].discard)(link)
+
+    def _set(self, url: str, key: str, value: Value) -> None:
+        for _attempt in range(20):
+            sent = monotonic_ms()
+            try:
+                with KvStoreClient(url, timeout_s=2) as client:
+                    if not client.set({key: value}):
+                        self.log.add(Write(key, Value(value.version, value.originator_id,
+                                                      value.value, value.ttl_ms, 0),
+                                           sent, monotonic_ms(), acked=True))
+                        return
+            except KvStoreError:
+                time.sleep(0.2)
+        raise RuntimeError(f"cannot set {key}")
+
+    def problems(self) -> list[str]:
+        out = []
+        for node, info in self.state.nodes.items():
+            result = subprocess.run(["ip", "-n", str(info.netns), "-j", "link", "show"],
+                                    capture_output=True, text=True)
+            links = {link["ifname"] for link in json.loads(result.stdout or "[]")}
+            have = links & set(self.NAMES)
+            if have != self.wanted[node]:
+                out.append(f"{node}: kernel has {sorted(have)}, "
+                           f"desired {sorted(self.wanted[node])}")
+            if "eth0" not in links:
+                out.append(f"{node}: eth0 is gone")
+        return out
+
+
 def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name, info in state.nodes.items():
@@ -159,8 +224,10 @@ def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
     return out
 
 
-def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> list[str]:
-    """Poll until all digests are equal and every dump checks out; [] then, else the problems."""
+def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float,
+              kernel: Callable[[], list[str]] | None = None) -> list[str]:
+    """Poll until all digests are equal, every dump checks out and (with agents) every
+    namespace's kernel state matches its desired state; [] then, else the problems."""
     deadline = time.monotonic() + timeout
     problems = ["never polled"]
     clients = {n: KvStoreClient(i.cmd_url, timeout_s=2) for n, i in state.nodes.items()}
@@ -178,9 +245,12 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> lis
                     problems.append(f"{name}: no answer ({exc})")
                     continue
                 problems += check_store(name, store, expected, now,
-                                        present_margin_ms=PRESENT_MARGIN_MS, bound_ms=BOUND_MS)
+                                        present_margin_ms=PRESENT_MARGIN_MS, bound_ms=BOUND_MS,
+                                        foreign_prefixes=AGENT_PREFIXES)
             if len(digests) > 1:
                 problems.append(f"{len(digests)} different digests")
+            if not problems and kernel is not None:
+                problems = kernel()
             if not problems:
                 return []
             time.sleep(0.1)
@@ -230,11 +300,12 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
     run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
     say(f"chaos: {config.command()}")
     state = cluster.up(config.nodes, config.topology, run_dir=run_dir, isolated=True,
-                       agents=False, degree=config.degree, seed=config.seed,
+                       agents=config.agents, degree=config.degree, seed=config.seed,
                        node_config=config.node_config(), timeout=120)
     lab = state.isolated_lab()
     assert lab is not None
     log = WriteLog()
+    desired = DesiredLinks(state, log)
     monitor = TtlMonitor(state, log)
     monitor.start()
     book = faults.FaultBook()
@@ -246,6 +317,9 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
             reports.append(report)
             before = _counters(state)
             acked_before = log.acknowledged()
+            if config.agents:
+                desired.change(rng)
+                report.desired_links = sum(len(links) for links in desired.wanted.values())
             writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30))
                            for i in range(1, config.writers + 1)]
             for writer in writers:
@@ -272,7 +346,8 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
                     report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
             report.acknowledged = log.acknowledged() - acked_before
             report.uncertain = sum(w.uncertain for w in writers)
-            problems = _converge(state, log, config.converge_timeout)
+            problems = _converge(state, log, config.converge_timeout,
+                                 desired.problems if config.agents else None)
             if not problems:
                 report.convergence_s = round(time.monotonic() - healed, 2)
             report.problems += problems
@@ -308,6 +383,8 @@ def _round_line(report: RoundReport) -> str:
     line = (f"round {report.index}: {'; '.join(report.faults) or 'no fault'}; "
             f"drops {report.drops or {}}; acked {report.acknowledged}, uncertain "
             f"{report.uncertain}; converged after heal: {converged}")
+    if report.desired_links is not None:
+        line += f"; kernels hold the {report.desired_links} desired links"
     if report.redundancy:
         line += f"; redundancy {statistics.median(report.redundancy.values()):.2f} (median)"
     for problem in report.problems[:20]:
@@ -334,7 +411,7 @@ def summarize(config: ChaosConfig, reports: list[RoundReport], log: WriteLog,
         "nft_drops": drops,
         "writes_acknowledged": log.acknowledged(),
         "writes_lost": lost,
-        "convergence_s_p50": statistics.median(times) if times else None,
+        "convergence_s_p50": round(statistics.median(times), 2) if times else None,
         "convergence_s_max": max(times) if times else None,
         "convergence_target_s": config.sync_interval_s + 2,
         "ttl_overruns_beyond_bound": len(monitor.worst) + sum(
