@@ -261,7 +261,9 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float,
 
 
 def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
-            after: dict[str, dict[str, int]]) -> list[str]:
+            after: dict[str, dict[str, int]], tracebacks: dict[str, int]) -> list[str]:
+    """Dead processes, error counters that grew, and tracebacks logged since the last call
+    (`tracebacks`: node -> how many were seen before, updated)."""
     problems = []
     for name, info in state.nodes.items():
         pid = info.pids["node"]
@@ -272,8 +274,11 @@ def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
             if unexpected and value > before.get(name, {}).get(counter, 0):
                 problems.append(f"{name}: {counter} = {value}")
         log_path = Path(state.run_dir) / f"{name}.log"
-        if log_path.exists() and "Traceback" in log_path.read_text(errors="replace"):
-            problems.append(f"{name}: traceback in {log_path}")
+        seen = log_path.read_text(errors="replace").count("Traceback") if log_path.exists() else 0
+        if seen > tracebacks.get(name, 0):
+            problems.append(f"{name}: {seen - tracebacks.get(name, 0)} new traceback(s) in "
+                            f"{log_path}")
+        tracebacks[name] = seen
     return problems
 
 
@@ -310,6 +315,7 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
     monitor.start()
     book = faults.FaultBook()
     reports: list[RoundReport] = []
+    tracebacks: dict[str, int] = {}
     urls = [info.cmd_url for info in state.nodes.values()]
     try:
         for index in range(1, config.rounds + 1):
@@ -352,7 +358,7 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
                 report.convergence_s = round(time.monotonic() - healed, 2)
             report.problems += problems
             after = _counters(state)
-            report.problems += _health(state, before, after)
+            report.problems += _health(state, before, after, tracebacks)
             restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
             if any(isinstance(f, faults.RestartAll) for f in round_faults):
                 restarted = set(state.nodes)

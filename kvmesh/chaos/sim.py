@@ -216,14 +216,14 @@ class _Sim:
         self.merged(node, key_vals, path)
 
     def _check_ttl(self, node: int, delta: dict[str, Value]) -> None:
-        for key, value in delta.items():
-            if value.ttl_ms == TTL_INFINITY:
-                continue
+        finite = [key for key, value in delta.items() if value.ttl_ms != TTL_INFINITY]
+        if not finite:
+            return
+        for key, stored in self.dbs[node].get(finite, self.now).items():
             exp = self._expectations.get(key)
-            stored = self.dbs[node]._kv.get(key)
-            if exp is None or stored is None or stored.ttl_ms == TTL_INFINITY:
+            if exp is None or stored.ttl_ms == TTL_INFINITY:
                 continue
-            over = ttl_overrun_ms(exp, self.now, stored.ttl_ms - self.now)
+            over = ttl_overrun_ms(exp, self.now, stored.ttl_ms)
             if over > self.bound_ms:
                 self.problems.append(f"t={self.now} {self.names[node]}: {key} merged to live "
                                      f"{over} ms past its TTL (bound {self.bound_ms} ms)")
