@@ -83,6 +83,7 @@ class RoundReport:
     acknowledged: int = 0
     uncertain: int = 0
     convergence_s: float | None = None
+    restart_s: float | None = None  # rounds that restart nodes: heal until all answer again
     redundancy: dict[str, float] = field(default_factory=dict)
     desired_links: int | None = None  # with agents: links the kernels had to hold
     problems: list[str] = field(default_factory=list)
@@ -260,6 +261,21 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float,
             client.close()
 
 
+def _all_answer(state: cluster.ClusterState, since: float, timeout: float = 60) -> float | None:
+    """Seconds from `since` until every node answers NODE_INFO (None: not within `timeout`)."""
+    pending = dict(state.nodes)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for name, info in list(pending.items()):
+            try:
+                with KvStoreClient(info.cmd_url, timeout_s=0.3) as client:
+                    client.node_info(refresh=True)
+                del pending[name]
+            except KvStoreError:
+                pass
+    return None if pending else round(time.monotonic() - since, 2)
+
+
 def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
             after: dict[str, dict[str, int]], tracebacks: dict[str, int]) -> list[str]:
     """Dead processes, error counters that grew, and tracebacks logged since the last call
@@ -352,6 +368,8 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
                     report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
             report.acknowledged = log.acknowledged() - acked_before
             report.uncertain = sum(w.uncertain for w in writers)
+            if any(isinstance(f, faults.Crash | faults.RestartAll) for f in round_faults):
+                report.restart_s = _all_answer(state, healed)
             problems = _converge(state, log, config.converge_timeout,
                                  desired.problems if config.agents else None)
             if not problems:
@@ -389,6 +407,8 @@ def _round_line(report: RoundReport) -> str:
     line = (f"round {report.index}: {'; '.join(report.faults) or 'no fault'}; "
             f"drops {report.drops or {}}; acked {report.acknowledged}, uncertain "
             f"{report.uncertain}; converged after heal: {converged}")
+    if report.restart_s is not None:
+        line += f" (all nodes answering again after {report.restart_s:.2f}s)"
     if report.desired_links is not None:
         line += f"; kernels hold the {report.desired_links} desired links"
     if report.redundancy:
