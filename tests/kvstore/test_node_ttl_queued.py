@@ -67,7 +67,7 @@ def test_key_delayed_in_transit_keeps_only_the_ttl_it_has_left(mesh: Mesh) -> No
         left_b = client_b.get(["slow"])["slow"].ttl_ms  # read after a's: it can only be less
     # Without aging b would hold ~8000 ms; it must hold no more than a has left (plus a little
     # for the per-node rounding of expiry times).
-    assert left_b <= left_a + 50, (left_a, left_b)
+    assert left_b <= left_a + 100, (left_a, left_b)
 
 
 def test_client_set_queued_towards_a_paused_node_does_not_outlive_its_ttl(mesh: Mesh) -> None:
