@@ -116,6 +116,19 @@ def run_cluster_demo(keep: bool = False) -> int:
 
         _say("n2's scheduler values, from n2's agent (found through the mesh)")
         _kvmesh(n1, "values", "--node", "n2")
+
+        _say("power cycle: every node stops, the namespaces go; each node's data directory "
+             "stays")
+        print(f"$ kvmesh cluster down --run-dir {run_dir}")
+        cluster.down(run_dir)
+        print(f"$ kvmesh cluster up --nodes 3 --topology chain --run-dir {run_dir}")
+        state = cluster.up(3, "chain", run_dir=run_dir, progress=lambda m: print(f"  {m}"))
+        n1 = state.nodes["n1"].cmd_url
+        survived = _wait_configured(n1)
+        _run(["ip", "-n", ns2, "route"])
+        print("configuration survived the restart" if survived
+              else "configuration NOT restored after the restart")
+        repaired = repaired and survived
         if keep:
             print(f"\ncluster left running (state in {run_dir}); stop it with: "
                   f"kvmesh cluster down --run-dir {run_dir}")

@@ -151,6 +151,41 @@ class KvStoreDb:
         self._journal = {}
         return journal
 
+    def load_durable(self, records: Iterable[tuple[str, Value]]) -> dict[str, str]:
+        """Start-up: fill an EMPTY store with records read back from disk (one per key, an
+        infinite TTL, no hash). Bulk work instead of a merge per key (a merge decides between
+        two records; here there is only one): the sorted index is built once, digests are
+        left stale. Returns key -> NoMergeReason of the records refused (version < 1)."""
+        if self._kv:
+            raise ValueError("load_durable needs an empty store")
+        kv = self._kv
+        originators = self._originators
+        refused: dict[str, str] = {}
+        for key, record in records:
+            if record.version < 1:
+                refused[key] = _R.INVALID_VERSION
+                continue
+            orig = record.originator_id
+            canon = originators.get(orig)
+            if canon is None:
+                canon = originators[orig] = orig
+            record.originator_id = canon
+            record.ttl_ms = _INF
+            record.hash = value_hash(record.version, canon, record.value)
+            kv[key] = record
+        self._keys.update(kv)
+        buckets = self._buckets
+        for key in kv:
+            bucket = xxh3_64_intdigest(key.encode()) >> _BUCKET_SHIFT
+            members = buckets[bucket]
+            if members is None:
+                buckets[bucket] = [key]
+            else:
+                members.append(key)
+        self._digests.stale[:] = b"\x01" * NUM_BUCKETS
+        self.counters["kvstore.loaded"] += len(kv)
+        return refused
+
     def durable_records(self) -> Iterator[tuple[str, Value]]:
         """Every stored key-value with an infinite TTL (the stored records, read-only)."""
         for key, record in self._kv.items():

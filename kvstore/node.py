@@ -228,18 +228,14 @@ class KvStoreNode:
                  storage.path, self.counters["kvstore.storage.load_ms"], self.store_state.value)
 
     def _load_rows(self, storage: DurableStore) -> int:
-        loaded = 0
-        now = monotonic_ms()
-        for chunk in storage.rows():
-            # Typed by the STRICT table and decoded by sqlite3 (invalid UTF-8 raises): the
-            # semantic checks of the merge still run.
-            result = self.db.merge(dict(chunk), now, wire_decoded=True)
-            loaded += len(result.delta)
-            if result.no_merge:
-                self.counters["kvstore.storage.load_refused"] += len(result.no_merge)
-                log.warning("%d stored row(s) refused on load, e.g. %s", len(result.no_merge),
-                            next(iter(result.no_merge.items())))
-        return loaded
+        records = [record for chunk in storage.rows() for record in chunk]
+        # Typed by the STRICT table and decoded by sqlite3 (invalid UTF-8 raises).
+        refused = self.db.load_durable(records)
+        if refused:
+            self.counters["kvstore.storage.load_refused"] += len(refused)
+            log.warning("%d stored row(s) refused on load, e.g. %s", len(refused),
+                        next(iter(refused.items())))
+        return len(self.db)
 
     def _persist(self) -> int:
         """Hand the store's durable changes to the writer; the ticket to wait for (0: none)."""

@@ -29,6 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import starmap
 from pathlib import Path
 from typing import Final, Literal
 
@@ -136,7 +137,8 @@ class DurableStore:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
-            raise StorageError(f"cannot create data dir {self.data_dir}: {exc.strerror}") from exc
+            raise StorageError(f"cannot create data dir {self.data_dir}: {exc.strerror} (give "
+                               f"--data-dir DIR, or --ephemeral to keep nothing)") from exc
         self._lock_fd = _lock_data_dir(self.data_dir)
         try:
             self._guarded(self._connect_and_check)
@@ -151,15 +153,21 @@ class DurableStore:
         conn = self._conn
         assert conn is not None
         try:
-            cursor = conn.execute("SELECT key, version, originator, value, ttl_version FROM kv")
+            # Keys and records by two scans of the same index (the same order): the records
+            # are then built by `starmap` in C, not by a Python loop unpacking every row.
+            keys = conn.execute("SELECT key FROM kv ORDER BY key")
+            records = conn.execute(
+                "SELECT version, originator, value, ?, ttl_version FROM kv ORDER BY key",
+                (TTL_INFINITY,),
+            )
             while True:
-                rows = cursor.fetchmany(LOAD_CHUNK)
-                if not rows:
+                chunk_keys = [row[0] for row in keys.fetchmany(LOAD_CHUNK)]
+                if not chunk_keys:
                     return
-                yield [
-                    (key, Value(version, originator, value, TTL_INFINITY, ttl_version))
-                    for key, version, originator, value, ttl_version in rows
-                ]
+                chunk = list(starmap(Value, records.fetchmany(LOAD_CHUNK)))
+                if len(chunk) != len(chunk_keys):
+                    raise sqlite3.DatabaseError("the table changed while it was read")
+                yield list(zip(chunk_keys, chunk, strict=True))
         except sqlite3.DatabaseError as exc:
             raise CorruptStateError(f"corrupt database {self.path}: {exc}") from exc
 
@@ -268,7 +276,12 @@ class DurableStore:
                 batch = self._pending
                 ticket = self._submitted
                 self._pending = {}
-            error = self._write(batch)
+            try:
+                error = self._write(batch)
+            except Exception as exc:  # a bug: keep the writer (and every waiting reply) alive
+                log.exception("writer failed on %s", self.path)
+                self.counters["kvstore.storage.errors"] += 1
+                error = self.last_error = f"internal error writing {self.path}: {exc}"
             if error is not None:
                 with self._cond:
                     # Newer changes of the same keys win over the failed ones.
@@ -289,15 +302,18 @@ class DurableStore:
         """One transaction; returns None on success or the error (one line)."""
         conn = self._conn
         assert conn is not None
+        # Flattened parameters, built with as little Python per row as possible: this runs
+        # under the GIL, beside a busy event loop (not sorted: it costs twice the build, and
+        # the pages a commit touches are in the cache anyway).
         upserts: list[object] = []
+        add = upserts.extend
         deletes: list[str] = []
-        for key in sorted(batch):  # key order: neighbouring rows share B-tree pages
-            record = batch[key]
+        for key, record in batch.items():
             if record is None:
                 deletes.append(key)
             else:
-                upserts += (key, record.version, record.originator_id, record.value,
-                            record.ttl_version)
+                add((key, record.version, record.originator_id, record.value,
+                     record.ttl_version))
         started = time.monotonic()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -356,6 +372,10 @@ class DurableStore:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if self._conn is not None:
+            # Fold the WAL into the database file: the next start reads one file.
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._close_conn()
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -8,6 +8,7 @@ need_apt=()
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v thrift >/dev/null || need_apt+=(thrift-compiler)
 command -v dot >/dev/null || need_apt+=(graphviz)
+command -v ping >/dev/null || need_apt+=(iputils-ping)  # traffic during warm restarts (tests)
 command -v nft >/dev/null || need_apt+=(nftables)  # chaos faults (kvmesh/faults.py)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
