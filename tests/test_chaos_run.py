@@ -32,7 +32,7 @@ def test_short_chaos_run(tmp_path: Path) -> None:
     output = "\n".join(lines)
     failed = [r for r in reports if r.problems]
     assert not failed, (f"{output}\nFAILED (seed {config.seed}); reproduce with: "
-                        f"sudo .venv/bin/python {config.command()}")
+                        f"{config.command()} (as root)")
     assert len(reports) == 2 and all(r.faults for r in reports), output
     assert all(r.convergence_s is not None for r in reports), output
     assert summary["writes_acknowledged"] and summary["writes_lost"] == 0, output

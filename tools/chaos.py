@@ -19,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvmesh.chaos.run import ALL_FAULTS, DEFAULT_FAULTS, ChaosConfig, run
+from kvmesh.cluster import ClusterError
+from kvmesh.netlab import LabError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
                          degree=args.degree, sync_interval_s=args.sync_interval_s,
                          run_dir=args.run_dir, agents=args.agents)
     summary: dict[str, object] = {}
-    reports = run(config, say=lambda line: print(line, flush=True), summary=summary)
+    try:
+        reports = run(config, say=lambda line: print(line, flush=True), summary=summary)
+    except (ClusterError, LabError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2, sort_keys=True))
     return 1 if any(r.problems for r in reports) else 0

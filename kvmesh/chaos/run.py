@@ -65,7 +65,7 @@ class ChaosConfig:
     agents: bool = False  # run each node's agent (Linux southbound in its namespace) and check it
 
     def command(self) -> str:
-        return (f"tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
+        return (f".venv/bin/python tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
                 f"--faults {','.join(self.faults)} --duration {self.duration:g} "
                 f"--writers {self.writers} --topology {self.topology} --degree {self.degree}"
                 + (" --agents" if self.agents else ""))
@@ -312,11 +312,75 @@ def _redundancy(before: dict[str, dict[str, int]], after: dict[str, dict[str, in
     return out
 
 
+@dataclass
+class _Run:
+    """What the rounds of one run share."""
+
+    config: ChaosConfig
+    state: cluster.ClusterState
+    lab: netlab.Lab
+    rng: random.Random
+    log: WriteLog
+    desired: DesiredLinks
+    book: faults.FaultBook = field(default_factory=faults.FaultBook)
+    tracebacks: dict[str, int] = field(default_factory=dict)
+
+    def play(self, index: int) -> RoundReport:
+        """One round: writers, faults held for the duration, heal, convergence, checks."""
+        config, state, log = self.config, self.state, self.log
+        report = RoundReport(index)
+        before = _counters(state)
+        acked_before = log.acknowledged()
+        if config.agents:
+            self.desired.change(self.rng)
+            report.desired_links = sum(len(links) for links in self.desired.wanted.values())
+        urls = [info.cmd_url for info in state.nodes.values()]
+        writers = [Writer(f"w{i}", urls, log, self.rng.randrange(1 << 30))
+                   for i in range(1, config.writers + 1)]
+        for writer in writers:
+            writer.start()
+        time.sleep(1.0)
+        round_faults = _pick_faults(self.rng, config, state, self.lab)
+        try:
+            for fault in round_faults:
+                report.faults.append(fault.describe())
+                self.book.inject(fault)
+                if isinstance(fault, faults.RestartAll):
+                    log.all_restarted(monotonic_ms())
+            time.sleep(config.duration)
+        finally:
+            for fault in round_faults:
+                fault.heal()
+            healed = time.monotonic()
+            for writer in writers:
+                writer.stop()
+            for writer in writers:
+                writer.join(timeout=10)
+        for fault in round_faults:
+            if fault.drops():
+                report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
+        report.acknowledged = log.acknowledged() - acked_before
+        report.uncertain = sum(w.uncertain for w in writers)
+        restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
+        if any(isinstance(f, faults.RestartAll) for f in round_faults):
+            restarted = set(state.nodes)
+        if restarted:
+            report.restart_s = _all_answer(state, healed)
+        problems = _converge(state, log, config.converge_timeout,
+                             self.desired.problems if config.agents else None)
+        if not problems:
+            report.convergence_s = round(time.monotonic() - healed, 2)
+        report.problems += problems
+        after = _counters(state)
+        report.problems += _health(state, before, after, self.tracebacks)
+        report.redundancy = _redundancy(before, after, report.acknowledged, restarted)
+        return report
+
+
 def run(config: ChaosConfig, say: Callable[[str], None] = print,
         summary: dict[str, object] | None = None) -> list[RoundReport]:
     """Run the rounds; a failed check raises nothing (it is in the reports). `summary`, if
     given, is filled with the run's figures."""
-    rng = random.Random(config.seed)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
     say(f"chaos: {config.command()}")
@@ -326,67 +390,19 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
     lab = state.isolated_lab()
     assert lab is not None
     log = WriteLog()
-    desired = DesiredLinks(state, log)
+    chaos = _Run(config, state, lab, random.Random(config.seed), log, DesiredLinks(state, log))
     monitor = TtlMonitor(state, log)
     monitor.start()
-    book = faults.FaultBook()
     reports: list[RoundReport] = []
-    tracebacks: dict[str, int] = {}
-    urls = [info.cmd_url for info in state.nodes.values()]
     try:
         for index in range(1, config.rounds + 1):
-            report = RoundReport(index)
-            reports.append(report)
-            before = _counters(state)
-            acked_before = log.acknowledged()
-            if config.agents:
-                desired.change(rng)
-                report.desired_links = sum(len(links) for links in desired.wanted.values())
-            writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30))
-                           for i in range(1, config.writers + 1)]
-            for writer in writers:
-                writer.start()
-            time.sleep(1.0)
-            round_faults = _pick_faults(rng, config, state, lab)
-            try:
-                for fault in round_faults:
-                    report.faults.append(fault.describe())
-                    book.inject(fault)
-                    if isinstance(fault, faults.RestartAll):
-                        log.all_restarted(monotonic_ms())
-                time.sleep(config.duration)
-            finally:
-                for fault in round_faults:
-                    fault.heal()
-                healed = time.monotonic()
-                for writer in writers:
-                    writer.stop()
-                for writer in writers:
-                    writer.join(timeout=10)
-            for fault in round_faults:
-                if fault.drops():
-                    report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
-            report.acknowledged = log.acknowledged() - acked_before
-            report.uncertain = sum(w.uncertain for w in writers)
-            if any(isinstance(f, faults.Crash | faults.RestartAll) for f in round_faults):
-                report.restart_s = _all_answer(state, healed)
-            problems = _converge(state, log, config.converge_timeout,
-                                 desired.problems if config.agents else None)
-            if not problems:
-                report.convergence_s = round(time.monotonic() - healed, 2)
-            report.problems += problems
-            after = _counters(state)
-            report.problems += _health(state, before, after, tracebacks)
-            restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
-            if any(isinstance(f, faults.RestartAll) for f in round_faults):
-                restarted = set(state.nodes)
-            report.redundancy = _redundancy(before, after, report.acknowledged, restarted)
-            say(_round_line(report))
+            reports.append(chaos.play(index))
+            say(_round_line(reports[-1]))
     finally:
         monitor.stop()
         monitor.join(timeout=5)
         try:
-            book.heal_all()
+            chaos.book.heal_all()
         finally:
             cluster.down(run_dir, purge=True)
     for key, (over, node) in sorted(monitor.worst.items()):
