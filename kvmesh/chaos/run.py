@@ -65,7 +65,8 @@ class ChaosConfig:
     agents: bool = False  # run each node's agent (Linux southbound in its namespace) and check it
 
     def command(self) -> str:
-        return (f".venv/bin/python tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
+        return (f".venv/bin/python tools/chaos.py --nodes {self.nodes} --seed {self.seed} "
+                f"--rounds {self.rounds} "
                 f"--faults {','.join(self.faults)} --duration {self.duration:g} "
                 f"--writers {self.writers} --topology {self.topology} --degree {self.degree}"
                 + (" --agents" if self.agents else ""))
