@@ -48,6 +48,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 from kvstore.node_peers import Peering, charge_transit
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
+from kvstore.value import NoMergeReason
 
 log = logging.getLogger("kvstore.node")
 
@@ -468,8 +469,10 @@ class KvStoreNode:
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
-        charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
+        expired = charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
         result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
+        for key in expired:  # the requester learns its set arrived too late
+            result.no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
             self.queue_flood(tuple(node_ids), result.delta)

@@ -12,6 +12,7 @@ import signal
 import time
 
 from kvstore.client import make_value
+from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request
 from tests.kvstore.conftest import Mesh, Node, wait_for_value
 from tests.util import wait_until
 
@@ -91,3 +92,19 @@ def test_client_set_queued_towards_a_paused_node_does_not_outlive_its_ttl(mesh: 
         client_b.set({"marker": make_value(b"m", version=1, originator_id="t")})
         assert "late" not in client_b.get(["late"])
         assert client_b.counters()["kvstore.ttl.expired_in_transit"] >= 1
+
+
+def test_a_set_that_arrives_expired_is_refused_with_a_reason(mesh: Mesh) -> None:
+    """The requester learns that its set came too late: EXPIRED_IN_TRANSIT, nothing stored."""
+    (a,) = mesh.chain(["a"])
+    stamp = int(time.time() * 1000) - 5000  # sent 5 s ago (a queue, or a clock behind)
+    request = Request(cmd=Command.KEY_SET, key_set=KeySetParams(
+        key_vals={"late": make_value(b"x", version=1, originator_id="t", ttl_ms=2000),
+                  "fine": make_value(b"y", version=1, originator_id="t", ttl_ms=60_000)},
+        solicit_response=True, node_ids=[], timestamp_ms=stamp))
+    with a.client() as client:
+        reasons = client.request(request).no_merge_reasons
+        assert reasons == {"late": "EXPIRED_IN_TRANSIT"}
+        stored = client.get(["late", "fine"])
+    assert "late" not in stored
+    assert 50_000 <= stored["fine"].ttl_ms <= 55_000  # the 5 s were charged
