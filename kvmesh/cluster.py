@@ -112,6 +112,10 @@ class ClusterState:
     def isolated_lab(self) -> netlab.Lab | None:
         return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
 
+    def node_at(self, cmd_url: str) -> str:
+        """The node whose command socket is `cmd_url`."""
+        return next(name for name, info in self.nodes.items() if info.cmd_url == cmd_url)
+
     def client(self, node: str, timeout_s: float = 5.0) -> KvStoreClient:
         """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
         return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))

@@ -64,7 +64,7 @@ from kvstore.publisher import (
 from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
-from kvstore.value import diverged_from_sender, is_wire_text
+from kvstore.value import NoMergeReason, diverged_from_sender, is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
@@ -608,8 +608,10 @@ class KvStoreNode:
                 return wire.OK_RESPONSE if solicited else None
         elif params.sender_id is None:
             _forget_client_hashes(key_vals)
-        charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
+        expired = charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
         result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
+        for key in expired:  # the requester learns its set arrived too late
+            result.no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
         if result.delta:
             self.counters["kvstore.updated_key_vals"] += len(result.delta)
             self.queue_flood(tuple(node_ids), result.delta)

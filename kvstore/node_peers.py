@@ -63,11 +63,11 @@ def charge_transit(
     sent_wall_ms: int | None,
     config: NodeConfig,
     counters: Counter[str],
-) -> None:
-    """Take the time a peer's message spent in transit off its TTLs (`kvstore.transit`), in
-    place, and count what that did. Key-values whose TTL ran out on the way are removed."""
+) -> list[str]:
+    """Take the time a message spent in transit off its TTLs (`kvstore.transit`), in place, and
+    count what that did. Key-values whose TTL ran out on the way are removed; returns them."""
     if sent_wall_ms is None or not key_vals:
-        return
+        return []
     aging = age_in_transit(key_vals, sent_wall_ms, wall_ms(), config.max_clock_skew_ms)
     if aging.expired:
         counters["kvstore.ttl.expired_in_transit"] += len(aging.expired)
@@ -77,6 +77,7 @@ def charge_transit(
         log.debug("peer timestamp %d ms in the future", aging.clock_ahead_ms)
     if aging.age_ms > counters["kvstore.ttl.transit_age_ms_max"]:
         counters["kvstore.ttl.transit_age_ms_max"] = aging.age_ms
+    return aging.expired
 
 
 class FloodSink(Protocol):
@@ -558,12 +559,11 @@ class Peering:
                 session.on_digest_reply(corr, response)
             else:
                 publication = session.on_dump_reply(corr, response)
-                if publication.key_vals:
-                    charge_transit(
-                        publication.key_vals, publication.timestamp_ms, self.config, self.counters
-                    )
-                if publication.key_vals:
-                    self._merge_reply(link, publication.key_vals, now)
+                key_vals = publication.key_vals
+                if key_vals:
+                    charge_transit(key_vals, publication.timestamp_ms, self.config, self.counters)
+                    if key_vals:  # unless all of it expired on the way
+                        self._merge_reply(link, key_vals, now)
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
             self.counters["kvstore.full_sync.bad_replies"] += 1
             self._failed(link, str(exc))

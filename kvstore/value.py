@@ -59,6 +59,9 @@ class NoMergeReason:
     # TTL-only updates (value absent) that cannot apply.
     UNKNOWN_KEY_TTL_UPDATE = "UNKNOWN_KEY_TTL_UPDATE"  # the key is not stored
     TTL_UPDATE_MISMATCH = "TTL_UPDATE_MISMATCH"  # stored version/originator differ
+    # Set by the node, not the merge: the TTL ran out while the KEY_SET was in transit
+    # (kvstore/transit.py).
+    EXPIRED_IN_TRANSIT = "EXPIRED_IN_TRANSIT"
 
     INVALID: Final[frozenset[str]] = frozenset(
         {

@@ -1,4 +1,5 @@
-"""A short seeded chaos run in CI: 5 isolated nodes, 2 rounds of faults, the full checker.
+"""A short seeded chaos run in CI: 5 isolated nodes with their agents, 2 rounds of faults, the
+full checker (kernel state of every namespace included).
 
 A failure prints the run's report, ending with the seed and the command that reproduces it.
 KVMESH_CHAOS_SEED picks another seed.
@@ -24,15 +25,16 @@ pytestmark = [
 
 def test_short_chaos_run(tmp_path: Path) -> None:
     config = ChaosConfig(nodes=5, seed=int(os.environ.get("KVMESH_CHAOS_SEED", "5")), rounds=2,
-                         faults=DEFAULT_FAULTS, duration=4, run_dir=tmp_path)
+                         faults=DEFAULT_FAULTS, duration=4, run_dir=tmp_path, agents=True)
     lines: list[str] = []
     summary: dict[str, object] = {}
     reports = run(config, say=lines.append, summary=summary)
     output = "\n".join(lines)
     failed = [r for r in reports if r.problems]
     assert not failed, (f"{output}\nFAILED (seed {config.seed}); reproduce with: "
-                        f"sudo .venv/bin/python {config.command()}")
+                        f"{config.command()} (as root)")
     assert len(reports) == 2 and all(r.faults for r in reports), output
     assert all(r.convergence_s is not None for r in reports), output
     assert summary["writes_acknowledged"] and summary["writes_lost"] == 0, output
     assert summary["ttl_monitor_samples"], output
+    assert all(r.desired_links is not None for r in reports), output

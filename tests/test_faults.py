@@ -115,3 +115,40 @@ def test_pause_crash_and_link_down_bite_and_heal(lab_cluster: cluster.ClusterSta
             assert not cluster._alive(old_pid)
     _set(lab_cluster, "n1", "after-faults")
     wait_until(lambda: _has(lab_cluster, "n3", "after-faults"), timeout=20, message="healed")
+
+
+def test_flood_held_by_a_partition_does_not_bring_an_expired_key_back(tmp_path: Path) -> None:
+    """nftables partition between two isolated nodes while a short-TTL key is written: TCP
+    holds the flood and delivers it after the heal, past the TTL. The receiver must age it out
+    (issue 10) rather than start its TTL afresh. No anti-entropy: only the held flood travels."""
+    run_dir = tmp_path / "run"
+    try:
+        state = cluster.up(2, "chain", run_dir=run_dir, isolated=True, agents=False, timeout=60,
+                           node_config={"sync_interval_s": 0})
+        lab = state.isolated_lab()
+        assert lab is not None
+
+        def peered(node: str) -> bool:
+            with state.client(node) as client:
+                return bool(client.node_info(refresh=True).initial_sync_done)
+
+        # n1 floods to n2 only once their first sync is done.
+        wait_until(lambda: peered("n1") and peered("n2"), timeout=30, message="peered")
+        partition = faults.Partition(lab, ["n1"], ["n2"])
+        partition.inject()
+        try:
+            with state.client("n1", timeout_s=2) as client:
+                client.set({"short": make_value(b"x", version=1, originator_id="t",
+                                                ttl_ms=1500)})
+                wait_until(lambda: "short" not in client.get(["short"]), timeout=10,
+                           message="expired on n1")
+            assert partition.drops() > 0
+        finally:
+            partition.heal()
+        _set(state, "n1", "marker")  # after `short` on the same connection
+        wait_until(lambda: _has(state, "n2", "marker"), timeout=30, message="flood delivered")
+        assert not _has(state, "n2", "short"), "expired key came back after the partition"
+        with state.client("n2") as client:
+            assert client.counters()["kvstore.ttl.expired_in_transit"] >= 1
+    finally:
+        cluster.down(run_dir, purge=True)

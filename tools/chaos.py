@@ -19,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvmesh.chaos.run import ALL_FAULTS, DEFAULT_FAULTS, ChaosConfig, run
+from kvmesh.cluster import ClusterError
+from kvmesh.netlab import LabError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--sync-interval-s", type=float, default=3.0,
                         help="the nodes' anti-entropy interval")
+    parser.add_argument("--agents", action="store_true",
+                        help="run every node's agent too and check each namespace's kernel "
+                        "state against its desired state")
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/kvmesh-chaos"))
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
@@ -47,9 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     config = ChaosConfig(nodes=args.nodes, seed=args.seed, rounds=args.rounds, faults=kinds,
                          duration=args.duration, writers=args.writers, topology=args.topology,
                          degree=args.degree, sync_interval_s=args.sync_interval_s,
-                         run_dir=args.run_dir)
+                         run_dir=args.run_dir, agents=args.agents)
     summary: dict[str, object] = {}
-    reports = run(config, say=lambda line: print(line, flush=True), summary=summary)
+    try:
+        reports = run(config, say=lambda line: print(line, flush=True), summary=summary)
+    except (ClusterError, LabError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2, sort_keys=True))
     return 1 if any(r.problems for r in reports) else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -28,9 +29,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvmesh import cluster, faults, netlab
-from kvmesh.chaos.model import WriteLog, check_store, ttl_overrun_ms
+from kvmesh.agent.desired import encode_config_value
+from kvmesh.agent.keys import config_key
+from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
 from kvstore.client import KvStoreError
+from kvstore.value import TTL_INFINITY, Value
 
 __all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
 
@@ -42,6 +46,7 @@ ERROR_COUNTER_PREFIXES = ("kvstore.errors.", "kvstore.no_merge.INVALID", "kvstor
 ERROR_COUNTERS = ("kvstore.malformed_requests", "kvstore.full_sync.bad_replies")
 BOUND_MS = 250  # documented bound (wall-clock offset: 0, one kernel) + measurement slack
 PRESENT_MARGIN_MS = 2000  # ttl_threshold_ms + transit + polling slack
+AGENT_PREFIXES = ("status/", "node/")  # what agents publish: theirs, not the workload's
 
 
 @dataclass
@@ -57,11 +62,14 @@ class ChaosConfig:
     sync_interval_s: float = 3.0
     converge_timeout: float = 60.0
     run_dir: Path = Path("/tmp/kvmesh-chaos")
+    agents: bool = False  # run each node's agent (Linux southbound in its namespace) and check it
 
     def command(self) -> str:
-        return (f"tools/chaos.py --nodes {self.nodes} --seed {self.seed} --rounds {self.rounds} "
+        return (f".venv/bin/python tools/chaos.py --nodes {self.nodes} --seed {self.seed} "
+                f"--rounds {self.rounds} "
                 f"--faults {','.join(self.faults)} --duration {self.duration:g} "
-                f"--writers {self.writers} --topology {self.topology} --degree {self.degree}")
+                f"--writers {self.writers} --topology {self.topology} --degree {self.degree}"
+                + (" --agents" if self.agents else ""))
 
     def node_config(self) -> dict[str, object]:
         return {"sync_interval_s": self.sync_interval_s, "sync_timeout_ms": 2000,
@@ -76,7 +84,9 @@ class RoundReport:
     acknowledged: int = 0
     uncertain: int = 0
     convergence_s: float | None = None
+    restart_s: float | None = None  # rounds that restart nodes: heal until all answer again
     redundancy: dict[str, float] = field(default_factory=dict)
+    desired_links: int | None = None  # with agents: links the kernels had to hold
     problems: list[str] = field(default_factory=list)
 
 
@@ -148,6 +158,63 @@ def _pick_faults(rng: random.Random, config: ChaosConfig, state: cluster.Cluster
     return out
 
 
+class DesiredLinks:
+    """Desired Linux state for every node's agent: a few bridges `kc0..kc3`, each set or
+    deleted (tombstone) at random at the start of a round, and the check that the kernel of the
+    node's namespace holds exactly the desired ones. Writes are retried until acknowledged, and
+    logged like the workload's (they are ordinary keys to the store)."""
+
+    NAMES = ("kc0", "kc1", "kc2", "kc3")
+
+    def __init__(self, state: cluster.ClusterState, log: WriteLog) -> None:
+        self.state, self.log = state, log
+        self.wanted: dict[str, set[str]] = {name: set() for name in state.nodes}
+        self._versions: dict[str, int] = {}
+
+    def change(self, rng: random.Random) -> None:
+        urls = [info.cmd_url for info in self.state.nodes.values()]
+        for node in self.state.nodes:
+            for link in self.NAMES:
+                if rng.random() < 0.5:
+                    continue
+                want = rng.random() < 0.6
+                key = config_key(node, f"linux/interface/{link}")
+                version = self._versions[key] = self._versions.get(key, 0) + 1
+                value = Value(version=version, originator_id="chaos",
+                              value=encode_config_value({"type": "bridge"}) if want else b"",
+                              ttl_ms=TTL_INFINITY, ttl_version=0)
+                self._set(rng.choice(urls), key, value)
+                (self.wanted[node].add if want else self.wanted[node].discard)(link)
+
+    def _set(self, url: str, key: str, value: Value) -> None:
+        for _attempt in range(20):
+            sent = monotonic_ms()
+            try:
+                with self.state.client(self.state.node_at(url), timeout_s=2) as client:
+                    if not client.set({key: value}):
+                        self.log.add(Write(key, Value(value.version, value.originator_id,
+                                                      value.value, value.ttl_ms, 0),
+                                           sent, monotonic_ms(), acked=True))
+                        return
+            except KvStoreError:
+                time.sleep(0.2)
+        raise RuntimeError(f"cannot set {key}")
+
+    def problems(self) -> list[str]:
+        out = []
+        for node, info in self.state.nodes.items():
+            result = subprocess.run(["ip", "-n", str(info.netns), "-j", "link", "show"],
+                                    capture_output=True, text=True)
+            links = {link["ifname"] for link in json.loads(result.stdout or "[]")}
+            have = links & set(self.NAMES)
+            if have != self.wanted[node]:
+                out.append(f"{node}: kernel has {sorted(have)}, "
+                           f"desired {sorted(self.wanted[node])}")
+            if "eth0" not in links:
+                out.append(f"{node}: eth0 is gone")
+        return out
+
+
 def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name in state.nodes:
@@ -159,8 +226,10 @@ def _counters(state: cluster.ClusterState) -> dict[str, dict[str, int]]:
     return out
 
 
-def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> list[str]:
-    """Poll until all digests are equal and every dump checks out; [] then, else the problems."""
+def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float,
+              kernel: Callable[[], list[str]] | None = None) -> list[str]:
+    """Poll until all digests are equal, every dump checks out and (with agents) every
+    namespace's kernel state matches its desired state; [] then, else the problems."""
     deadline = time.monotonic() + timeout
     problems = ["never polled"]
     clients = {n: state.client(n, timeout_s=2) for n in state.nodes}
@@ -178,9 +247,12 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> lis
                     problems.append(f"{name}: no answer ({exc})")
                     continue
                 problems += check_store(name, store, expected, now,
-                                        present_margin_ms=PRESENT_MARGIN_MS, bound_ms=BOUND_MS)
+                                        present_margin_ms=PRESENT_MARGIN_MS, bound_ms=BOUND_MS,
+                                        foreign_prefixes=AGENT_PREFIXES)
             if len(digests) > 1:
                 problems.append(f"{len(digests)} different digests")
+            if not problems and kernel is not None:
+                problems = kernel()
             if not problems:
                 return []
             time.sleep(0.1)
@@ -190,8 +262,25 @@ def _converge(state: cluster.ClusterState, log: WriteLog, timeout: float) -> lis
             client.close()
 
 
+def _all_answer(state: cluster.ClusterState, since: float, timeout: float = 60) -> float | None:
+    """Seconds from `since` until every node answers NODE_INFO (None: not within `timeout`)."""
+    pending = dict(state.nodes)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for name in list(pending):
+            try:
+                with state.client(name, timeout_s=0.3) as client:
+                    client.node_info(refresh=True)
+                del pending[name]
+            except KvStoreError:
+                pass
+    return None if pending else round(time.monotonic() - since, 2)
+
+
 def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
-            after: dict[str, dict[str, int]]) -> list[str]:
+            after: dict[str, dict[str, int]], tracebacks: dict[str, int]) -> list[str]:
+    """Dead processes, error counters that grew, and tracebacks logged since the last call
+    (`tracebacks`: node -> how many were seen before, updated)."""
     problems = []
     for name, info in state.nodes.items():
         pid = info.pids["node"]
@@ -202,8 +291,11 @@ def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
             if unexpected and value > before.get(name, {}).get(counter, 0):
                 problems.append(f"{name}: {counter} = {value}")
         log_path = Path(state.run_dir) / f"{name}.log"
-        if log_path.exists() and "Traceback" in log_path.read_text(errors="replace"):
-            problems.append(f"{name}: traceback in {log_path}")
+        seen = log_path.read_text(errors="replace").count("Traceback") if log_path.exists() else 0
+        if seen > tracebacks.get(name, 0):
+            problems.append(f"{name}: {seen - tracebacks.get(name, 0)} new traceback(s) in "
+                            f"{log_path}")
+        tracebacks[name] = seen
     return problems
 
 
@@ -221,74 +313,98 @@ def _redundancy(before: dict[str, dict[str, int]], after: dict[str, dict[str, in
     return out
 
 
+@dataclass
+class _Run:
+    """What the rounds of one run share."""
+
+    config: ChaosConfig
+    state: cluster.ClusterState
+    lab: netlab.Lab
+    rng: random.Random
+    log: WriteLog
+    desired: DesiredLinks
+    book: faults.FaultBook = field(default_factory=faults.FaultBook)
+    tracebacks: dict[str, int] = field(default_factory=dict)
+
+    def play(self, index: int) -> RoundReport:
+        """One round: writers, faults held for the duration, heal, convergence, checks."""
+        config, state, log = self.config, self.state, self.log
+        report = RoundReport(index)
+        before = _counters(state)
+        acked_before = log.acknowledged()
+        if config.agents:
+            self.desired.change(self.rng)
+            report.desired_links = sum(len(links) for links in self.desired.wanted.values())
+        urls = [info.cmd_url for info in state.nodes.values()]
+        curves = {info.cmd_url: state.curve(n) for n, info in state.nodes.items()}
+        writers = [Writer(f"w{i}", urls, log, self.rng.randrange(1 << 30), curves=curves)
+                   for i in range(1, config.writers + 1)]
+        for writer in writers:
+            writer.start()
+        time.sleep(1.0)
+        round_faults = _pick_faults(self.rng, config, state, self.lab)
+        try:
+            for fault in round_faults:
+                report.faults.append(fault.describe())
+                self.book.inject(fault)
+                if isinstance(fault, faults.RestartAll):
+                    log.all_restarted(monotonic_ms())
+            time.sleep(config.duration)
+        finally:
+            for fault in round_faults:
+                fault.heal()
+            healed = time.monotonic()
+            for writer in writers:
+                writer.stop()
+            for writer in writers:
+                writer.join(timeout=10)
+        for fault in round_faults:
+            if fault.drops():
+                report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
+        report.acknowledged = log.acknowledged() - acked_before
+        report.uncertain = sum(w.uncertain for w in writers)
+        restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
+        if any(isinstance(f, faults.RestartAll) for f in round_faults):
+            restarted = set(state.nodes)
+        if restarted:
+            report.restart_s = _all_answer(state, healed)
+        problems = _converge(state, log, config.converge_timeout,
+                             self.desired.problems if config.agents else None)
+        if not problems:
+            report.convergence_s = round(time.monotonic() - healed, 2)
+        report.problems += problems
+        after = _counters(state)
+        report.problems += _health(state, before, after, self.tracebacks)
+        report.redundancy = _redundancy(before, after, report.acknowledged, restarted)
+        return report
+
+
 def run(config: ChaosConfig, say: Callable[[str], None] = print,
         summary: dict[str, object] | None = None) -> list[RoundReport]:
     """Run the rounds; a failed check raises nothing (it is in the reports). `summary`, if
     given, is filled with the run's figures."""
-    rng = random.Random(config.seed)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
     say(f"chaos: {config.command()}")
     state = cluster.up(config.nodes, config.topology, run_dir=run_dir, isolated=True,
-                       agents=False, degree=config.degree, seed=config.seed,
+                       agents=config.agents, degree=config.degree, seed=config.seed,
                        node_config=config.node_config(), timeout=120)
     lab = state.isolated_lab()
     assert lab is not None
     log = WriteLog()
+    chaos = _Run(config, state, lab, random.Random(config.seed), log, DesiredLinks(state, log))
     monitor = TtlMonitor(state, log)
     monitor.start()
-    book = faults.FaultBook()
     reports: list[RoundReport] = []
-    urls = [info.cmd_url for info in state.nodes.values()]
     try:
         for index in range(1, config.rounds + 1):
-            report = RoundReport(index)
-            reports.append(report)
-            before = _counters(state)
-            acked_before = log.acknowledged()
-            curves = {info.cmd_url: state.curve(n) for n, info in state.nodes.items()}
-            writers = [Writer(f"w{i}", urls, log, rng.randrange(1 << 30), curves=curves)
-                           for i in range(1, config.writers + 1)]
-            for writer in writers:
-                writer.start()
-            time.sleep(1.0)
-            round_faults = _pick_faults(rng, config, state, lab)
-            try:
-                for fault in round_faults:
-                    report.faults.append(fault.describe())
-                    book.inject(fault)
-                    if isinstance(fault, faults.RestartAll):
-                        log.all_restarted(monotonic_ms())
-                time.sleep(config.duration)
-            finally:
-                for fault in round_faults:
-                    fault.heal()
-                healed = time.monotonic()
-                for writer in writers:
-                    writer.stop()
-                for writer in writers:
-                    writer.join(timeout=10)
-            for fault in round_faults:
-                if fault.drops():
-                    report.drops[fault.kind] = report.drops.get(fault.kind, 0) + fault.drops()
-            report.acknowledged = log.acknowledged() - acked_before
-            report.uncertain = sum(w.uncertain for w in writers)
-            problems = _converge(state, log, config.converge_timeout)
-            if not problems:
-                report.convergence_s = round(time.monotonic() - healed, 2)
-            report.problems += problems
-            after = _counters(state)
-            report.problems += _health(state, before, after)
-            restarted = {f.node for f in round_faults if isinstance(f, faults.Crash)}
-            if any(isinstance(f, faults.RestartAll) for f in round_faults):
-                restarted = set(state.nodes)
-            report.redundancy = _redundancy(before, after, report.acknowledged, restarted)
-            say(_round_line(report))
+            reports.append(chaos.play(index))
+            say(_round_line(reports[-1]))
     finally:
         monitor.stop()
         monitor.join(timeout=5)
         try:
-            book.heal_all()
+            chaos.book.heal_all()
         finally:
             cluster.down(run_dir, purge=True)
     for key, (over, node) in sorted(monitor.worst.items()):
@@ -309,6 +425,10 @@ def _round_line(report: RoundReport) -> str:
     line = (f"round {report.index}: {'; '.join(report.faults) or 'no fault'}; "
             f"drops {report.drops or {}}; acked {report.acknowledged}, uncertain "
             f"{report.uncertain}; converged after heal: {converged}")
+    if report.restart_s is not None:
+        line += f" (all nodes answering again after {report.restart_s:.2f}s)"
+    if report.desired_links is not None:
+        line += f"; kernels hold the {report.desired_links} desired links"
     if report.redundancy:
         line += f"; redundancy {statistics.median(report.redundancy.values()):.2f} (median)"
     for problem in report.problems[:20]:
@@ -335,7 +455,7 @@ def summarize(config: ChaosConfig, reports: list[RoundReport], log: WriteLog,
         "nft_drops": drops,
         "writes_acknowledged": log.acknowledged(),
         "writes_lost": lost,
-        "convergence_s_p50": statistics.median(times) if times else None,
+        "convergence_s_p50": round(statistics.median(times), 2) if times else None,
         "convergence_s_max": max(times) if times else None,
         "convergence_target_s": config.sync_interval_s + 2,
         "ttl_overruns_beyond_bound": len(monitor.worst) + sum(
