@@ -49,7 +49,7 @@ from kvstore.value import (
     with_ttl,
 )
 
-__all__ = ["KvStoreDb", "MergeResult", "compare_values"]
+__all__ = ["KvStoreDb", "MergeResult", "compare_values", "record_order"]
 
 _INF: Final[int] = TTL_INFINITY
 _REPLACEMENT: Final[str] = REPLACEMENT_CHAR
@@ -78,24 +78,42 @@ class MergeResult:
     no_merge: dict[str, str] = field(default_factory=dict)
 
 
-def compare_values(mine: Value, theirs: Value) -> int:
-    """Which of two records for one key is better: 1 mine, -1 theirs, 0 same, 2 unknown.
+# The field that decided `record_order` (merge turns it into the no-merge reason).
+BY_VERSION, BY_ORIGINATOR, BY_VALUE, BY_TTL_VERSION = range(4)
+# A better record of mine, by the field that decided: the reason the other one is not merged.
+_LOSES_BY: Final[tuple[str, ...]] = (
+    _R.OLD_VERSION, _R.LOWER_ORIGINATOR, _R.LOWER_VALUE, _R.OLD_TTL_VERSION)
 
-    Version, then originator id, then (when both hashes are known and equal) ttl_version, then the
-    value bytes and ttl_version when both values are present. Hash-only records with different
-    hashes cannot be ordered: the full sync then exchanges the key both ways.
+
+def record_order(mine: Value, theirs: Value) -> tuple[int, int]:
+    """THE merge order of two records of one key (the one rule: `compare_values` and
+    `KvStoreDb.merge` both decide through it): (1 mine better | -1 theirs | 0 same | 2 unknown,
+    the field that decided).
+
+    Higher version; then higher originator id (code-point order == UTF-8 byte order); then
+    greater value bytes; then higher ttl_version (the same value with a newer TTL). Records
+    without value bytes (hash dumps) compare by hash instead: equal hashes mean equal values;
+    different hashes cannot be ordered (2), and the full sync exchanges the key both ways.
+    Value bytes, when both are present, are compared before any hash: a hash that came with
+    them is not trusted to stand for them.
     """
     if mine.version != theirs.version:
-        return 1 if mine.version > theirs.version else -1
+        return (1 if mine.version > theirs.version else -1), BY_VERSION
     if mine.originator_id != theirs.originator_id:
-        return 1 if mine.originator_id > theirs.originator_id else -1
-    if mine.hash is not None and mine.hash == theirs.hash:
-        return (mine.ttl_version > theirs.ttl_version) - (mine.ttl_version < theirs.ttl_version)
+        return (1 if mine.originator_id > theirs.originator_id else -1), BY_ORIGINATOR
     if mine.value is not None and theirs.value is not None:
         if mine.value != theirs.value:
-            return 1 if mine.value > theirs.value else -1
-        return (mine.ttl_version > theirs.ttl_version) - (mine.ttl_version < theirs.ttl_version)
-    return _UNKNOWN
+            return (1 if mine.value > theirs.value else -1), BY_VALUE
+    elif mine.hash is None or mine.hash != theirs.hash:
+        return _UNKNOWN, BY_VALUE
+    return (mine.ttl_version > theirs.ttl_version) - (mine.ttl_version < theirs.ttl_version), \
+        BY_TTL_VERSION
+
+
+def compare_values(mine: Value, theirs: Value) -> int:
+    """Which of two records for one key is better: 1 mine, -1 theirs, 0 same, 2 unknown (see
+    `record_order`)."""
+    return record_order(mine, theirs)[0]
 
 
 class KvStoreDb:
@@ -307,29 +325,14 @@ class KvStoreDb:
                     )
                     continue
                 ttl_only = True
-            elif cur is None or version > cur.version:
+            elif cur is None:
                 ttl_only = False
             else:
-                cur_orig = cur.originator_id
-                if orig != cur_orig:
-                    if orig < cur_orig:
-                        no_merge[key] = _R.LOWER_ORIGINATOR
-                        continue
-                    ttl_only = False
-                else:
-                    cur_val = cur.value
-                    if val != cur_val:
-                        if val < cur_val:
-                            no_merge[key] = _R.LOWER_VALUE
-                            continue
-                        ttl_only = False
-                    elif ttl_version > cur.ttl_version:
-                        ttl_only = True
-                    else:
-                        no_merge[key] = (
-                            _R.NO_CHANGE if ttl_version == cur.ttl_version else _R.OLD_TTL_VERSION
-                        )
-                        continue
+                better, by = record_order(cur, new)
+                if better >= 0:  # mine is at least as good (2 cannot happen: both have values)
+                    no_merge[key] = _LOSES_BY[by] if better else _R.NO_CHANGE
+                    continue
+                ttl_only = by == BY_TTL_VERSION
 
             # ---- apply
             if ttl_only:

@@ -250,3 +250,43 @@ def test_store_matches_reference_model(ops: list[Op]) -> None:
     assert set(db.dump(later)) == set(model.live(later))
     assert len(db) == len(model.live(later))  # nothing expired is left behind in the indexes
     assert db.dump(later, buckets=range(2**16)).keys() == db.dump(later).keys()
+
+
+_RECORDS = st.builds(
+    lambda version, orig, value, ttl_version: Value(version, orig, value, TTL_INFINITY,
+                                                    ttl_version),
+    st.integers(1, 3), st.sampled_from(["a", "b", "é", "z"]),
+    st.sampled_from([b"", b"x", b"xy", b"y"]), st.integers(0, 2))
+
+
+def _reference_key(v: Value) -> tuple[int, bytes, bytes, int]:
+    """The merge order written down independently: version, originator as UTF-8 bytes, value
+    bytes, ttl_version — lexicographically."""
+    assert v.value is not None
+    return (v.version, v.originator_id.encode(), v.value, v.ttl_version)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_RECORDS, _RECORDS)
+def test_merge_and_compare_values_follow_the_reference_order(cur: Value, new: Value) -> None:
+    """One rule: merge applies a record exactly when the reference order says it is better,
+    compare_values says the same, and the refusal reason names the field that decided."""
+    from kvstore.db import compare_values
+
+    ref_cur, ref_new = _reference_key(cur), _reference_key(new)
+    expected = (ref_cur > ref_new) - (ref_cur < ref_new)
+    assert compare_values(cur, new) == expected
+    assert compare_values(new, cur) == -expected
+    db = KvStoreDb("me")
+    db.merge({"k": Value(cur.version, cur.originator_id, cur.value, TTL_INFINITY,
+                         cur.ttl_version)}, 0)
+    result = db.merge({"k": Value(new.version, new.originator_id, new.value, TTL_INFINITY,
+                                  new.ttl_version)}, 1)
+    assert ("k" in result.delta) == (expected < 0)
+    stored = db.get(["k"], 1)["k"]
+    assert _reference_key(stored) == max(ref_cur, ref_new)
+    if expected >= 0:
+        decided = next(i for i, (a, b) in enumerate(zip(ref_cur, ref_new, strict=True))
+                       if a != b) if expected else None
+        reasons = ["OLD_VERSION", "LOWER_ORIGINATOR", "LOWER_VALUE", "OLD_TTL_VERSION"]
+        assert result.no_merge["k"] == ("NO_CHANGE" if decided is None else reasons[decided])
