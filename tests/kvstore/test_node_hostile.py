@@ -6,7 +6,14 @@ import zmq
 
 from kvstore import wire
 from kvstore.client import connect_socket, make_value
-from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    KeySetParams,
+    PeerAddParams,
+    PeerSpec,
+    Request,
+    Value,
+)
 from kvstore.hashing import value_hash
 from kvstore.value import TTL_INFINITY
 from tests.kvstore.conftest import Mesh, wait_for_value
@@ -44,6 +51,11 @@ def test_invalid_utf8_key_or_originator_is_refused_and_nothing_stored(mesh: Mesh
     assert response.no_merge_reasons == {"k\ufffd": "MALFORMED", "ok": "INVALID_ORIGINATOR"}
     with node.client() as client:
         assert client.dump() == {}  # neither k\xff nor k\xfe, nor "ok"
+        peer_add = wire.encode(Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(
+            peers={"PP": PeerSpec(cmd_url="tcp://127.0.0.1:1")}))).replace(b"PP", b"p\xff")
+        error = client.request_raw(peer_add).error
+        assert error is not None and error.code == wire.BAD_ARGUMENT, error
+        assert client.peers() == {}
         counters = client.counters()
         assert counters["kvstore.no_merge.MALFORMED"] == 2
         assert counters["kvstore.no_merge.INVALID_ORIGINATOR"] == 1
