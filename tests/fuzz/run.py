@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed")
     args = parser.parse_args(argv)
 
-    with atheris.instrument_imports(include=["kvstore", "kvmesh", "tests.fuzz"]):
+    with atheris.instrument_imports(include=["kvstore", "kvmesh", "southbound", "tests.fuzz"]):
         from tests.fuzz.harnesses import HARNESSES
     if args.harness not in HARNESSES:
         parser.error(f"unknown harness {args.harness!r}; one of {', '.join(HARNESSES)}")
