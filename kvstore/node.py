@@ -729,7 +729,8 @@ class KvStoreNode:
             try:
                 peering.add(name, spec.cmd_url, spec.pub_url or "")
             except (CurveError, zmq.ZMQError) as exc:
-                for added in done:
+                # The failed one too: replacing a peer removes the old link first.
+                for added in [*done, name]:
                     peering.remove(added)
                     if added in before:
                         peering.add(added, *before[added])

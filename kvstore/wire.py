@@ -5,6 +5,11 @@ costs more than the encoding itself for small messages; here the C encoder and d
 directly. Decoding is bounded (string and container length limits) so a hostile frame cannot make
 the decoder allocate more than the message cap allows.
 
+Strings: the C decoder decodes UTF-8 with errors="replace" and has no strict mode, so invalid
+bytes arrive as U+FFFD. Rather than re-decoding every string in Python, the consumers refuse
+U+FFFD where it matters (keys and originators in `KvStoreDb.merge`, peer names in PEER_ADD; see
+`kvstore.value.REPLACEMENT_CHAR`), which costs one O(1) check for ASCII strings.
+
 Framing on the command socket (ROUTER): a request is `[envelope..., b"", payload]` as sent by a REQ
 socket, or by a DEALER that prefixes its own envelope frames (for example a correlation id). The
 reply repeats every frame but the last and appends the encoded `Response`. One-way requests

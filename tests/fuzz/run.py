@@ -13,6 +13,7 @@ Exit code 0: no finding.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +21,11 @@ from pathlib import Path
 import atheris
 
 FUZZ_DIR = Path(__file__).resolve().parent
+MODEL_MODULES = (
+    "southbound.linux.interface_model",
+    "southbound.linux.route_model",
+    "southbound.vpp.models",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed")
     args = parser.parse_args(argv)
 
-    with atheris.instrument_imports(include=["kvstore", "kvmesh", "tests.fuzz"]):
+    with atheris.instrument_imports(include=["kvstore", "kvmesh", "southbound", "tests.fuzz"]):
         from tests.fuzz.harnesses import HARNESSES
+
+        # The model validators are imported lazily by kvmesh.agent.models: import them here,
+        # inside the instrumentation, so the fuzzer sees their coverage.
+        for module in MODEL_MODULES:
+            importlib.import_module(module)
     if args.harness not in HARNESSES:
         parser.error(f"unknown harness {args.harness!r}; one of {', '.join(HARNESSES)}")
     work = Path(args.work or tempfile.mkdtemp(prefix=f"fuzz-{args.harness}-"))

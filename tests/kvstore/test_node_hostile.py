@@ -6,7 +6,14 @@ import zmq
 
 from kvstore import wire
 from kvstore.client import connect_socket, make_value
-from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    KeySetParams,
+    PeerAddParams,
+    PeerSpec,
+    Request,
+    Value,
+)
 from kvstore.hashing import value_hash
 from kvstore.value import TTL_INFINITY
 from tests.kvstore.conftest import Mesh, wait_for_value
@@ -44,6 +51,11 @@ def test_invalid_utf8_key_or_originator_is_refused_and_nothing_stored(mesh: Mesh
     assert response.no_merge_reasons == {"k\ufffd": "MALFORMED", "ok": "INVALID_ORIGINATOR"}
     with node.client() as client:
         assert client.dump() == {}  # neither k\xff nor k\xfe, nor "ok"
+        peer_add = wire.encode(Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(
+            peers={"PP": PeerSpec(cmd_url="tcp://127.0.0.1:1")}))).replace(b"PP", b"p\xff")
+        error = client.request_raw(peer_add).error
+        assert error is not None and error.code == wire.BAD_ARGUMENT, error
+        assert client.peers() == {}
         counters = client.counters()
         assert counters["kvstore.no_merge.MALFORMED"] == 2
         assert counters["kvstore.no_merge.INVALID_ORIGINATOR"] == 1
@@ -69,3 +81,19 @@ def test_forged_hash_cannot_hide_a_difference(mesh: Mesh) -> None:
     wait_for_value([p, q], "div/k1", lambda v: v is not None and v.value == b"BBBB")
     assert cli_json("signature", url=p.cmd_url) == cli_json("signature", url=q.cmd_url)
     assert "in sync" in cli("compare", p.cmd_url, q.cmd_url).stdout
+
+
+def test_peer_add_is_all_or_nothing_when_a_connect_fails(mesh: Mesh) -> None:
+    node = mesh.start(mesh.allocate("aon"))
+    with node.client() as client:
+        client.add_peer("kept", "tcp://127.0.0.1:1")
+        request = Request(cmd=Command.PEER_ADD, peer_add=PeerAddParams(peers={
+            "new1": PeerSpec(cmd_url="tcp://127.0.0.1:2"),
+            "kept": PeerSpec(cmd_url="tcp://127.0.0.1:3"),  # a replacement, rolled back too
+            "broken": PeerSpec(cmd_url="tcp://no-port-here"),  # ZeroMQ refuses the endpoint
+        }))
+        error = client.request_raw(wire.encode(request)).error
+        assert error is not None and error.code == wire.BAD_ARGUMENT
+        assert "nothing was added" in error.message
+        peers = client.peers()
+        assert set(peers) == {"kept"} and peers["kept"].cmd_url == "tcp://127.0.0.1:1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 
@@ -29,7 +30,8 @@ def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
     with c.client() as client, client.subscribe() as subscription:
         # Make sure the subscription is live before the key is set (ZeroMQ's slow joiner).
         with a.client() as writer:
-            versions = iter(range(1, 10_000))  # a new version each try: each one is published
+            # A new version per attempt: a repeated one changes nothing and publishes nothing.
+            versions = itertools.count(1)
             wait_until(
                 lambda: writer.set(
                     {"probe": make_value(b"", version=next(versions), originator_id="t")}
