@@ -131,7 +131,7 @@ class Engine:
                 refreshed = Refresher(
                     self.graph, self.registry, update_metadata_maps=True
                 ).refresh_all(values if kind is ResyncKind.FULL else None, scope)
-            self.stats.add(retrieve_errors=len(refreshed.retrieve_errors))
+            self._count_refresh(refreshed)
         desired = self._resync_values(values, kind, scope, delete_missing)
         if kind is not ResyncKind.DOWNSTREAM:
             record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
@@ -299,6 +299,8 @@ class Engine:
             self._last_trim = record.end
             self.history.trim(record.end)
         self.stats.count(record, graph_size=len(self.graph))
+        if ctx.comparisons.errors:
+            self.stats.add(comparison_errors=ctx.comparisons.errors)
         if txn_log.isEnabledFor(logging.INFO):
             txn_log.info("\n%s", record.executed_text())
         return TxnOutcome(record=record, changed=changed, retries=retries)
@@ -396,7 +398,7 @@ class Engine:
         if not keys:
             return
         result = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_keys(keys)
-        self.stats.add(retrieve_errors=len(result.retrieve_errors))
+        self._count_refresh(result)
         walker.ctx.touched.update(result.touched)
         for key in result.availability_changed:
             node = self.graph.get(key)
@@ -515,6 +517,13 @@ class Engine:
         self.stats.states_changed(transitions)
         self.history.record_nodes(changes, now, record.seq)
         return changed
+
+    def _count_refresh(self, result: RefreshResult) -> None:
+        self.stats.add(
+            retrieve_errors=len(result.retrieve_errors),
+            retrieve_rejected=result.rejected,
+            comparison_errors=result.comparisons.errors,
+        )
 
     def _retries(self, ctx: WalkContext, retry_for: int | None) -> list[RetryRequest]:
         """Retries of the values left RETRYING: for the transaction that first failed them

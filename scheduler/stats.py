@@ -27,6 +27,7 @@ class Stats:
     failed_transactions: int = 0
     retries: int = 0
     retrieve_errors: int = 0
+    retrieve_rejected: int = 0  # retrieved items refused (malformed, not the descriptor's key)
     notifications_ignored: int = 0
     notifications: int = 0
     rejected_requests: int = 0
@@ -73,6 +74,7 @@ class Stats:
         *,
         retries: int = 0,
         retrieve_errors: int = 0,
+        retrieve_rejected: int = 0,
         notifications_ignored: int = 0,
         rejected_requests: int = 0,
         comparison_errors: int = 0,
@@ -82,6 +84,7 @@ class Stats:
         with self._lock:
             self.retries += retries
             self.retrieve_errors += retrieve_errors
+            self.retrieve_rejected += retrieve_rejected
             self.notifications_ignored += notifications_ignored
             self.rejected_requests += rejected_requests
             self.comparison_errors += comparison_errors
@@ -101,6 +104,7 @@ class Stats:
                 "failed_transactions": self.failed_transactions,
                 "retries": self.retries,
                 "retrieve_errors": self.retrieve_errors,
+                "retrieve_rejected": self.retrieve_rejected,
                 "notifications": self.notifications,
                 "notifications_ignored": self.notifications_ignored,
                 "rejected_requests": self.rejected_requests,

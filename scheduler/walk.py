@@ -21,6 +21,7 @@ from scheduler.api import (
     ValueOrigin,
     ValueState,
 )
+from scheduler.compare import first
 from scheduler.context import WalkContext
 from scheduler.effects import Effect, Raised, invoke
 from scheduler.graph import DerivedPairs, Graph, Node
@@ -306,13 +307,11 @@ class Walker:
                 self._touched(key)
                 return self._invalid(node, rec, invalid)
 
+        compare = self.ctx.comparisons
         if descriptor is not None:
-            try:
-                equivalent = descriptor.equivalent(key, prev_value, value)
-            except Exception:  # a broken comparator: treat the value as changed
-                equivalent = False
+            equivalent = compare.equivalent(descriptor, key, prev_value, value)
         else:
-            equivalent = _same(prev_value, value)
+            equivalent = compare.same(key, prev_value, value)
 
         if origin is SB or (node.origin is SB and origin is not NB):
             return self._update_obtained(node, value, equivalent, metadata, rec)
@@ -335,7 +334,7 @@ class Walker:
             equivalent
             and prev_state in (ValueState.CONFIGURED, ValueState.OBTAINED)
             and node.origin is origin
-            and _same(value, node.relations_of)
+            and compare.same(key, value, node.relations_of)
         ):
             # Nothing changed: only the derived values may need attention (e.g. a retry).
             self._apply_derived(node, node.derived, origin)
@@ -417,7 +416,7 @@ class Walker:
         self._touched(node.key)
         if metadata is not _NO_METADATA:
             self._store_metadata(node, metadata, via_crud=False)
-        if equivalent and _same(value, node.relations_of):
+        if equivalent and self.ctx.comparisons.same(node.key, value, node.relations_of):
             return True
         try:
             deps, derived = self._relations(node, node.descriptor, value)
@@ -561,7 +560,9 @@ class Walker:
     def _relations(
         self, node: Node, descriptor: Descriptor | None, value: Value
     ) -> tuple[tuple[Dependency, ...], DerivedPairs]:
-        if node.relations_of is not None and _same(value, node.relations_of):
+        if node.relations_of is not None and self.ctx.comparisons.same(
+            node.key, value, node.relations_of
+        ):
             return node.deps, node.derived
         cache = self.ctx.relations_cache
         cached = cache.get(node.key)
@@ -576,7 +577,7 @@ class Walker:
                 if descriptor.derived_values is not None:
                     pairs = descriptor.derived_values(node.key, value) or ()
                     derived = tuple(
-                        sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                        sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=first)
                     )
             except Exception as exc:
                 raise DescriptorOutputError(
@@ -658,7 +659,7 @@ class Walker:
 
     def _set_nb(self, node: Node, value: Value) -> None:
         ctx = self.ctx
-        changed = not (node.nb_value is value or node.nb_value == value)
+        changed = not ctx.comparisons.same(node.key, node.nb_value, value)
         sets_policy = ctx.retry_attempt == 0 and not ctx.keep_retry_policy
         policy_changed = sets_policy and (node.retry_policy != ctx.retry or node.retry_attempt != 0)
         if not changed and not policy_changed and ctx.retry_attempt == node.retry_attempt:
@@ -794,19 +795,6 @@ def _still_in_sb(node: Node) -> bool:
         and node.last_op is DELETE
         and node.state in (ValueState.FAILED, ValueState.RETRYING)
     )
-
-
-def _same(a: Value, b: Value) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except Exception:  # exotic values without a usable ==: treat as changed
-        return False
-
-
-def _first(pair: tuple[Key, Value]) -> Key:
-    return pair[0]
 
 
 def _invalid_fields(exc: BaseException) -> tuple[str, ...]:
