@@ -56,10 +56,13 @@ def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
 
 
 def test_short_ttl_is_applied_locally_but_not_flooded(mesh: Mesh) -> None:
-    a, b = mesh.chain(["a", "b"])
+    # A threshold far above the key's TTL: the key is alive on a for as long as the test reads.
+    a, b = mesh.chain(["a", "b"], ttl_threshold_ms=120_000)
     with a.client() as client:
-        client.set({"brief": make_value(b"x", version=1, originator_id="a", ttl_ms=300)})
+        client.set({"brief": make_value(b"x", version=1, originator_id="a", ttl_ms=60_000)})
         client.set({"marker": make_value(b"m", version=1, originator_id="a")})
+        on_a = client.get(["brief"])
+    assert "brief" in on_a and on_a["brief"].value == b"x"  # applied locally
     wait_for_value([b], "marker", lambda v: v is not None)
     with b.client() as client:
         assert "brief" not in client.get(["brief"])
