@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.api import Dependency, Key, RetryPolicy, TxnOperation, TxnType, Value, ValueState
+from scheduler.compare import Comparisons
 from scheduler.effects import Effect, Replay
 from scheduler.graph import DerivedPairs
 from scheduler.records import RecordedOp
@@ -37,6 +38,7 @@ class WalkContext:
     errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)
     failed: set[Key] = field(default_factory=set)
     touched: dict[Key, None] = field(default_factory=dict)
+    comparisons: Comparisons = field(default_factory=Comparisons)
     retry_keys: dict[Key, int] = field(default_factory=dict)
     stop: bool = False
     reverting: bool = False
@@ -54,6 +56,7 @@ class WalkContext:
         self.errors = {}
         self.failed = set()
         self.touched = {}
+        self.comparisons = Comparisons()
         self.retry_keys = {}
         self.stop = False
         self.reverting = False

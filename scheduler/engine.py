@@ -30,7 +30,8 @@ from scheduler.history import History
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
-from scheduler.stats import Stats
+from scheduler.stats import StateChange, Stats
+from scheduler.statuses import StatusTable
 from scheduler.walk import Walker, base_of
 
 txn_log = logging.getLogger("scheduler.txn")
@@ -77,7 +78,7 @@ class Engine:
             max_transactions=max_history, age_limit=history_age_limit, enabled=record_history
         )
         self.stats = Stats()
-        self.statuses: dict[Key, ValueStatus] = {}
+        self.statuses = StatusTable()
         self.next_seq = 0
         self.resync_count = 0
         self._last_trim = 0.0
@@ -130,7 +131,7 @@ class Engine:
                 refreshed = Refresher(
                     self.graph, self.registry, update_metadata_maps=True
                 ).refresh_all(values if kind is ResyncKind.FULL else None, scope)
-            self.stats.retrieve_errors += len(refreshed.retrieve_errors)
+            self._count_refresh(refreshed)
         desired = self._resync_values(values, kind, scope, delete_missing)
         if kind is not ResyncKind.DOWNSTREAM:
             record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
@@ -146,11 +147,14 @@ class Engine:
     def run_notifications(self, items: Iterable[tuple[Key, Value, Metadata]]) -> TxnOutcome:
         record = self._new_record(TxnType.SB_NOTIFICATION, "")
         accepted: dict[Key, tuple[Value, Metadata]] = {}
+        ignored = 0
         for key, value, metadata in items:
             if self._accept_notification(key):
                 accepted[key] = (value, metadata)
             else:
-                self.stats.notifications_ignored += 1
+                ignored += 1
+        if ignored:
+            self.stats.add(notifications_ignored=ignored)
         record.values = [RecordedValue(k, v, SB) for k, (v, _) in accepted.items()]
         ctx = WalkContext(seq=record.seq, txn_type=record.txn_type)
         ctx.txn_keys = set(accepted)
@@ -180,7 +184,7 @@ class Engine:
                 walker.apply_retry(key)
 
         outcome = self._process(ctx, record, apply, retry_for=for_seq)
-        self.stats.retries += 1
+        self.stats.add(retries=1)
         return outcome
 
     def plan(
@@ -294,7 +298,9 @@ class Engine:
         if record.end - self._last_trim > 60.0:
             self._last_trim = record.end
             self.history.trim(record.end)
-        self.stats.count(record)
+        self.stats.count(record, graph_size=len(self.graph))
+        if ctx.comparisons.errors:
+            self.stats.add(comparison_errors=ctx.comparisons.errors)
         if txn_log.isEnabledFor(logging.INFO):
             txn_log.info("\n%s", record.executed_text())
         return TxnOutcome(record=record, changed=changed, retries=retries)
@@ -392,7 +398,7 @@ class Engine:
         if not keys:
             return
         result = Refresher(self.graph, self.registry, update_metadata_maps=True).refresh_keys(keys)
-        self.stats.retrieve_errors += len(result.retrieve_errors)
+        self._count_refresh(result)
         walker.ctx.touched.update(result.touched)
         for key in result.availability_changed:
             node = self.graph.get(key)
@@ -476,7 +482,9 @@ class Engine:
 
     def _publish(self, touched: dict[Key, None], record: TxnRecord) -> list[ValueStatus]:
         changed: list[ValueStatus] = []
-        statuses = self.statuses
+        previous_of = self.statuses.previous(touched)
+        updates: dict[Key, ValueStatus | None] = {}
+        transitions: list[StateChange] = []
         now = record.end if record.end is not None else self.clock()
         changes: list[tuple[Key, Node | None]] = []
         # A value a northbound transaction names gets its status republished (with this seq)
@@ -488,12 +496,12 @@ class Engine:
         for key in touched:
             node = self.graph.get(key)
             changes.append((key, node))
-            previous = statuses.get(key)
+            previous = previous_of.get(key)
             if node is None:
                 if previous is None:
                     continue
-                del statuses[key]
-                self.stats.state_changed(previous.state, None)
+                updates[key] = None
+                transitions.append((previous.state, None))
                 changed.append(
                     ValueStatus(
                         key=key,
@@ -508,11 +516,20 @@ class Engine:
             status = _status_of(node, record.seq)
             if previous is not None and _same_status(previous, status) and key not in named:
                 continue
-            statuses[key] = status
-            self.stats.state_changed(None if previous is None else previous.state, status.state)
+            updates[key] = status
+            transitions.append((None if previous is None else previous.state, status.state))
             changed.append(status)
+        self.statuses.publish(updates)
+        self.stats.states_changed(transitions)
         self.history.record_nodes(changes, now, record.seq)
         return changed
+
+    def _count_refresh(self, result: RefreshResult) -> None:
+        self.stats.add(
+            retrieve_errors=len(result.retrieve_errors),
+            retrieve_rejected=result.rejected,
+            comparison_errors=result.comparisons.errors,
+        )
 
     def _retries(self, ctx: WalkContext, retry_for: int | None) -> list[RetryRequest]:
         """Retries of the values left RETRYING: for the transaction that first failed them

@@ -15,6 +15,7 @@ from scheduler.api import (
     ValueOrigin,
     ValueState,
 )
+from scheduler.compare import Comparisons, first
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.registry import Registry
 from scheduler.walk import MAX_DERIVATION_DEPTH, base_of
@@ -30,7 +31,8 @@ class RefreshResult:
     touched: dict[Key, None] = field(default_factory=dict)
     availability_changed: dict[Key, None] = field(default_factory=dict)
     retrieve_errors: dict[str, BaseException] = field(default_factory=dict)
-    rejected: int = 0
+    rejected: int = 0  # retrieved items refused (each logged with the reason)
+    comparisons: Comparisons = field(default_factory=Comparisons)
 
 
 class Refresher:
@@ -122,7 +124,12 @@ class Refresher:
             if not isinstance(key, str) or not key or value is None or key in seen:
                 self._reject(descriptor, f"invalid or duplicate Retrieve item for key {key!r}")
                 continue
-            if not _selects(descriptor, key):
+            try:
+                selected = bool(descriptor.key_selector(key))
+            except Exception as exc:
+                self._reject(descriptor, f"key_selector failed on retrieved key {key!r}: {exc!r}")
+                continue
+            if not selected:
                 self._reject(descriptor, f"retrieved key {key!r} not selected by the descriptor")
                 continue
             if only is not None and key not in only:
@@ -182,12 +189,13 @@ class Refresher:
             self._refresh_derived(node, dk, dv)
 
     def _unchanged(self, node: Node, value: Value, metadata: object) -> bool:
+        compare = self.result.comparisons
         if not (
             node.available
             and node.state in _SETTLED
             and node.relations_of is not None
-            and _same(value, node.value)
-            and _same(value, node.relations_of)
+            and compare.same(node.key, value, node.value)
+            and compare.same(node.key, value, node.relations_of)
         ):
             return False
         descriptor = node.descriptor
@@ -195,7 +203,7 @@ class Refresher:
             descriptor is not None
             and descriptor.with_metadata
             and node.metadata is not metadata
-            and not _same(metadata, node.metadata)
+            and not compare.same(node.key, metadata, node.metadata)
         ):
             return False
         nodes = self.graph.nodes
@@ -254,7 +262,7 @@ class Refresher:
             if dk not in new_keys and (pair := self._not_derived(dk, node.key)) is not None
         ]
         if kept:
-            node.derived = tuple(sorted(derived + tuple(kept), key=_first))
+            node.derived = tuple(sorted(derived + tuple(kept), key=first))
             # The derived values are no longer those of ``value``: the walk recomputes them
             # from the NB value when it next applies the base.
             node.relations_of = None
@@ -309,7 +317,7 @@ class Refresher:
             if descriptor.derived_values is not None:
                 pairs = descriptor.derived_values(node.key, value) or ()
                 derived = tuple(
-                    sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                    sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=first)
                 )
             if all(isinstance(dep, Dependency) for dep in deps) and all(
                 isinstance(dk, str) and dk for dk, _ in derived
@@ -391,23 +399,3 @@ _KEPT_WHEN_NOT_FOUND = (
     ValueState.INVALID,
     *_FAILING,
 )
-
-
-def _same(a: object, b: object) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
-
-
-def _first(pair: tuple[Key, Value]) -> Key:
-    return pair[0]
-
-
-def _selects(descriptor: Descriptor, key: Key) -> bool:
-    try:
-        return bool(descriptor.key_selector(key))
-    except Exception:
-        return False

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import types
-from collections.abc import Mapping
+import threading
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 import networkx as nx
 
@@ -16,11 +16,65 @@ class AmbiguousKeyError(DescriptorError):
     """More than one descriptor selects the same key."""
 
 
+class MetadataMap(Mapping[str, Metadata]):
+    """A descriptor's metadata, label -> metadata: a live read-only view, safe from any thread.
+
+    Live, because descriptors look up the metadata of values created earlier in the same
+    transaction (e.g. an interface's sw_if_index for its address). Every lookup takes the lock
+    the worker writes under; iterating, ``keys()``, ``items()``, ``values()`` and ``copy()``
+    work on a copy taken under it at one instant, so a reader never sees the map change
+    under it (and never gets "dictionary changed size during iteration").
+    """
+
+    __slots__ = ("_backing", "_lock")
+
+    def __init__(self, backing: dict[str, Metadata], lock: threading.Lock) -> None:
+        self._backing = backing
+        self._lock = lock
+
+    def __getitem__(self, label: str) -> Metadata:
+        with self._lock:
+            return self._backing[label]
+
+    def get(self, label: str, default: Metadata = None) -> Metadata:
+        with self._lock:
+            return self._backing.get(label, default)
+
+    def __contains__(self, label: object) -> bool:
+        with self._lock:
+            return label in self._backing
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._backing)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.copy())
+
+    def copy(self) -> dict[str, Metadata]:
+        """A snapshot: a new dict, unaffected by later transactions."""
+        with self._lock:
+            return dict(self._backing)
+
+    def keys(self) -> KeysView[str]:
+        return self.copy().keys()
+
+    def items(self) -> ItemsView[str, Metadata]:
+        return self.copy().items()
+
+    def values(self) -> ValuesView[Metadata]:
+        return self.copy().values()
+
+    def __repr__(self) -> str:
+        return f"MetadataMap({self.copy()!r})"
+
+
 class Registry:
     def __init__(self) -> None:
         self._descriptors: dict[str, Descriptor] = {}
         self._cache: dict[Key, Descriptor | None] = {}
         self._metadata: dict[str, dict[str, Metadata]] = {}
+        self._metadata_lock = threading.Lock()  # readers of MetadataMap: any thread
         self._retrieve_order: list[Descriptor] = []
 
     def register(self, descriptor: Descriptor) -> None:
@@ -39,7 +93,8 @@ class Registry:
         self._retrieve_order = order
         self._cache.clear()
         if descriptor.with_metadata:
-            self._metadata[descriptor.name] = {}
+            with self._metadata_lock:
+                self._metadata[descriptor.name] = {}
 
     def get(self, name: str) -> Descriptor | None:
         return self._descriptors.get(name)
@@ -79,19 +134,22 @@ class Registry:
 
     # -- metadata maps ---------------------------------------------------------------------
 
-    def metadata_map(self, name: str) -> Mapping[str, Metadata] | None:
-        backing = self._metadata.get(name)
-        return None if backing is None else types.MappingProxyType(backing)
+    def metadata_map(self, name: str) -> MetadataMap | None:
+        with self._metadata_lock:
+            backing = self._metadata.get(name)
+        return None if backing is None else MetadataMap(backing, self._metadata_lock)
 
     def set_metadata(self, descriptor: Descriptor, label: str, metadata: Metadata) -> None:
         backing = self._metadata.get(descriptor.name)
         if backing is not None:
-            backing[label] = metadata
+            with self._metadata_lock:
+                backing[label] = metadata
 
     def drop_metadata(self, descriptor: Descriptor, label: str) -> None:
         backing = self._metadata.get(descriptor.name)
         if backing is not None:
-            backing.pop(label, None)
+            with self._metadata_lock:
+                backing.pop(label, None)
 
 
 def _retrieve_order(descriptors: dict[str, Descriptor]) -> list[Descriptor]:

@@ -202,7 +202,7 @@ class KVScheduler:
         try:
             resync_kind = ResyncKind(kind)
         except ValueError:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise TransactionError(
                 f"unknown resync kind {kind!r} (use full, upstream or downstream)"
             ) from None
@@ -230,7 +230,7 @@ class KVScheduler:
         notifications are applied together in one transaction).
         """
         if not isinstance(key, str) or not key:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise ValueError(f"notification key must be a non-empty string, got {key!r}")
         with self._cond:
             if self._closed:
@@ -256,7 +256,7 @@ class KVScheduler:
         try:
             kind = None if resync is None else ResyncKind(resync)
         except ValueError:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise TransactionError(f"unknown resync kind {resync!r}") from None
         scope = self._scope(descriptors)
         with self._lock:
@@ -277,7 +277,7 @@ class KVScheduler:
 
     def get_value_statuses(self, key_selector: KeySelector | None = None) -> list[ValueStatus]:
         """Statuses of every known value (optionally filtered), sorted by key; never waits."""
-        statuses = list(self._engine.statuses.values())  # one-step copy of the live dict
+        statuses = self._engine.statuses.all()
         if key_selector is not None:
             statuses = [s for s in statuses if key_selector(s.key)]
         return sorted(statuses, key=lambda status: status.key)
@@ -302,6 +302,8 @@ class KVScheduler:
         return cancel
 
     def get_metadata_map(self, descriptor_name: str) -> Mapping[str, Metadata]:
+        """Label -> metadata of a descriptor: a live read-only view, safe to read from any
+        thread; iterating it (or ``copy()``) walks a snapshot taken at one instant."""
         registry = self._engine.registry
         if registry.get(descriptor_name) is None:
             raise KeyError(f"no descriptor named {descriptor_name!r}")
@@ -349,7 +351,7 @@ class KVScheduler:
     ) -> list[DumpedValue]:
         normalized = view.upper() if view.lower() in ("nb", "sb") else view.lower()
         if normalized not in ("cached", "NB", "SB"):
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise ValueError(f"unknown view {view!r} (use cached, NB or SB)")
         with self._lock:
             engine = self._engine
@@ -403,13 +405,13 @@ class KVScheduler:
         return out
 
     def stats(self) -> dict[str, Any]:
+        """A copy of the counters (never waits for a running transaction)."""
         with self._cond:
             queued = len(self._queue)
             delayed = len(self._delayed)
         snapshot = self._engine.stats.snapshot()
         snapshot["queue_length"] = queued
         snapshot["scheduled_retries"] = delayed
-        snapshot["graph_size"] = len(self._engine.graph)
         return snapshot
 
     def graph_dot(self, txn: int | None = None) -> str:
@@ -461,14 +463,14 @@ class KVScheduler:
         scope = set(descriptors)
         unknown = sorted(n for n in scope if self._engine.registry.get(n) is None)
         if unknown:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise TransactionError(f"unknown descriptors {unknown!r}")
         return scope
 
     def _check_keys(self, values: Mapping[Any, Value]) -> None:
         bad = [key for key in values if not isinstance(key, str) or not key]
         if bad:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise TransactionError(f"keys must be non-empty strings, got {bad[:5]!r}")
 
     def _enqueue(self, job: _Job) -> None:
@@ -480,7 +482,7 @@ class KVScheduler:
 
     def _run_and_wait(self, job: _Job, *, raise_errors: bool = True) -> int:
         if threading.current_thread() is self._worker:
-            self._engine.stats.rejected_requests += 1
+            self._engine.stats.add(rejected_requests=1)
             raise TransactionError(
                 "a transaction cannot be committed from inside a descriptor callback or a "
                 "status watcher (it would wait for itself); use push_sb_notification"
@@ -516,24 +518,35 @@ class KVScheduler:
             job = self._next_job()
             if job is None:
                 return
-            try:
-                with self._lock:
-                    job.outcome = job.run(self._engine)
-            except BaseException as exc:  # never let a job kill the worker
-                log.exception("scheduler job failed")
-                job.error = (
-                    exc
-                    if isinstance(exc, TransactionError)
-                    else TransactionError(f"internal error: {exc!r}")
-                )
-                if job.error is not exc:
-                    job.error.__cause__ = exc
+            self._run_job(job)
             outcome = job.outcome
             if outcome is not None:
                 self._schedule_retries(outcome.retries)
                 # Before the committer is released: when commit() returns, watchers have run.
                 self._notify_watchers(outcome.changed)
             job.finish()
+
+    def _run_job(self, job: _Job) -> None:
+        """Run one job; what it raises goes to the caller waiting for it, never kills the
+        worker. Descriptor failures are data (in the record); anything else an Exception
+        raises is a bug: logged, counted, and reported as a TransactionError. A BaseException
+        that is not an Exception (KeyboardInterrupt, SystemExit raised by a callback) reaches
+        the caller as it is. The engine rolls the graph back in every case."""
+        try:
+            with self._lock:
+                job.outcome = job.run(self._engine)
+        except Exception as exc:
+            log.exception("scheduler job failed")
+            self._engine.stats.add(internal_errors=1)
+            if isinstance(exc, TransactionError):
+                job.error = exc
+            else:
+                job.error = TransactionError(f"internal error: {exc!r}")
+                job.error.__cause__ = exc
+        except BaseException as exc:
+            log.error("scheduler job interrupted by %r", exc)
+            self._engine.stats.add(internal_errors=1)
+            job.error = exc
 
     def _schedule_retries(self, requests: list[RetryRequest]) -> None:
         if not requests:

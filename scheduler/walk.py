@@ -21,6 +21,7 @@ from scheduler.api import (
     ValueOrigin,
     ValueState,
 )
+from scheduler.compare import first
 from scheduler.context import WalkContext
 from scheduler.effects import Effect, Raised, invoke
 from scheduler.graph import DerivedPairs, Graph, Node
@@ -190,212 +191,221 @@ class Walker:
         recreate: bool = False,
         metadata: Metadata = _NO_METADATA,
     ) -> bool:
-        graph = self.graph
+        """Create a value that is not available (new, or e.g. PENDING or failed): validate it,
+        work out its relations, wait (PENDING) until its dependencies exist, create it, then
+        let its dependents and derived values follow."""
+        node = self._node_to_create(key, node, value, origin, derived_from)
         if node is None:
-            try:
-                descriptor = self.registry.lookup(key)
-            except ValueError as exc:
-                self._reject(key, exc)
-                return False
-            node = Node(key, value, descriptor, origin, derived_from)
-            if origin is NB and derived_from is None:
-                node.nb_value = value
-                node.nb_seq = self.ctx.seq
-                node.retry_policy = self.ctx.retry
-                node.retry_attempt = self.ctx.retry_attempt
-            elif derived_from is not None:
-                base = graph.get(derived_from)
-                if base is not None:
-                    node.retry_policy = base.retry_policy
-                    node.retry_attempt = base.retry_attempt
-            graph.add(node)
-            prev_state = ValueState.NONEXISTENT
-            prev_error: BaseException | None = None
-            prev_value: Value = None
-        else:
-            graph.touch(node)
-            prev_state = node.state
-            prev_error = node.error
-            prev_value = node.value if prev_state is not ValueState.NONEXISTENT else None
-            node.origin = origin
-            node.derived_from = derived_from
+            return False
+        rec = _op_record(CREATE, node, value, recreate=recreate)
         self._touched(key)
         node.value = value
+        if node.descriptor is None and derived_from is None:
+            return self._unimplemented(node, rec)
+        derived = self._prepare_create(node, rec, origin)
+        if derived is None:
+            return False
+        if not is_ready(self.graph, node):
+            return self._wait_for_dependencies(node, rec)
+        try:
+            new_metadata = self._create_in_sb(node, origin, metadata)
+        except Exception as exc:  # descriptor failures are data, never crash the walk
+            node.available = False
+            self._fail(node, exc, rec)
+            return False
+        self._mark_created(node, rec, origin, new_metadata)
+        self._dep_updates(key)
+        self._apply_derived(node, derived, origin)
+        return True
+
+    def _node_to_create(
+        self,
+        key: Key,
+        node: Node | None,
+        value: Value,
+        origin: ValueOrigin,
+        derived_from: Key | None,
+    ) -> Node | None:
+        """``node`` taken over for the create, or a new node in the graph (None, with the
+        transaction error recorded, when the key's descriptor cannot be told)."""
+        graph = self.graph
+        if node is not None:
+            graph.touch(node)
+            node.origin = origin
+            node.derived_from = derived_from
+            return node
+        try:
+            descriptor = self.registry.lookup(key)
+        except ValueError as exc:
+            self._reject(key, exc)
+            return None
+        node = Node(key, value, descriptor, origin, derived_from)
+        if origin is NB and derived_from is None:
+            node.nb_value = value
+            node.nb_seq = self.ctx.seq
+            node.retry_policy = self.ctx.retry
+            node.retry_attempt = self.ctx.retry_attempt
+        elif derived_from is not None:
+            base = graph.get(derived_from)
+            if base is not None:
+                node.retry_policy = base.retry_policy
+                node.retry_attempt = base.retry_attempt
+        graph.add(node)
+        return node
+
+    def _unimplemented(self, node: Node, rec: RecordedOp) -> bool:
+        """No descriptor selects the key (yet): kept, applied when one registers."""
+        self.graph.set_deps(node, ())
+        node.state = ValueState.UNIMPLEMENTED
+        node.error = None
+        node.last_op = CREATE
+        node.details = ()
+        self.ctx.record(rec, node.state, noop=True)
+        return True
+
+    def _prepare_create(
+        self, node: Node, rec: RecordedOp, origin: ValueOrigin
+    ) -> DerivedPairs | None:
+        """Validate the value (NB) and set its relations; its derived values, or None when
+        the value is INVALID (validation or relations failed)."""
+        graph = self.graph
         descriptor = node.descriptor
-        is_derived = derived_from is not None
-        rec = RecordedOp(
-            CREATE, key, prev_value, value, prev_state, prev_error=prev_error, derived=is_derived
-        )
-        rec.recreate = recreate
-
-        if descriptor is None and not is_derived:
-            graph.set_deps(node, ())
-            node.state = ValueState.UNIMPLEMENTED
-            node.error = None
-            node.last_op = CREATE
-            node.details = ()
-            self.ctx.record(rec, node.state, noop=True)
-            return True
-
+        value = node.value
         if descriptor is not None and origin is NB:
-            invalid = self._validate(descriptor, key, value)
+            invalid = self._validate(descriptor, node.key, value)
             if invalid is not None:
                 graph.set_deps(node, ())
-                return self._invalid(node, rec, invalid)
-
+                self._invalid(node, rec, invalid)
+                return None
         try:
             deps, derived = self._relations(node, descriptor, value)
         except DescriptorOutputError as exc:
             graph.set_deps(node, ())
-            return self._invalid(node, rec, exc)
+            self._invalid(node, rec, exc)
+            return None
         graph.set_deps(node, deps)
         node.derived = derived
         node.relations_of = value
+        return derived
 
-        if not is_ready(graph, node):
-            node.state = ValueState.PENDING
-            node.error = None
-            node.last_op = CREATE
-            node.details = missing_labels(graph, node)
-            rec.details = node.details
-            self.ctx.record(rec, node.state, noop=True)
-            return True
+    def _wait_for_dependencies(self, node: Node, rec: RecordedOp) -> bool:
+        node.state = ValueState.PENDING
+        node.error = None
+        node.last_op = CREATE
+        node.details = missing_labels(self.graph, node)
+        rec.details = node.details  # a plan shows what the value waits for
+        self.ctx.record(rec, node.state, noop=True)
+        return True
 
-        new_metadata: Metadata = None
+    def _create_in_sb(self, node: Node, origin: ValueOrigin, metadata: Metadata) -> Metadata:
+        """The CREATE call (NB values); SB values exist already (with the metadata given)."""
         if origin is SB:
-            new_metadata = None if metadata is _NO_METADATA else metadata
-        elif descriptor is not None:
-            try:
-                new_metadata = self._crud(CREATE, node, (value,))
-            except Exception as exc:  # descriptor failures are data, never crash the walk
-                node.available = False
-                self._fail(node, exc, rec)
-                return False
+            return None if metadata is _NO_METADATA else metadata
+        if node.descriptor is None:
+            return None  # a derived property: nothing to call
+        return self._crud(CREATE, node, (node.value,))
 
+    def _mark_created(
+        self, node: Node, rec: RecordedOp, origin: ValueOrigin, metadata: Metadata
+    ) -> None:
         node.available = True
         node.state = ValueState.OBTAINED if origin is SB else ValueState.CONFIGURED
         node.error = None
         node.last_op = CREATE
         node.details = ()
-        self._store_metadata(node, new_metadata, via_crud=origin is NB)
-        rec.property = descriptor is None
+        self._store_metadata(node, metadata, via_crud=origin is NB)
+        rec.property = node.descriptor is None
         self.ctx.record(rec, node.state)
-        self._dep_updates(key)
-        self._apply_derived(node, derived, origin)
-        return True
 
     # -- update ----------------------------------------------------------------------------
 
     def _update(
         self, node: Node, value: Value, origin: ValueOrigin, *, metadata: Metadata = _NO_METADATA
     ) -> bool:
-        graph = self.graph
+        """Apply a new value to an available value: validate it (NB), then recreate it when
+        the descriptor cannot update it in place, change it, or (equivalent and settled) only
+        let its derived values follow."""
         key = node.key
         descriptor = node.descriptor
-        prev_state = node.state
-        prev_value = node.value
-        prev_error = node.error
-        is_derived = node.derived_from is not None
-        rec = RecordedOp(
-            UPDATE, key, prev_value, value, prev_state, prev_error=prev_error, derived=is_derived
-        )
-
+        rec = _op_record(UPDATE, node, value)
         if descriptor is not None and origin is NB:
             invalid = self._validate(descriptor, key, value)
             if invalid is not None:
-                graph.touch(node)
+                self.graph.touch(node)
                 self._touched(key)
                 return self._invalid(node, rec, invalid)
 
+        compare = self.ctx.comparisons
         if descriptor is not None:
-            try:
-                equivalent = descriptor.equivalent(key, prev_value, value)
-            except Exception:  # a broken comparator: treat the value as changed
-                equivalent = False
+            equivalent = compare.equivalent(descriptor, key, rec.prev_value, value)
         else:
-            equivalent = _same(prev_value, value)
-
+            equivalent = compare.same(key, rec.prev_value, value)
         if origin is SB or (node.origin is SB and origin is not NB):
             return self._update_obtained(node, value, equivalent, metadata, rec)
 
-        recreate = False
         if not equivalent and descriptor is not None:
             try:
-                recreate = descriptor.needs_recreate(key, prev_value, value, node.metadata)
+                recreate = descriptor.needs_recreate(key, rec.prev_value, value, node.metadata)
             except Exception as exc:
-                graph.touch(node)
+                self.graph.touch(node)
                 self._touched(key)
                 self._fail(node, exc, rec)
                 return False
-        if recreate:
-            if not self._delete(node, recreate=True):
-                return False
-            return self._create(key, node, value, origin, node.derived_from, recreate=True)
-
-        if (
+            if recreate:
+                if not self._delete(node, recreate=True):
+                    return False
+                return self._create(key, node, value, origin, node.derived_from, recreate=True)
+        elif (
             equivalent
-            and prev_state in (ValueState.CONFIGURED, ValueState.OBTAINED)
+            and rec.prev_state in (ValueState.CONFIGURED, ValueState.OBTAINED)
             and node.origin is origin
-            and _same(value, node.relations_of)
+            and compare.same(key, value, node.relations_of)
         ):
             # Nothing changed: only the derived values may need attention (e.g. a retry).
             self._apply_derived(node, node.derived, origin)
             return True
+        return self._change(node, value, origin, equivalent, rec)
 
-        graph.touch(node)
+    def _change(
+        self, node: Node, value: Value, origin: ValueOrigin, equivalent: bool, rec: RecordedOp
+    ) -> bool:
+        """The new relations first (derived values the new value no longer has go), then the
+        value: updated (or adopted when equivalent); when it needs dependencies the old value
+        did not, the old value is removed and the new one waits (PENDING)."""
+        key = node.key
+        prev_state = rec.prev_state
+        self.graph.touch(node)
         self._touched(key)
         was_obtained = node.origin is SB
         if node.origin is not origin:
             node.relations_of = None  # relations depend on the origin (SB values have no deps)
         node.origin = origin
         try:
-            deps, derived = self._relations(node, descriptor, value)
+            deps, derived = self._relations(node, node.descriptor, value)
         except DescriptorOutputError as exc:
             return self._invalid(node, rec, exc)
-        old_derived = node.derived
-        graph.set_deps(node, deps)
-        new_keys = {dk for dk, _ in derived}
-        for dk, _ in sorted(old_derived, reverse=True):
-            if dk not in new_keys:
-                self._apply(dk, None, origin, derived_from=key)
+        still_derived = self._set_relations(node, deps, derived, origin)
 
-        if not is_ready(graph, node):
-            # The new value waits for dependencies the old one did not need: remove the old one.
-            node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
+        if not is_ready(self.graph, node):
+            node.derived = still_derived
             ok = self._delete(node, pending=True)
             node.value = value
             node.derived = derived
             node.relations_of = value
             if ok:
-                node.details = missing_labels(graph, node)
+                node.details = missing_labels(self.graph, node)
             return ok
 
-        if not equivalent:
-            new_metadata = node.metadata
-            if descriptor is not None:
-                try:
-                    new_metadata = self._crud(UPDATE, node, (prev_value, value))
-                except Exception as exc:
-                    node.derived = tuple(pair for pair in old_derived if pair[0] in new_keys)
-                    self._fail(node, exc, rec)
-                    return False
-            node.value = value
-            node.state = ValueState.CONFIGURED
-            node.error = None
-            node.last_op = UPDATE
-            node.details = ()
-            self._store_metadata(node, new_metadata, via_crud=True)
-            if was_obtained:
-                rec.prev_state = ValueState.OBTAINED
-            rec.property = descriptor is None
-            self.ctx.record(rec, node.state)
-        else:
+        if equivalent:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
             if prev_state is not ValueState.CONFIGURED:
                 node.state = ValueState.CONFIGURED
                 node.error = None
                 node.details = ()
+        elif not self._update_in_sb(node, value, rec, was_obtained):
+            node.derived = still_derived
+            return False
         node.derived = derived
         node.relations_of = value
         if prev_state not in (ValueState.CONFIGURED, ValueState.OBTAINED):
@@ -403,6 +413,44 @@ class Walker:
             self._dep_updates(key)
         self._apply_derived(node, derived, origin)
         return True
+
+    def _update_in_sb(self, node: Node, value: Value, rec: RecordedOp, was_obtained: bool) -> bool:
+        """The UPDATE call (none for a derived property); False when it failed."""
+        new_metadata = node.metadata
+        if node.descriptor is not None:
+            try:
+                new_metadata = self._crud(UPDATE, node, (rec.prev_value, value))
+            except Exception as exc:
+                self._fail(node, exc, rec)
+                return False
+        node.value = value
+        node.state = ValueState.CONFIGURED
+        node.error = None
+        node.last_op = UPDATE
+        node.details = ()
+        self._store_metadata(node, new_metadata, via_crud=True)
+        if was_obtained:
+            rec.prev_state = ValueState.OBTAINED
+        rec.property = node.descriptor is None
+        self.ctx.record(rec, node.state)
+        return True
+
+    def _set_relations(
+        self,
+        node: Node,
+        deps: tuple[Dependency, ...],
+        derived: DerivedPairs,
+        origin: ValueOrigin,
+    ) -> DerivedPairs:
+        """Set the dependencies of ``node`` and remove the derived values it no longer has;
+        returns its former derived values that it still has."""
+        old_derived = node.derived
+        self.graph.set_deps(node, deps)
+        new_keys = {dk for dk, _ in derived}
+        for dk, _ in sorted(old_derived, reverse=True):
+            if dk not in new_keys:
+                self._apply(dk, None, origin, derived_from=node.key)
+        return tuple(pair for pair in old_derived if pair[0] in new_keys)
 
     def _update_obtained(
         self,
@@ -418,18 +466,13 @@ class Walker:
         self._touched(node.key)
         if metadata is not _NO_METADATA:
             self._store_metadata(node, metadata, via_crud=False)
-        if equivalent and _same(value, node.relations_of):
+        if equivalent and self.ctx.comparisons.same(node.key, value, node.relations_of):
             return True
         try:
             deps, derived = self._relations(node, node.descriptor, value)
         except DescriptorOutputError:
             deps, derived = (), ()  # an SB value is taken as reported, without relations
-        old_derived = node.derived
-        graph.set_deps(node, deps)
-        new_keys = {dk for dk, _ in derived}
-        for dk, _ in sorted(old_derived, reverse=True):
-            if dk not in new_keys:
-                self._apply(dk, None, SB, derived_from=node.key)
+        self._set_relations(node, deps, derived, SB)
         node.value = value
         node.derived = derived
         node.relations_of = value
@@ -446,15 +489,10 @@ class Walker:
         graph = self.graph
         key = node.key
         prev_state = node.state
-        prev_error = node.error
-        is_derived = node.derived_from is not None
         descriptor = node.descriptor
         graph.touch(node)
         self._touched(key)
-        rec = RecordedOp(
-            DELETE, key, node.value, None, prev_state, prev_error=prev_error, derived=is_derived
-        )
-        rec.recreate = recreate
+        rec = _op_record(DELETE, node, None, recreate=recreate)
 
         if not node.available:
             if pending:
@@ -563,7 +601,9 @@ class Walker:
     def _relations(
         self, node: Node, descriptor: Descriptor | None, value: Value
     ) -> tuple[tuple[Dependency, ...], DerivedPairs]:
-        if node.relations_of is not None and _same(value, node.relations_of):
+        if node.relations_of is not None and self.ctx.comparisons.same(
+            node.key, value, node.relations_of
+        ):
             return node.deps, node.derived
         cache = self.ctx.relations_cache
         cached = cache.get(node.key)
@@ -578,7 +618,7 @@ class Walker:
                 if descriptor.derived_values is not None:
                     pairs = descriptor.derived_values(node.key, value) or ()
                     derived = tuple(
-                        sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=_first)
+                        sorted(((dk, dv) for dk, dv in pairs if dv is not None), key=first)
                     )
             except Exception as exc:
                 raise DescriptorOutputError(
@@ -660,7 +700,7 @@ class Walker:
 
     def _set_nb(self, node: Node, value: Value) -> None:
         ctx = self.ctx
-        changed = not (node.nb_value is value or node.nb_value == value)
+        changed = not ctx.comparisons.same(node.key, node.nb_value, value)
         sets_policy = ctx.retry_attempt == 0 and not ctx.keep_retry_policy
         policy_changed = sets_policy and (node.retry_policy != ctx.retry or node.retry_attempt != 0)
         if not changed and not policy_changed and ctx.retry_attempt == node.retry_attempt:
@@ -798,17 +838,24 @@ def _still_in_sb(node: Node) -> bool:
     )
 
 
-def _same(a: Value, b: Value) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except Exception:  # exotic values without a usable ==: treat as changed
-        return False
-
-
-def _first(pair: tuple[Key, Value]) -> Key:
-    return pair[0]
+def _op_record(
+    op: TxnOperation, node: Node, new_value: Value, *, recreate: bool = False
+) -> RecordedOp:
+    """The record of ``op`` on ``node``, taken before the node changes."""
+    prev_value = node.value
+    if op is CREATE and node.state is ValueState.NONEXISTENT:
+        prev_value = None
+    rec = RecordedOp(
+        op,
+        node.key,
+        prev_value,
+        new_value,
+        node.state,
+        prev_error=node.error,
+        derived=node.derived_from is not None,
+    )
+    rec.recreate = recreate
+    return rec
 
 
 def _invalid_fields(exc: BaseException) -> tuple[str, ...]:

@@ -142,7 +142,7 @@ class Agent:
             "statuses_published": 0, "drift_repairs": 0, "nb_values_refused": 0,
             "confirm_rollbacks": 0, "rest_transactions": 0, "rest_transaction_errors": 0,
         }
-        self._lock = threading.RLock()  # guards desired + counters
+        self._lock = threading.RLock()  # guards desired + counters + _failures
         # Serialises northbound transactions (the NB loop's and REST POST /configuration), so
         # a batch taken from the mesh before a REST apply is not committed over it.
         self._txn_lock = threading.Lock()
@@ -288,13 +288,15 @@ class Agent:
 
     def _after_reconciliation(self, outcome: RunOutcome) -> None:
         if outcome.state is DeviceState.KNOWN:
-            self._failures.pop(outcome.device, None)
+            with self._lock:  # future callbacks run on the reconciliation threads
+                self._failures.pop(outcome.device, None)
             log.info("device %s is KNOWN%s", outcome.device,
                      f" (failed, tolerated: {outcome.failed})" if outcome.failed else "")
             return
         if not outcome.disconnect or self._stop.is_set():
             return
-        failures = self._failures[outcome.device] = self._failures.get(outcome.device, 0) + 1
+        with self._lock:
+            failures = self._failures[outcome.device] = self._failures.get(outcome.device, 0) + 1
         first, cap = self.config.reconnect_backoff_s
         hold_off = min(cap, first * 2 ** (failures - 1))
         log.warning("reconciliation of %s failed (%s): disconnecting, retry in %.1fs",

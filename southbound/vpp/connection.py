@@ -56,7 +56,9 @@ class VppConnection:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.apidir = apidir
-        self.counters: Counter[str] = Counter()
+        # Counted by callers, the supervisor and vpp_papi's reader thread: under their own lock.
+        self._counters: Counter[str] = Counter()
+        self._counters_lock = threading.Lock()
         self.generation = 0  # number of successful connections so far
         self._lock = threading.Lock()  # serialises API calls
         self._client: Any = None
@@ -107,8 +109,18 @@ class VppConnection:
         with self._lock:
             client = self._client
         if client is not None:
-            self.counters["drops"] += 1
+            self._count("drops")
             self._abort(client)
+
+    @property
+    def counters(self) -> Counter[str]:
+        """A copy of the counters, taken at one instant."""
+        with self._counters_lock:
+            return self._counters.copy()
+
+    def _count(self, name: str) -> None:
+        with self._counters_lock:
+            self._counters[name] += 1
 
     def on_connect(self, callback: Callback) -> None:
         """Called after every (re)connection, in the supervisor thread."""
@@ -128,7 +140,7 @@ class VppConnection:
         reply = self._invoke(name, kwargs)
         retval = getattr(reply, "retval", 0)
         if retval != 0:
-            self.counters["retval_errors"] += 1
+            self._count("retval_errors")
             raise VppApiError(name, retval)
         return reply
 
@@ -148,11 +160,11 @@ class VppConnection:
                     f"{name}: VPP at {self.socket_path} does not offer this message "
                     "(missing plugin, or a different CRC)"
                 ) from None
-            self.counters["calls"] += 1
+            self._count("calls")
             try:
                 return function(**kwargs)
             except OSError as exc:  # VPPIOError, transport errors, timeouts
-                self.counters["transport_errors"] += 1
+                self._count("transport_errors")
                 self._connected.clear()
                 self._client = None
                 self._abort(client)
@@ -167,7 +179,7 @@ class VppConnection:
             try:
                 client = self._open()
             except Exception as exc:
-                self.counters["connect_failures"] += 1
+                self._count("connect_failures")
                 log.debug("connecting to VPP at %s failed: %s", self.socket_path, exc)
                 if self._stop.wait(delay):
                     break
@@ -181,7 +193,7 @@ class VppConnection:
                 self._client = client
                 self.generation += 1
                 self._connected.set()
-            self.counters["connects"] += 1
+            self._count("connects")
             log.info("connected to VPP at %s", self.socket_path)
             self._fire(self._on_connect)
             # The reader thread ends when the socket closes: VPP went away or we dropped it.
@@ -193,7 +205,7 @@ class VppConnection:
             self._disconnect(client)
             if self._stop.is_set():
                 break
-            self.counters["disconnects"] += 1
+            self._count("disconnects")
             log.warning("connection to VPP at %s lost; reconnecting", self.socket_path)
             self._fire(self._on_disconnect)
             hold_off, self._hold_off = self._hold_off, 0.0
@@ -249,10 +261,10 @@ class VppConnection:
     def _on_vpp_message(self, name: str, msg: Any) -> None:
         # Runs in vpp_papi's reader thread: hand over, never block here.
         if name.endswith("_event"):
-            self.counters["events"] += 1
+            self._count("events")
             self._events.put((name, msg))
         else:
-            self.counters["stray_replies"] += 1  # a reply that arrived after its call timed out
+            self._count("stray_replies")  # a reply that arrived after its call timed out
 
     def _dispatch(self) -> None:
         while True:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import signal
+import time
 from functools import partial
+
+import zmq
 
 from kvstore import wire
 from kvstore.client import KvStoreClient, make_value
-from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request, Value
-from tests.kvstore.conftest import Mesh, wait_for_value
+from kvstore.db import KvStoreDb
+from kvstore.gen.kvstore_thrift.ttypes import (
+    Command,
+    DigestReply,
+    KeySetParams,
+    PeerState,
+    Publication,
+    Request,
+    Response,
+    Value,
+)
+from tests.kvstore.conftest import Mesh, free_port, wait_for_value
 from tests.util import wait_until
 
 
@@ -68,7 +81,8 @@ def test_three_way_full_sync_on_peer_add(mesh: Mesh) -> None:
 
 
 def test_peer_not_initialized_gets_missed_keys_at_end_of_sync(mesh: Mesh) -> None:
-    """Keys merged while a peer is still syncing reach it in the finalize step."""
+    """A key set while a peer is down (no flood to it) reaches it by the sync retried once the
+    peer is up."""
     a = mesh.start(mesh.allocate("a"))
     b_spec = mesh.allocate("b")
     # a declares b before b exists: the sync cannot finish, so b is not INITIALIZED...
@@ -79,6 +93,54 @@ def test_peer_not_initialized_gets_missed_keys_at_end_of_sync(mesh: Mesh) -> Non
     # ...and once b comes up, a's (retried) sync delivers the key.
     b = mesh.start(b_spec)
     wait_for_value([b], "early", lambda v: v is not None and v.value == b"1")
+
+
+def test_key_merged_during_a_sync_is_sent_in_the_finalize_step(mesh: Mesh) -> None:
+    """A key merged while a peer's sync is in flight is not flooded to it (not INITIALIZED) and
+    is not in what the sync compares: only the finalize step can deliver it. The peer is a test
+    socket speaking the responder side with an empty store and wanting nothing (so the only
+    KEY_SET it can get is the finalize step's pending keys)."""
+    a = mesh.allocate("a", sync_timeout_ms=60_000)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    fake: zmq.Socket[bytes] = context.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake_url = f"tcp://127.0.0.1:{free_port()}"
+    fake.bind(fake_url)
+    empty = KvStoreDb("fake")
+    got: dict[str, Value] = {}
+    try:
+        mesh.start(a)
+        with a.client() as client:
+            client.add_peer("fake", fake_url)
+            requests = 0
+            deadline = time.monotonic() + 60
+            while "late" not in got:
+                assert time.monotonic() < deadline, f"no finalize KEY_SET; {client.counters()}"
+                if not fake.poll(200):
+                    continue
+                frames = fake.recv_multipart()
+                identity, corr, payload = frames[0], frames[-3], frames[-1]
+                request = wire.decode_request(payload)
+                if request.cmd == Command.KEY_SET:  # finalize (no correlation id)
+                    got.update(request.key_set.key_vals)
+                    continue
+                requests += 1
+                if requests == 1:
+                    # The sync is in flight (a waits for this reply): merge a key on a now.
+                    client.set({"late": make_value(b"L", version=1, originator_id="a")})
+                    assert client.peers()["fake"].state == PeerState.SYNCING
+                if request.cmd == Command.DIGEST_GET:
+                    response = Response(
+                        digest=DigestReply(digests=empty.digest_children(request.digest.node_ids))
+                    )
+                else:
+                    assert request.cmd == Command.KEY_DUMP
+                    response = Response(publication=Publication(key_vals={}, tobe_updated_keys=[]))
+                fake.send_multipart([identity, corr, b"", wire.encode(response)])
+            wait_until(lambda: client.peers()["fake"].state == PeerState.INITIALIZED)
+    finally:
+        fake.close(linger=0)
+    assert got["late"].value == b"L"
 
 
 def test_anti_entropy_repairs_missed_publication(mesh: Mesh) -> None:

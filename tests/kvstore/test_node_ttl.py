@@ -61,10 +61,13 @@ def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
 
 
 def test_short_ttl_is_applied_locally_but_not_flooded(mesh: Mesh) -> None:
-    a, b = mesh.chain(["a", "b"])
+    # A threshold far above the key's TTL: the key is alive on a for as long as the test reads.
+    a, b = mesh.chain(["a", "b"], ttl_threshold_ms=120_000)
     with a.client() as client:
-        client.set({"brief": make_value(b"x", version=1, originator_id="a", ttl_ms=300)})
+        client.set({"brief": make_value(b"x", version=1, originator_id="a", ttl_ms=60_000)})
         client.set({"marker": make_value(b"m", version=1, originator_id="a")})
+        on_a = client.get(["brief"])
+    assert "brief" in on_a and on_a["brief"].value == b"x"  # applied locally
     wait_for_value([b], "marker", lambda v: v is not None)
     with b.client() as client:
         assert "brief" not in client.get(["brief"])
@@ -141,6 +144,33 @@ def test_persist_key_wins_back_an_overridden_key(mesh: Mesh) -> None:
         with node.client() as client:
             value = client.get(["owned"])["owned"]
             assert (value.value, value.originator_id) == (b"mine", "a")
+
+
+def test_persisted_key_the_store_lost_is_advertised_again(mesh: Mesh) -> None:
+    """KeyManager's periodic store check: the node restarts empty and nothing tells the manager
+    (no publication says "gone"); the check finds the persisted key missing and re-advertises it."""
+    a = mesh.start(mesh.allocate("a"))
+    cmd_url = a.cmd_url
+
+    async def scenario() -> None:
+        async with AsyncKvStoreClient(a.cmd_url) as client, KeyManager(
+            client, check_interval_s=0.3
+        ) as keys:
+            await keys.persist_key("kept", b"mine")
+            advertised = keys.counters["advertised"]
+            a.kill()
+            mesh.start(a)  # in-memory store: it comes back without the key
+            assert a.cmd_url == cmd_url, "restarted on other ports"
+            async with AsyncKvStoreClient(a.cmd_url) as probe:
+
+                async def back() -> bool:
+                    value = (await probe.get(["kept"])).get("kept")
+                    return value is not None and value.value == b"mine"
+
+                await async_wait_until(back, timeout=30, message="re-advertised by the check")
+            assert keys.counters["advertised"] > advertised
+
+    asyncio.run(scenario())
 
 
 def test_subscribe_key_callbacks_and_clear_key(mesh: Mesh) -> None:

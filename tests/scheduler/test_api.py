@@ -405,3 +405,20 @@ def test_transaction_error_message_with_few_failures_names_them_all(
         f"transaction #{info.value.seq} failed: 2 errors: "
         f"{IF}b (CREATE): planned failure of {IF}b, {IF}c (CREATE): planned failure of {IF}c"
     )
+
+
+def test_upstream_resync_never_calls_retrieve(sched: KVScheduler, sb: MockSB) -> None:
+    base_setup(sched, sb)
+    sched.start_txn().set_value(IF + "a", {}).set_value(IF + "b", {}).commit()
+    sb.seed(IF + "drift", {"made": "by someone else"}, ValueOrigin.FROM_SB)
+    sb.pop_calls()
+    sched.resync({IF + "a": {"mtu": 9000}}, kind="upstream")
+    calls = sb.pop_calls()
+    assert not [call for call in calls if call[0] == "retrieve"], calls
+    # The desired state was applied from what the graph knows, not from the SB.
+    assert calls == [("delete", IF + "b"), ("update", IF + "a")]
+    assert state(sched, IF + "drift") is ValueState.NONEXISTENT
+    # A full resync does retrieve (and so learns of the drift): the check above can fail.
+    sched.resync({IF + "a": {"mtu": 9000}}, kind="full")
+    assert ("retrieve", IF + "a") in sb.pop_calls()
+    assert state(sched, IF + "drift") is ValueState.OBTAINED

@@ -83,9 +83,14 @@ def test_messages_vpp_does_not_offer_are_reported(emulator):
         assert conn.wait_connected(30)
         with pytest.raises(VppUnsupportedError, match="does not offer"):
             conn.call("memclnt_rx_thread_suspend_not_there")
+        before = conn.counters
         # a retval is checked and named
         with pytest.raises(VppApiError, match=r"VNET_API_ERROR_INVALID_SW_IF_INDEX \(-2\)"):
             conn.call("delete_loopback", sw_if_index=12345)
+        # counted; what was read before is a copy (the reader thread counts too)
+        after = conn.counters
+        assert after["retval_errors"] == before["retval_errors"] + 1
+        assert after["calls"] == before["calls"] + 1
     finally:
         conn.close()
     assert not conn.connected
