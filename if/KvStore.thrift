@@ -144,6 +144,10 @@ struct NodeInfo {
   /* Root of the anti-entropy digest tree: XOR over every key of a hash of (key, value hash,
    * ttl_version). Equal on two nodes whose stores agree (cheap convergence check). */
   7: i64 digest = 0
+  /* How the node got its state: "EMPTY" (nothing on disk, no peer sync completed), "RESTORED"
+   * (loaded from its data directory, no peer sync completed), "SYNCED" (a full sync with at
+   * least one peer completed). See kvstore/store_state.py. */
+  8: optional string store_state
 }
 
 struct Error {

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +59,7 @@ class NodeInfo:
     netns: str | None
     http: str | None
     vpp_socket: str | None = None
+    data_dir: str | None = None  # the node's durable store (kept by `down`, see `purge`)
     pids: dict[str, int] = field(default_factory=dict)
     peers: list[str] = field(default_factory=list)
     key_file: str | None = None  # the node's secret key (None: an insecure cluster)
@@ -233,6 +235,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
             netns=f"{netns_prefix}-{name}" if use_netns else None,
             http=f"127.0.0.1:{free_tcp_port()}",
             vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+            data_dir=str(run_dir / "data" / name),
             peers=peering[name])
     state.save()
     exe = [sys.executable, "-m", "kvmesh"]
@@ -259,8 +262,9 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                      f"http://{info.http}")
             info.pids["node"] = _spawn(
                 [*exe, "node", "run", "--name", name, "--cmd-url", info.cmd_url,
-                 "--pub-url", info.pub_url, "--key-file", str(info.key_file),
-                 "--authorized-keys", str(auth), *peer_args, *agent_args],
+                 "--pub-url", info.pub_url, "--data-dir", str(info.data_dir),
+                 "--key-file", str(info.key_file), "--authorized-keys", str(auth), *peer_args,
+                 *agent_args],
                 run_dir / f"{name}.log")
             state.save()
         for name, info in state.nodes.items():
@@ -293,11 +297,14 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
 
 
 def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
-         progress: Progress = lambda _msg: None) -> int:
+         progress: Progress = lambda _msg: None, purge: bool = False) -> int:
     """Stop every process and remove every namespace the cluster made; returns how many
-    processes were stopped."""
+    processes were stopped. The nodes' data directories stay (the next `up` from the same run
+    dir restores their configuration) unless `purge`."""
     state = ClusterState.load(run_dir)
     if state is None:
+        if purge:
+            shutil.rmtree(run_dir / "data", ignore_errors=True)
         return 0
     # Nodes first (each stops its agent), VPP emulators last so no agent sees VPP vanish.
     pids = [pid for info in state.nodes.values()
@@ -324,4 +331,7 @@ def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
         if info.vpp_socket:
             Path(info.vpp_socket).unlink(missing_ok=True)
     (Path(state.run_dir) / STATE_FILE).unlink(missing_ok=True)
+    if purge:
+        progress(f"removing data directories under {run_dir / 'data'}")
+        shutil.rmtree(run_dir / "data", ignore_errors=True)
     return stopped

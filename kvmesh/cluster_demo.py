@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,6 +119,19 @@ def run_cluster_demo(keep: bool = False) -> int:
 
         _say("n2's scheduler values, from n2's agent (found through the mesh)")
         _kvmesh(n1, "values", "--node", "n2")
+
+        _say("power cycle: every node stops, the namespaces go; each node's data directory "
+             "stays")
+        print(f"$ kvmesh cluster down --run-dir {run_dir}")
+        cluster.down(run_dir)
+        print(f"$ kvmesh cluster up --nodes 3 --topology chain --run-dir {run_dir}")
+        state = cluster.up(3, "chain", run_dir=run_dir, progress=lambda m: print(f"  {m}"))
+        n1 = state.nodes["n1"].cmd_url
+        survived = _wait_configured(n1)
+        _run(["ip", "-n", ns2, "route"])
+        print("configuration survived the restart" if survived
+              else "configuration NOT restored after the restart")
+        repaired = repaired and survived
         if keep:
             print(f"\ncluster left running (state in {run_dir}); stop it with: "
                   f"kvmesh cluster down --run-dir {run_dir}")
@@ -125,5 +139,6 @@ def run_cluster_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             _say("taking the cluster down")
-            stopped = cluster.down(run_dir)
+            stopped = cluster.down(run_dir, purge=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
             print(f"{stopped} processes stopped, namespaces removed")

@@ -100,6 +100,7 @@ class DemoCluster:
                 sys.executable, "-m", "kvmesh", "node", "run",
                 "--name", node.name, "--cmd-url", node.cmd_url, "--pub-url", node.pub_url,
                 "--key-file", str(secrets[node.name]), "--authorized-keys", str(auth),
+                "--data-dir", str(self.workdir / "data" / node.name),
             ]  # fmt: skip
             for peer in neighbours:
                 cmd += ["--peer", f"{peer.name}={peer.cmd_url},{peer.pub_url}"]

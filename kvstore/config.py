@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvstore.storage import DURABILITY_MODES
+
 
 class ConfigError(ValueError):
     """Invalid configuration: the message names the file and the offending key."""
@@ -50,6 +52,18 @@ class NodeConfig:
     max_message_bytes: int = 64 * 1024 * 1024
     # ZeroMQ high-water marks (messages queued per socket before sends fail or drop).
     zmq_hwm: int = 65_536
+    # Durable store (kvstore/storage.py): the directory of the node's database; "" keeps the
+    # store in memory only (`kvmesh node run --ephemeral`). durability: "sync" (a solicited
+    # KEY_SET is answered once its key-values are fsynced), "batch" (written by a writer thread,
+    # not waited for), "off" (memory only, like an empty data_dir). See docs/kvstore.md.
+    data_dir: str = ""
+    durability: str = "sync"
+    # Start empty when the database is corrupt (moving it aside) instead of refusing to start.
+    discard_corrupt_state: bool = False
+
+    @property
+    def durable(self) -> bool:
+        return bool(self.data_dir) and self.durability != "off"
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         """A copy with the given (non-None) fields replaced, validated."""
@@ -74,6 +88,13 @@ class NodeConfig:
             raise ConfigError(
                 f"{source}: flood_msg_per_sec and flood_msg_burst must both be set (or both 0)"
             )
+        if self.durability not in DURABILITY_MODES:
+            raise ConfigError(
+                f"{source}: durability must be one of {', '.join(DURABILITY_MODES)},"
+                f" got {self.durability!r}"
+            )
+        if not isinstance(self.data_dir, str):
+            raise ConfigError(f"{source}: data_dir must be a string (a directory)")
         for url_field in ("cmd_url", "pub_url"):
             _check_url(source, url_field, getattr(self, url_field))
         for peer, address in self.peers.items():
@@ -142,9 +163,11 @@ def load_config(path: str | Path | None) -> NodeConfig:
     values = dict(data)
     if "peers" in values:
         values["peers"] = _parse_peers_table(source, values["peers"])
-    for key in ("name", "cmd_url", "pub_url"):
+    for key in ("name", "cmd_url", "pub_url", "data_dir", "durability"):
         if key in values and not isinstance(values[key], str):
             raise ConfigError(f"{source}: {key} must be a string")
+    if not isinstance(values.get("discard_corrupt_state", False), bool):
+        raise ConfigError(f"{source}: discard_corrupt_state must be true or false")
     config = NodeConfig(**values)
     config.validate(source)
     return config

@@ -115,6 +115,8 @@ class KvStoreDb:
         # Keys removed by merge() because they had already expired: reported by the next expire().
         self._expired_unreported: list[str] = []
         self._originators: dict[str, str] = {}
+        # Changes of the durable part of the store (see `enable_journal`); None: not kept.
+        self._journal: dict[str, Value | None] | None = None
 
     # ------------------------------------------------------------------ basic container protocol
 
@@ -130,6 +132,65 @@ class KvStoreDb:
         if not prefix:
             return iter(self._keys)
         return self._prefix_keys(prefix)
+
+    # ------------------------------------------------------------------ durable part
+
+    def enable_journal(self) -> None:
+        """From now on, record every change of the durable part of the store: the key-values
+        with an infinite TTL. `take_journal()` returns them as key -> the stored record (which
+        is never mutated), or None when the key left the durable part (it turned finite).
+        Finite-TTL keys are not recorded: their owners refresh them."""
+        if self._journal is None:
+            self._journal = {}
+
+    def take_journal(self) -> dict[str, Value | None]:
+        """The durable changes since the last call (latest per key); empty if not enabled."""
+        journal = self._journal
+        if not journal:
+            return {}
+        self._journal = {}
+        return journal
+
+    def load_durable(self, records: Iterable[tuple[str, Value]]) -> dict[str, str]:
+        """Start-up: fill an EMPTY store with records read back from disk (one per key, an
+        infinite TTL, no hash). Bulk work instead of a merge per key (a merge decides between
+        two records; here there is only one): the sorted index is built once, digests are
+        left stale. Returns key -> NoMergeReason of the records refused (version < 1)."""
+        if self._kv:
+            raise ValueError("load_durable needs an empty store")
+        kv = self._kv
+        originators = self._originators
+        refused: dict[str, str] = {}
+        for key, record in records:
+            if record.version < 1:
+                refused[key] = _R.INVALID_VERSION
+                continue
+            orig = record.originator_id
+            canon = originators.get(orig)
+            if canon is None:
+                canon = originators[orig] = orig
+            record.originator_id = canon
+            record.ttl_ms = _INF
+            record.hash = value_hash(record.version, canon, record.value)
+            kv[key] = record
+        self._keys.update(kv)
+        buckets = self._buckets
+        for key in kv:
+            bucket = xxh3_64_intdigest(key.encode()) >> _BUCKET_SHIFT
+            members = buckets[bucket]
+            if members is None:
+                buckets[bucket] = [key]
+            else:
+                members.append(key)
+        self._digests.stale[:] = b"\x01" * NUM_BUCKETS
+        self.counters["kvstore.loaded"] += len(kv)
+        return refused
+
+    def durable_records(self) -> Iterator[tuple[str, Value]]:
+        """Every stored key-value with an infinite TTL (the stored records, read-only)."""
+        for key, record in self._kv.items():
+            if record.ttl_ms == _INF:
+                yield key, record
 
     # ------------------------------------------------------------------ merge
 
@@ -159,6 +220,7 @@ class KvStoreDb:
         stale = self._digests.stale
         originators = self._originators
         verify = self.verify_hashes
+        journal = self._journal
         num_finite = self._num_finite
         # Finite-TTL keys of this batch by TTL: one shared expiry int per distinct TTL, and the
         # keys are queued in bulk after the loop.
@@ -283,6 +345,11 @@ class KvStoreDb:
             elif cur.ttl_ms != _INF:
                 num_finite -= 1
             kv[key] = stored
+            if journal is not None:
+                if ttl == _INF:
+                    journal[key] = stored
+                elif cur is not None and cur.ttl_ms == _INF:
+                    journal[key] = None  # turned finite: it leaves the durable part
             stale[bucket] = 1  # digest upkeep is lazy: see digest.DigestTree
             delta[key] = new
 

@@ -18,6 +18,7 @@ the pass, so a burst of small publications becomes a few large ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import random
@@ -25,7 +26,7 @@ import signal
 import sys
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 import zmq
@@ -47,6 +48,8 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.node_peers import Peering
+from kvstore.storage import CorruptStateError, DurableStore, StorageError
+from kvstore.store_state import StoreState, initial_state
 
 log = logging.getLogger("kvstore.node")
 
@@ -101,11 +104,12 @@ class KvStoreNode:
             raise ValueError("a node needs a name")
         self.config = config
         self.name = config.name
-        self.db = KvStoreDb(
-            config.name,
-            ttl_decrement_ms=config.ttl_decrement_ms,
-            ttl_threshold_ms=config.ttl_threshold_ms,
-        )
+        self.db = self._new_db()
+        self.storage: DurableStore | None = None  # opened by start() when config.durable
+        self.store_state = StoreState.EMPTY
+        # Solicited KEY_SET replies waiting for their key-values to be on disk:
+        # (storage ticket, envelope, reply), in ticket order.
+        self._acks_waiting: deque[tuple[int, list[bytes], bytes]] = deque()
         self.counters: Counter[str] = Counter()
         self.cmd_url = config.cmd_url
         self.pub_url = config.pub_url
@@ -149,12 +153,21 @@ class KvStoreNode:
             for name, value in Command._NAMES_TO_VALUES.items()
         }
 
+    def _new_db(self) -> KvStoreDb:
+        return KvStoreDb(
+            self.config.name,
+            ttl_decrement_ms=self.config.ttl_decrement_ms,
+            ttl_threshold_ms=self.config.ttl_threshold_ms,
+        )
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Bind the sockets (raises zmq.ZMQError if an address is taken), start timers, peers."""
+        """Load the durable store (StorageError if it cannot be used), then bind the sockets
+        (zmq.ZMQError if an address is taken), start timers and peers."""
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        self._open_storage()
         if self.security is not None:
             self.security.start(self._context)
         cmd = self._context.socket(zmq.ROUTER)
@@ -195,6 +208,85 @@ class KvStoreNode:
         self._loop.call_soon(self._on_cmd_readable)
         log.info("node %s serving cmd=%s pub=%s", self.name, self.cmd_url, self.pub_url)
 
+    def _open_storage(self) -> None:
+        """Load the data directory into the store, before anything can be asked or peered."""
+        cfg = self.config
+        if not cfg.durable:
+            why = "durability = off" if cfg.data_dir else "--ephemeral / no data_dir"
+            log.warning("node %s keeps its store in memory only (%s): nothing it holds "
+                        "survives a restart", self.name, why)
+            return
+        storage = DurableStore(cfg.data_dir, self.name, "sync" if cfg.durability == "sync"
+                               else "batch", discard_corrupt=cfg.discard_corrupt_state)
+        storage.open()
+        started = time.monotonic()
+        try:
+            loaded = self._load_rows(storage)
+        except CorruptStateError as exc:
+            if not cfg.discard_corrupt_state:
+                storage.close()
+                raise
+            storage.discard(str(exc))
+            self.db = self._new_db()
+            loaded = 0
+        self.counters["kvstore.storage.loaded_keys"] = loaded
+        self.counters["kvstore.storage.load_ms"] = int((time.monotonic() - started) * 1000)
+        self.db.enable_journal()
+        loop = self._loop
+        assert loop is not None
+
+        def durable(ticket: int, error: str | None) -> None:  # on the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+                loop.call_soon_threadsafe(self._on_durable, ticket, error)
+
+        storage.on_durable = durable
+        storage.start()
+        self.storage = storage
+        self.store_state = initial_state(loaded)
+        log.info("node %s: %d key(s) loaded from %s in %d ms: store %s", self.name, loaded,
+                 storage.path, self.counters["kvstore.storage.load_ms"], self.store_state.value)
+
+    def _load_rows(self, storage: DurableStore) -> int:
+        records = [record for chunk in storage.rows() for record in chunk]
+        # Typed by the STRICT table and decoded by sqlite3 (invalid UTF-8 raises).
+        refused = self.db.load_durable(records)
+        if refused:
+            self.counters["kvstore.storage.load_refused"] += len(refused)
+            log.warning("%d stored row(s) refused on load, e.g. %s", len(refused),
+                        next(iter(refused.items())))
+        return len(self.db)
+
+    def _persist(self) -> int:
+        """Hand the store's durable changes to the writer; the ticket to wait for (0: none)."""
+        storage = self.storage
+        if storage is None:
+            return 0
+        return storage.submit(self.db.take_journal())
+
+    def _on_durable(self, ticket: int, error: str | None) -> None:
+        """On the loop: the writer committed (or failed to commit) everything up to `ticket`."""
+        waiting = self._acks_waiting
+        while waiting and waiting[0][0] <= ticket:
+            _ticket, envelope, reply = waiting.popleft()
+            if error is not None:
+                reply = self._storage_error(error)
+            self._send_reply(envelope, reply)
+
+    def _storage_error(self, error: str) -> bytes:
+        self.counters[f"kvstore.errors.{wire.STORAGE_ERROR}"] += 1
+        return wire.error_response(
+            wire.STORAGE_ERROR,
+            f"{error}: not acknowledged (the node keeps serving reads and flooding; write again "
+            "once its disk is writable)",
+        )
+
+    def on_peer_synced(self, peer: str) -> None:
+        """A full sync with `peer` completed: the store holds everything that peer had."""
+        if self.store_state is not StoreState.SYNCED:
+            log.info("node %s: store SYNCED (full sync with %s completed; was %s)", self.name,
+                     peer, self.store_state.value)
+            self.store_state = StoreState.SYNCED
+
     def stop(self) -> None:
         self._stopped.set()
 
@@ -216,6 +308,10 @@ class KvStoreNode:
                     loop.remove_reader(sock.fileno())
                 sock.close(linger=0)
         self._cmd = self._pub = None
+        if self.storage is not None:
+            self._persist()
+            self.storage.close()  # writes what is pending, releases the data directory
+            self.storage = None
         self._monitors = []
         self._monitor_drains = []
         if self.security is not None:
@@ -455,6 +551,12 @@ class KvStoreNode:
         node_ids = params.node_ids or []
         solicited = params.solicit_response is not False
         key_vals = params.key_vals
+        storage = self.storage
+        if solicited and storage is not None and not storage.healthy:
+            # Known not to reach the disk: refuse before changing anything.
+            assert storage.last_error is not None
+            self.counters["kvstore.storage.refused_sets"] += 1
+            return self._storage_error(storage.last_error)
         if node_ids:
             self.counters["kvstore.received_publications"] += 1
             self.counters["kvstore.received_key_vals"] += len(key_vals)
@@ -471,7 +573,15 @@ class KvStoreNode:
             self.counters["kvstore.received_redundant_publications"] += 1
         if not solicited:
             return None
-        return wire.encode(Response(no_merge_reasons=result.no_merge))
+        reply = wire.encode(Response(no_merge_reasons=result.no_merge))
+        if storage is not None and storage.durability == "sync":
+            # Acknowledgement means durable. With no change of its own, the reply still waits
+            # for the writes before it (the value it agrees with may not be on disk yet).
+            ticket = self._persist()
+            if ticket > storage.durable:
+                self._acks_waiting.append((ticket, envelope, reply))
+                return None
+        return reply
 
     def _cmd_key_get(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.key_get is None or request.key_get.keys is None:
@@ -572,6 +682,7 @@ class KvStoreNode:
             num_keys=len(self.db),
             uptime_ms=monotonic_ms() - self._started_ms,
             digest=self.db.root_digest(),
+            store_state=self.store_state.value,
         )
 
     def counter_snapshot(self) -> dict[str, int]:
@@ -582,6 +693,13 @@ class KvStoreNode:
             out.update(self.peering.gauges())
         if self.security is not None:
             out.update(self.security.counters())
+        if self.storage is not None:
+            out.update(self.storage.gauges())
+        out["kvstore.storage.durable"] = int(self.storage is not None)
+        out["kvstore.store_state"] = self.store_state.code
+        for state in StoreState:
+            out[f"kvstore.store_state.{state.value}"] = int(state is self.store_state)
+        out["kvstore.storage.acks_waiting"] = len(self._acks_waiting)
         out["kvstore.subscriptions"] = self._subscriptions
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         return out
@@ -632,6 +750,7 @@ class KvStoreNode:
             self._flood_received.setdefault(path, []).extend(received)
 
     def flush_floods(self) -> None:
+        self._persist()  # every merge path ends a pass here
         if not self._floods:
             return
         floods = self._floods
@@ -736,6 +855,12 @@ def run_node(config: NodeConfig, security: NodeSecurity | None = None) -> int:
         return asyncio.run(_serve(config, security))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
+        return 1
+    except StorageError as exc:
+        hint = ""
+        if isinstance(exc, CorruptStateError):
+            hint = " (--discard-corrupt-state starts it empty, moving the database aside)"
+        print(f"error: node {config.name}: {exc}{hint}", file=sys.stderr)
         return 1
 
 

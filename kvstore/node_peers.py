@@ -73,6 +73,8 @@ class FloodSink(Protocol):
 
     def flush_floods(self) -> None: ...
 
+    def on_peer_synced(self, peer: str) -> None: ...
+
 
 @dataclass(eq=False)
 class PeerLink:
@@ -187,7 +189,9 @@ class Peering:
         # Latched: a peer added (or failing) later does not make the node "not ready" again.
         if not self._initial_sync_done and self.table.initial_sync_done():
             self._initial_sync_done = True
-            log.info("initial sync done (%d peer(s))", len(self.links))
+            synced = sum(1 for p in self.table.peers() if p.state == INITIALIZED)
+            # "Done" means no peer is still being waited for; a peer that failed is not synced.
+            log.info("initial sync round over: %d of %d peer(s) synced", synced, len(self.links))
 
     def gauges(self) -> dict[str, int]:
         peers = self.table.peers()
@@ -567,6 +571,7 @@ class Peering:
         duration = now - session.started_ms
         counters = self.counters
         counters["kvstore.full_sync.success"] += 1
+        self._sink.on_peer_synced(link.name)
         counters["kvstore.full_sync.sent_key_vals"] += sent
         counters["kvstore.full_sync.duration_ms_sum"] += duration
         counters["kvstore.full_sync.duration_ms_last"] = duration

@@ -33,6 +33,7 @@ MALFORMED = "MALFORMED"  # wrong frame layout or undecodable payload
 UNKNOWN_COMMAND = "UNKNOWN_COMMAND"
 BAD_ARGUMENT = "BAD_ARGUMENT"  # missing parameters, wrong types, invalid values
 TOO_LARGE = "TOO_LARGE"  # message over the configured cap
+STORAGE_ERROR = "STORAGE_ERROR"  # the node's disk refused the write (full, read-only, I/O)
 INTERNAL = "INTERNAL"  # a bug: the node logs it and keeps serving
 
 DEFAULT_DECODE_LIMIT = 64 * 1024 * 1024

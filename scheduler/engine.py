@@ -118,6 +118,7 @@ class Engine:
         description: str = "",
         refresh: bool = True,
         scope: set[str] | None = None,
+        delete_missing: bool = True,
     ) -> TxnOutcome:
         record = self._new_record(TxnType.NB_TRANSACTION, description)
         record.resync = kind.value
@@ -130,7 +131,7 @@ class Engine:
                     self.graph, self.registry, update_metadata_maps=True
                 ).refresh_all(values if kind is ResyncKind.FULL else None, scope)
             self.stats.retrieve_errors += len(refreshed.retrieve_errors)
-        desired = self._resync_values(values, kind, scope)
+        desired = self._resync_values(values, kind, scope, delete_missing)
         if kind is not ResyncKind.DOWNSTREAM:
             record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
         ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, retry=retry)
@@ -435,10 +436,15 @@ class Engine:
         return deletes + creates + updates
 
     def _resync_values(
-        self, values: Mapping[Key, Value] | None, kind: ResyncKind, scope: set[str] | None = None
+        self,
+        values: Mapping[Key, Value] | None,
+        kind: ResyncKind,
+        scope: set[str] | None = None,
+        delete_missing: bool = True,
     ) -> dict[Key, Value]:
         """The values a resync applies. ``scope``: only NB values of these descriptors are
-        re-applied (downstream) or deleted when missing from ``values`` (full, upstream)."""
+        re-applied (downstream) or deleted when missing from ``values`` (full, upstream);
+        without ``delete_missing`` those are kept with the value they have (adopted)."""
 
         def in_scope(node: Node) -> bool:
             if node.derived_from is not None or node.origin is not NB:
@@ -451,7 +457,12 @@ class Engine:
         desired: dict[Key, Value] = dict(values or {})
         for node in graph.iter_nodes():
             if node.key not in desired and in_scope(node):
-                desired[node.key] = None  # NB no longer wants it (OBTAINED values stay)
+                if delete_missing:
+                    desired[node.key] = None  # NB no longer wants it (OBTAINED values stay)
+                else:
+                    kept = node.nb_value if node.nb_value is not None else node.value
+                    if kept is not None:
+                        desired[node.key] = kept
         return desired
 
     def _accept_notification(self, key: Key) -> bool:

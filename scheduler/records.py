@@ -126,6 +126,14 @@ class TxnRecord:
     def duration(self) -> float:
         return 0.0 if self.end is None else self.end - self.start
 
+    @property
+    def southbound_writes(self) -> int:
+        """Operations that called a descriptor (Create/Update/Delete): what this transaction
+        changed in the southbound. A notification only records what the southbound did."""
+        if self.txn_type is TxnType.SB_NOTIFICATION:
+            return 0
+        return sum(1 for op in self.executed if not op.noop)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "seq": self.seq,
@@ -141,6 +149,7 @@ class TxnRecord:
             ],
             "planned": [op.as_dict() for op in self.planned],
             "executed": [op.as_dict() for op in self.executed],
+            "southbound_writes": self.southbound_writes,
             "errors": {key: [op.value, str(exc)] for key, (op, exc) in self.errors.items()},
         }
 

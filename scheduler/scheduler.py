@@ -186,6 +186,7 @@ class KVScheduler:
         retry: RetryPolicy | bool | None = None,
         description: str = "",
         descriptors: Collection[str] | None = None,
+        delete_missing: bool = True,
     ) -> int:
         """Reconcile: ``full`` (Retrieve SB, diff with ``values``), ``upstream`` (no Retrieve),
         ``downstream`` (Retrieve, re-apply the last NB state; ``values`` ignored).
@@ -193,6 +194,10 @@ class KVScheduler:
         ``descriptors`` limits the resync to the values of these descriptors: only they are
         retrieved, and only their NB values are deleted when missing from ``values`` (full,
         upstream) or re-applied (downstream).
+
+        ``delete_missing=False`` (full, upstream): NB values missing from ``values`` are not
+        deleted but adopted as they are (their current value becomes the desired one), for a
+        caller that cannot yet tell "not desired" from "not known".
         """
         try:
             resync_kind = ResyncKind(kind)
@@ -209,7 +214,8 @@ class KVScheduler:
         policy = _policy(retry)
         job = _Job(
             lambda engine: engine.run_resync(
-                desired, resync_kind, retry=policy, description=description, scope=scope
+                desired, resync_kind, retry=policy, description=description, scope=scope,
+                delete_missing=delete_missing,
             ),
             wait=True,
         )

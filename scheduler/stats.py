@@ -13,6 +13,7 @@ from scheduler.records import TxnRecord
 class Stats:
     transactions: Counter[str] = field(default_factory=Counter)
     operations: Counter[str] = field(default_factory=Counter)
+    southbound_writes: Counter[str] = field(default_factory=Counter)  # descriptor calls
     errors: int = 0
     failed_transactions: int = 0
     retries: int = 0
@@ -26,9 +27,12 @@ class Stats:
         self.transactions[record.txn_type.value] += 1
         if record.txn_type is TxnType.SB_NOTIFICATION:
             self.notifications += len(record.values)
+        writes = record.txn_type is not TxnType.SB_NOTIFICATION
         for op in record.executed:
             if not op.noop:
                 self.operations[op.op.value] += 1
+                if writes:
+                    self.southbound_writes[op.op.value] += 1
         if record.errors:
             self.failed_transactions += 1
             self.errors += len(record.errors)
@@ -50,6 +54,7 @@ class Stats:
             "transactions": sum(transactions.values()),
             "transactions_by_type": transactions,
             "operations": dict(list(self.operations.items())),
+            "southbound_writes": dict(list(self.southbound_writes.items())),
             "errors": self.errors,
             "failed_transactions": self.failed_transactions,
             "retries": self.retries,

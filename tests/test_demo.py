@@ -22,5 +22,6 @@ def test_cluster_demo_configures_breaks_and_repairs() -> None:
     assert "linux/route/main/10.50.0.0/24/veth0" in out and "CONFIGURED" in out
     assert "10.50.0.0/24 via 10.0.12.2 dev veth0" in out
     assert "route repaired" in out
+    assert "configuration survived the restart" in out
     assert "processes stopped, namespaces removed" in out
     assert not [ns for ns in list_netns() if ns.startswith("kvmesh-n")]

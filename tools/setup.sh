@@ -9,6 +9,7 @@ command -v ip >/dev/null || need_apt+=(iproute2)
 command -v thrift >/dev/null || need_apt+=(thrift-compiler)
 command -v dot >/dev/null || need_apt+=(graphviz)
 command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for the REST API
+command -v ping >/dev/null || need_apt+=(iputils-ping)  # traffic during warm restarts (tests)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive

@@ -37,6 +37,7 @@ from kvmesh.agent.recon import (
 )
 from kvmesh.agent.status import StatusPublisher
 from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.store_state import StoreState, store_is_current, why_not_current
 from scheduler import (
     KVScheduler,
     RetryPolicy,
@@ -78,7 +79,10 @@ class AgentConfig:
     redump_s: float = 60.0
     downstream_resync_s: float = 300.0
     status_ttl_ms: int = 300_000
-    initial_sync_timeout_s: float = 60.0
+    # The store is asked whether it is current this often while the agent waits for it.
+    store_poll_s: float = 0.2
+    # Treat the store as current from the start (`--assume-current`): see `store_is_current`.
+    assume_current: bool = False
     reconnect_backoff_s: tuple[float, float] = (0.5, 30.0)
     # Failed values are retried (exponential backoff from 1 s, 10 tries) before turning FAILED;
     # the periodic downstream resync catches whatever is left.
@@ -129,6 +133,13 @@ class Agent:
         self._failures: dict[str, int] = {}  # consecutive failed reconciliations per device
         self._repairs_pending: set[str] = set()
         self._unwatch: Callable[[], None] | None = None
+        # An operator declared the store current (`--assume-current`, `resync --force`).
+        self._assume_current = threading.Event()
+        if config.assume_current:
+            self._assume_current.set()
+        self.store_state: StoreState | None = None  # as last read from the KvStore
+        # Why a device is held out of KNOWN, while it is (published with its state).
+        self._hold_reasons: dict[str, str] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -275,40 +286,101 @@ class Agent:
             timer.start()
 
     def _register_services(self) -> None:
+        # No timeout: the device waits for a current store as long as it takes (an operator
+        # can cut that short with `kvmesh resync --force`), but it is not idle meanwhile.
         self.recon.register(ReconciliationService(
             "kvstore-initial-sync", KVSTORE_SYNC_PRIORITY, ResultIntent.DO_NOTHING,
-            self._svc_kvstore_sync, timeout_s=self.config.initial_sync_timeout_s + 30))
+            self._svc_kvstore_sync, timeout_s=None))
         for priority, stage, _suffixes in (*STAGES, (40, "other", ())):
             self.recon.register(ReconciliationService(
                 f"resync-{stage}", priority, ResultIntent.DISCONNECT,
                 self._stage_resync(stage), timeout_s=600))
 
     def _svc_kvstore_sync(self, device: str, token: CancelToken) -> bool:
-        """Wait until the local KvStore finished its initial sync, then load desired state.
+        """Wait until the local KvStore is current, then let the deleting resyncs run.
 
-        On timeout the desired state is loaded anyway and the service reports the failure (its
-        intent is DO_NOTHING: the device is reconciled with what the store holds)."""
-        deadline = time.monotonic() + self.config.initial_sync_timeout_s
+        Until the store is known to be current (SYNCED, or RESTORED with no peers, or declared
+        so by an operator) its absence of a key proves nothing: the device is held out of KNOWN
+        with the reason published, and what the southbound holds that kvmesh made is adopted
+        as it is. Creates and updates of the desired state go ahead; deletes wait.
+        """
         with KvStoreClient(self.config.kv_url) as client:
-            # Counters, not NODE_INFO: NODE_INFO also computes the store's root digest, which
-            # is not free on a big store that is still receiving its initial sync.
-            synced = bool(client.counters().get("kvstore.initial_sync_done"))
-            while not synced and time.monotonic() < deadline:
-                if token.wait(0.1):
-                    token.check()
-                synced = bool(client.counters().get("kvstore.initial_sync_done"))
             self._load_dump(client)
-        if not synced:
-            raise TimeoutError(f"KvStore initial sync not done after "
-                               f"{self.config.initial_sync_timeout_s:g}s; went on with the "
-                               f"store as it is")
+            adopted = False
+            while True:
+                state, num_peers = self._read_store_state(client)
+                if store_is_current(state, num_peers, forced=self._assume_current.is_set()):
+                    break
+                self._hold(device, f"{why_not_current(state, num_peers)}: deletes held back "
+                                   f"(kvmesh resync --node {self.config.node} --force overrides)")
+                if not adopted or self._pending_for(device):
+                    self._adopt(device, token)
+                    adopted = True
+                if token.wait(self.config.store_poll_s):
+                    token.check()
+            self._load_dump(client)  # what the sync brought (the stream has it too)
+        self._hold(device, None)
         return True
 
+    def _read_store_state(self, client: KvStoreClient) -> tuple[StoreState, int]:
+        # Counters, not NODE_INFO: NODE_INFO also computes the store's root digest, which is
+        # not free on a big store that is still receiving its initial sync.
+        counters = client.counters()
+        state = StoreState.from_code(int(counters.get("kvstore.store_state", 0)))
+        self.store_state = state
+        return state, int(counters.get("kvstore.num_peers", 0))
+
+    def _hold(self, device: str, reason: str | None) -> None:
+        """Publish why `device` is held out of KNOWN (None: it no longer is)."""
+        with self._lock:
+            if self._hold_reasons.get(device) == reason:
+                return
+            if reason is None:
+                del self._hold_reasons[device]
+            else:
+                self._hold_reasons[device] = reason
+        if reason is not None:
+            log.warning("device %s held out of KNOWN: %s", device, reason)
+        self._on_device_state(device, self.recon.device_state(device))
+
+    def _pending_for(self, device: str) -> bool:
+        with self._lock:
+            return any(device_of(key) == device for key in self.desired.pending)
+
+    def _adopt(self, device: str, token: CancelToken) -> None:
+        """Apply the desired state of `device` stage by stage without deleting anything: what
+        kvmesh made and the store does not (yet) hold is taken over as it is."""
+        dev = self.devices.get(device)
+        if dev is None:
+            return
+        for _priority, stage, _suffixes in (*STAGES, (40, "other", ())):
+            names = [n for n in dev.descriptor_names if stage_of(n) == stage]
+            if not names:
+                continue
+            token.check()
+            with self._lock:
+                values = self._snapshot_for(device, names)
+            try:
+                self.scheduler.resync(values, kind="full", descriptors=names,
+                                      retry=self.config.retry, delete_missing=False,
+                                      description=f"adopt {device}: {stage} (store not "
+                                                  f"current: no deletes)")
+            except TransactionError as exc:
+                log.warning("adopting %s/%s: %s", device, stage, exc)
+
+    def assume_current(self) -> dict[str, Any]:
+        """An operator declares the store the truth: held devices reconcile with deletes."""
+        self._assume_current.set()
+        log.warning("KvStore declared current by an operator (was %s): deletes allowed",
+                    self.store_state.value if self.store_state else "unknown")
+        devices = self.recon.devices()
+        return {"store_state": self.store_state.value if self.store_state else None,
+                "devices": {d: st.value for d, st in devices.items()},
+                "all_known": all(st is DeviceState.KNOWN for st in devices.values())}
+
     def _load_without_devices(self) -> None:
-        try:
-            self._svc_kvstore_sync("-", CancelToken())
-        except TimeoutError as exc:
-            log.warning("%s", exc)
+        with KvStoreClient(self.config.kv_url) as client:
+            self._load_dump(client)  # nothing to delete from: no need to wait for the store
 
     def _stage_resync(self, stage: str) -> Callable[[str, CancelToken], bool]:
         def run(device: str, token: CancelToken) -> bool:
@@ -350,8 +422,12 @@ class Agent:
         return [d.key_selector for d in self.scheduler.descriptors() if d.name in wanted]
 
     def _on_device_state(self, device: str, state: DeviceState) -> None:
-        self._status_queue.put(("device", {"device": device, "state": state.value,
-                                           "time": round(time.time(), 3)}))
+        payload: dict[str, Any] = {"device": device, "state": state.value,
+                                   "time": round(time.time(), 3)}
+        reason = self._hold_reasons.get(device)
+        if reason is not None and state is not DeviceState.KNOWN:
+            payload["reason"] = reason
+        self._status_queue.put(("device", payload))
 
     # -- northbound -------------------------------------------------------------------------------
 
@@ -577,6 +653,8 @@ class Agent:
                          for s in level],
             "devices": {d: s.value for d, s in self.recon.devices().items()},
             "status": self.recon.status(),
+            "held": dict(self._hold_reasons),
+            "store_state": self.store_state.value if self.store_state else None,
         }
 
     def metrics_text(self) -> str:

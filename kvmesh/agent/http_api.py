@@ -52,6 +52,8 @@ class ApiBackend(Protocol):
 
     def recon_services(self) -> Any: ...
 
+    def assume_current(self) -> Any: ...
+
     def metrics_text(self) -> str: ...
 
 
@@ -203,6 +205,10 @@ def _recon_services(api: ApiBackend, q: Query) -> Response:
     return Response.json(api.recon_services())
 
 
+def _assume_current(api: ApiBackend, q: Query) -> Response:
+    return Response.json(api.assume_current())
+
+
 def _metrics(api: ApiBackend, q: Query) -> Response:
     return Response.text(api.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -217,6 +223,7 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("GET", "/scheduler/stats"): _stats,
     ("POST", "/scheduler/downstream-resync"): _downstream_resync,
     ("GET", "/recon/services"): _recon_services,
+    ("POST", "/agent/assume-current"): _assume_current,
     ("GET", "/metrics"): _metrics,
 }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -98,7 +99,7 @@ class ReconciliationService:
     intent: ResultIntent
     start: StartFn
     end: EndFn | None = None
-    timeout_s: float = 120.0
+    timeout_s: float | None = 120.0  # None: no timeout (the service waits on a condition)
 
 
 @dataclass
@@ -341,7 +342,7 @@ class ReconciliationManager:
                 st = self._status_of(device, svc.name)
                 st.state = ServiceState.STARTED
                 st.last_start = time.time()
-                deadlines[svc.name] = now + svc.timeout_s
+                deadlines[svc.name] = math.inf if svc.timeout_s is None else now + svc.timeout_s
         for svc in level:
             futures[self._pool.submit(svc.start, device, token)] = svc
         failures: dict[str, str] = {}
@@ -353,7 +354,9 @@ class ReconciliationManager:
                     fut.cancel()
                     self._finish(device, futures[fut], "cancelled", token)
                 break
-            timeout = max(0.0, min(deadlines[futures[f].name] for f in pending) - time.monotonic())
+            first_deadline = min(deadlines[futures[f].name] for f in pending)
+            timeout = (None if first_deadline == math.inf
+                       else max(0.0, first_deadline - time.monotonic()))
             waitables: set[Future[object]] = {*pending, token.fired}  # type: ignore[arg-type]
             done_any, _ = wait(waitables, timeout=timeout, return_when=FIRST_COMPLETED)
             done = {f for f in pending if f in done_any}

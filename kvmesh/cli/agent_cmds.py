@@ -70,7 +70,7 @@ def agent_group() -> None:
 def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
               vpp_socket: str | None, http: str | None, http_cert: str | None,
               http_key: str | None, http_token_file: str | None,
-              downstream_resync_s: float) -> None:
+              downstream_resync_s: float, assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvmesh.agent.agent import AgentConfig, run_agent
 
@@ -80,8 +80,8 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
         settings = AgentConfig(
             node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
             linux=linux, vpp_socket=vpp_socket, http=parse_http(http),
-            downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
-            http_token_file=http_token_file)
+            downstream_resync_s=downstream_resync_s, assume_current=assume_current,
+            http_cert=http_cert, http_key=http_key, http_token_file=http_token_file)
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)
     stop = threading.Event()
@@ -283,10 +283,22 @@ def history(seq: int | None, node: str | None) -> None:
 
 @click.command("resync", cls=KvCommand)
 @click.option("--retry", is_flag=True, help="Retry failed operations afterwards.")
+@click.option("--force", is_flag=True,
+              help="Declare the node's KvStore the truth although it is not known to be current "
+              "(EMPTY, or RESTORED with no peer synced): its agent may then delete what the "
+              "store does not hold.")
 @node_option
-def resync(retry: bool, node: str | None) -> None:
+def resync(retry: bool, force: bool, node: str | None) -> None:
     """Downstream resync: re-read the southbound and repair drift."""
     base = agent_http(node)
+    if force:
+        forced = http_json(base, "/agent/assume-current", {}, "POST")
+        click.echo(f"{node or 'the local node'}: KvStore declared current "
+                   f"(was {forced.get('store_state', '?')}); devices reconcile with deletes",
+                   err=True)
+        if not forced.get("all_known", False):
+            emit(forced, "devices not KNOWN yet reconcile now (kvmesh recon status)")
+            return
     click.echo(f"downstream resync of {node or 'the local node'} running (agent at {base})...",
                err=True)
     started = time.monotonic()
@@ -370,7 +382,10 @@ def recon_status(node: str | None) -> None:
         for name, st in sorted(services.items(), key=lambda kv: order.get(kv[0], len(order))):
             lines.append(f"{device:<8} {dev_state:<13} {name:<26} {st['state']:<10} "
                          f"{st['successes']:>4} {st['failures']:>4} {st['last_error']}")
-    emit({"devices": data["devices"], "status": data["status"]}, "\n".join(lines))
+    held = data.get("held") or {}
+    lines += [f"{device} held out of KNOWN: {reason}" for device, reason in sorted(held.items())]
+    emit({"devices": data["devices"], "status": data["status"], "held": held,
+          "store_state": data.get("store_state")}, "\n".join(lines))
 
 
 def register(group: click.Group) -> None:

@@ -63,10 +63,15 @@ def cluster_status(run_dir: Path) -> None:
 
 @cluster_group.command("down")
 @run_dir_option
-def cluster_down(run_dir: Path) -> None:
-    """Stop every process and remove every namespace the cluster made."""
-    stopped = cluster.down(run_dir, progress=lambda msg: click.echo(f"  {msg}", err=True))
-    click.echo(f"cluster down ({stopped} processes stopped)")
+@click.option("--purge", is_flag=True,
+              help="Also delete the nodes' data directories (their stored configuration).")
+def cluster_down(run_dir: Path, purge: bool) -> None:
+    """Stop every process and remove every namespace the cluster made. The nodes' data
+    directories stay, so the next `cluster up` from RUN_DIR restores the configuration."""
+    stopped = cluster.down(run_dir, progress=lambda msg: click.echo(f"  {msg}", err=True),
+                           purge=purge)
+    click.echo(f"cluster down ({stopped} processes stopped"
+               f"{', data removed' if purge else ''})")
 
 
 @cluster_group.command("env")

@@ -116,6 +116,9 @@ def agent_options(fn: Any) -> Any:
                      help="Bearer token every REST request must carry (a file, one word)."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
+        click.option("--assume-current", is_flag=True,
+                     help="Treat the KvStore as current even before a peer sync completed: "
+                     "the agent may delete what it does not find there (docs/agent.md)."),
     )):
         fn = option(fn)
     return fn

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -47,6 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # `key erase` TTL: short, but above the default flood threshold (500 ms) so the shortened TTL
 # still reaches every node instead of expiring only locally.
 ERASE_TTL_MS = 1000
+DEFAULT_DATA_ROOT = "/var/lib/kvmesh"
 
 
 # -- node -------------------------------------------------------------------------------------
@@ -75,6 +77,12 @@ def node_group() -> None:
     default=None,
     help="TOML file of tuning knobs (see docs/kvstore.md).",
 )
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False),
+              help=f"Directory of the node's durable store [{DEFAULT_DATA_ROOT}/NAME].")
+@click.option("--ephemeral", is_flag=True,
+              help="Keep the store in memory only: nothing survives a restart.")
+@click.option("--discard-corrupt-state", is_flag=True,
+              help="Start EMPTY when the database is corrupt (it is moved aside, loudly).")
 @click.option("--agent", is_flag=True, help="Also run this node's agent, supervised, in its "
               "own process (options below).")
 @click.option("--key-file", "node_key_file", type=click.Path(dir_okay=False), default=None,
@@ -91,6 +99,9 @@ def node_run(
     pub_url: str | None,
     peers: Sequence[str],
     config_path: str | None,
+    data_dir: str | None,
+    ephemeral: bool,
+    discard_corrupt_state: bool,
     agent: bool,
     node_key_file: str | None,
     authorized_keys: str | None,
@@ -104,6 +115,7 @@ def node_run(
     http_key: str | None,
     http_token_file: str | None,
     downstream_resync_s: float,
+    assume_current: bool,
 ) -> None:
     """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvstore.config import ConfigError, load_config, parse_peer
@@ -114,11 +126,13 @@ def node_run(
                         ("--http", http)):
         if given is not None:
             agent_args += [flag, given]
-    if linux:
-        agent_args.append("--linux")
+    for flag, on in (("--linux", linux), ("--assume-current", assume_current)):
+        if on:
+            agent_args.append(flag)
     agent_args += ["--downstream-resync-s", str(downstream_resync_s)]
     if not agent and len(agent_args) > 2:
-        fail("agent options (--linux, --linux-netns, --vpp-socket, --http) need --agent", code=2)
+        fail("agent options (--linux, --linux-netns, --vpp-socket, --http, --assume-current) "
+             "need --agent", code=2)
     if http is not None:
         parse_http(http)  # reject a bad ADDR:PORT before anything starts
     agent_args += http_security_args(http, http_cert, http_key, http_token_file)
@@ -129,8 +143,15 @@ def node_run(
         for text in peers:
             peer_name, address = parse_peer(text)
             peer_map[peer_name] = address
+        if ephemeral and data_dir is not None:
+            raise ValueError("--ephemeral and --data-dir exclude each other")
+        if ephemeral:
+            data_dir = ""
+        elif data_dir is None and not config.data_dir:
+            data_dir = str(Path(DEFAULT_DATA_ROOT) / name)
         config = config.with_overrides(
-            name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map
+            name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map, data_dir=data_dir,
+            discard_corrupt_state=discard_corrupt_state or None,
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)

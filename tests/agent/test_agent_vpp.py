@@ -77,6 +77,9 @@ def rig(tmp_path: Path, start_node: Callable[[Mesh], Node] = lambda m: m.chain([
         if vpp:
             emulator.start()
             config["vpp_socket"] = emulator.socket_path
+        # A lone ephemeral node is EMPTY for good: say its store is the truth (tests of the
+        # safe start say otherwise).
+        config.setdefault("assume_current", True)
         agent = Agent(AgentConfig(node="v1", kv_url=node.cmd_url, **config))
         yield Setup(node, emulator, agent)
     finally:
@@ -90,8 +93,7 @@ def rig(tmp_path: Path, start_node: Callable[[Mesh], Node] = lambda m: m.chain([
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
-    with rig(tmp_path, coalesce_s=0.01, initial_sync_timeout_s=5,
-             reconnect_backoff_s=(0.1, 1.0)) as prepared:
+    with rig(tmp_path, coalesce_s=0.01, reconnect_backoff_s=(0.1, 1.0)) as prepared:
         yield prepared
 
 
@@ -176,26 +178,66 @@ def test_vpp_restart_is_reconciled_back(setup: Setup) -> None:
     assert "loop7" in setup.vpp_interfaces(), "reconciliation restored the interface"
 
 
-def test_kvstore_initial_sync_timeout_is_reported_and_tolerated(tmp_path: Path) -> None:
-    """A KvStore still syncing (its only peer never answers) when the timeout expires: the
-    agent loads what the store has, reports the service FAILED, and the device still becomes
-    KNOWN (the service's intent is DO_NOTHING)."""
+def test_store_not_current_creates_but_never_deletes_until_declared_current(
+        tmp_path: Path) -> None:
+    """A store that is not known to be current (EMPTY, its only peer never answers): the agent
+    creates what is desired, deletes nothing it made, holds the device out of KNOWN with the
+    reason published in node/<N>/device/vpp; an operator's `assume_current` releases it (no
+    timeout ever does)."""
 
     def node_with_a_silent_peer(mesh: Mesh) -> Node:
         ghost = mesh.allocate("ghost")  # declared as a peer, never started
         return mesh.start(mesh.allocate("v1", sync_timeout_ms=60_000), peers=[ghost])
 
-    with rig(tmp_path, node_with_a_silent_peer, initial_sync_timeout_s=0.5) as setup:
+    with rig(tmp_path, node_with_a_silent_peer, coalesce_s=0.01, store_poll_s=0.05) as setup:
+        # A first agent life, told its store is current, makes loop8.
+        setup.set_config("vpp/interface/loop8", {"type": "loopback"})
+        setup.agent.start()
+        wait_until(lambda: "loop8" in setup.vpp_interfaces(), timeout=30)
+        setup.agent.stop()
+        # While no agent runs: loop8 is no longer desired (a tombstone), loop9 is new.
         with KvStoreClient(setup.node.cmd_url) as client:
-            assert not client.counters().get("kvstore.initial_sync_done")
-        setup.set_config("vpp/interface/loop3", {"type": "loopback"})
-        agent = setup.agent
-        agent.start()
-        wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
-        sync = agent.recon.status("vpp")["vpp"]["kvstore-initial-sync"]
-        assert sync["state"] == "FAILED" and "initial sync not done" in str(sync["last_error"])
-        wait_until(lambda: "loop3" in setup.vpp_interfaces(), timeout=30,
-                   message="desired state loaded despite the timeout")
+            client.set_key("config/v1/vpp/interface/loop8", b"")
+            assert client.counters()["kvstore.store_state"] == 0  # EMPTY: nothing on disk
+        setup.set_config("vpp/interface/loop9", {"type": "loopback"})
+
+        agent = Agent(AgentConfig(node="v1", kv_url=setup.node.cmd_url, coalesce_s=0.01,
+                                  store_poll_s=0.05, vpp_socket=setup.emulator.socket_path))
+        try:
+            agent.start()
+            wait_until(lambda: "loop9" in setup.vpp_interfaces(), timeout=30,
+                       message="creates go ahead while the store is not current")
+            device = wait_until(lambda: device_record(setup.node.cmd_url, "vpp", "reason"),
+                                timeout=30, message="the hold reason is published")
+            assert device is not None
+            assert device["state"] != "KNOWN" and "EMPTY" in device["reason"], device
+            assert agent.recon_services()["held"]["vpp"] == device["reason"]
+            # Not deleted, however long we look (the service never times out).
+            assert "loop8" in setup.vpp_interfaces()
+            assert agent.recon.device_state("vpp") is not DeviceState.KNOWN
+            assert not any(op.op.value == "DELETE" for rec in agent.txn_history(None, None, None)
+                           for op in rec.executed), "nothing deleted while held"
+
+            assert agent.assume_current()["all_known"] is False
+            wait_until(lambda: agent.recon.device_state("vpp") is DeviceState.KNOWN, timeout=30)
+            wait_until(lambda: "loop8" not in setup.vpp_interfaces(), timeout=30,
+                       message="the tombstoned interface is deleted once the store is current")
+            assert "loop9" in setup.vpp_interfaces()
+            wait_until(lambda: "reason" not in (device_record(setup.node.cmd_url, "vpp")
+                                                or {"reason": "absent"}),
+                       timeout=30, message="the hold reason is withdrawn")
+        finally:
+            agent.stop()
+
+
+def device_record(node_url: str, device: str, need: str | None = None) -> dict[str, Any] | None:
+    """`node/v1/device/<device>` as published by the agent (None if absent or lacking `need`)."""
+    with KvStoreClient(node_url) as client:
+        found = client.get([f"node/v1/device/{device}"]).get(f"node/v1/device/{device}")
+    record = decode_status(found.value if found else None)
+    if record is None or (need is not None and need not in record):
+        return None
+    return dict(record)
 
 
 def test_model_without_a_southbound_here_is_reported_unimplemented(setup: Setup) -> None:

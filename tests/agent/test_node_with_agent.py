@@ -66,7 +66,8 @@ def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
             [sys.executable, "-m", "kvmesh", "node", "run", "--name", "s1",
              "--cmd-url", cmd_url, "--pub-url", f"tcp://127.0.0.1:{free_port()}",
              "--key-file", str(keyring.secret("s1")), "--authorized-keys", str(keyring.auth),
-             "--agent", "--linux-netns", ns.name, "--http", f"127.0.0.1:{http_port}"],
+             "--ephemeral", "--agent", "--assume-current", "--linux-netns", ns.name,
+             "--http", f"127.0.0.1:{http_port}"],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         try:

@@ -192,6 +192,8 @@ class Mesh:
         ]
         for peer, url in node.peers.items():
             cmd += ["--peer", f"{peer}={url}"]
+        if "data_dir" not in node.config:
+            cmd.append("--ephemeral")  # durable-store tests give a data_dir in the config
         return cmd
 
     def start(self, node: Node, peers: Sequence[Node] = (), wait: bool = True) -> Node:

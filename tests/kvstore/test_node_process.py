@@ -26,7 +26,8 @@ def test_signal_shuts_down_cleanly_with_exit_code_0(mesh: Mesh, sig: int) -> Non
 
 def run_node(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kvmesh", "node", "run", *args],
+        [sys.executable, "-m", "kvmesh", "node", "run", *args,
+         *(() if "--data-dir" in args else ("--ephemeral",))],
         cwd=REPO,
         capture_output=True,
         text=True,

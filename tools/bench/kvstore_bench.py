@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -175,14 +176,24 @@ class Cluster:
         return self.keys
 
     def start_node(
-        self, name: str, peers: dict[str, str] | None = None, cmd_url: str | None = None
+        self,
+        name: str,
+        peers: dict[str, str] | None = None,
+        cmd_url: str | None = None,
+        durability: str | None = None,
     ) -> NodeProc:
+        """`durability` None: --ephemeral (memory only); else a data dir with that mode."""
+        config: dict[str, object] = dict(BENCH_CONFIG)
+        if durability is not None:
+            config["durability"] = durability
+            config["data_dir"] = str(self.data_dir(name))
         config_path = self.workdir / f"{name}.toml"
-        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in BENCH_CONFIG.items()))
+        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))
         cmd_url, pub_url = cmd_url or url(), url()
         args = [
             sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
             "--cmd-url", cmd_url, "--pub-url", pub_url, "--config", str(config_path),
+            *(["--ephemeral"] if durability is None else []),
         ]  # fmt: skip
         for peer, peer_url in (peers or {}).items():
             args += ["--peer", f"{peer}={peer_url}"]
@@ -199,6 +210,9 @@ class Cluster:
         node = NodeProc(name, cmd_url, pub_url, proc, log_path, curve)
         self.nodes.append(node)
         return node
+
+    def data_dir(self, name: str) -> Path:
+        return self.workdir / "data" / name
 
     def wait_ready(self, node: NodeProc, initial_sync: bool = True, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
@@ -396,6 +410,20 @@ def drive(
         sock.close(linger=0)
 
 
+def wait_written(node: NodeProc, timeout_s: float = 300) -> None:
+    """Until the node's writer has nothing pending."""
+    deadline = time.monotonic() + timeout_s
+    with node.client() as client:
+        while time.monotonic() < deadline:
+            counters = client.counters()
+            if counters.get("kvstore.storage.pending_rows", 0) == 0 and counters.get(
+                "kvstore.storage.rows_written", 0
+            ):
+                return
+            time.sleep(0.01)
+    raise RuntimeError("the writer never caught up")
+
+
 @dataclass
 class FloodSubject:
     """A node flooded by a driver (as peer "src") and re-flooding to a sink (peer "sink")."""
@@ -404,42 +432,65 @@ class FloodSubject:
     sink: Connection
     sink_url: str
     src: ClientCurve | None
+    durable: bool = False
 
 
-def flood_subject(c: Cluster, secure: bool) -> FloodSubject:
-    """`secure`: the node, the driver and the sink on CurveZMQ (all three authenticated)."""
+def flood_subject(c: Cluster, secure: bool, durability: str | None = None) -> FloodSubject:
+    """`secure`: the node, the driver and the sink on CurveZMQ (all three authenticated);
+    `durability`: the node's, None for memory only."""
     sink_url = url()
     keys = c.secure(["subject", "src", "sink"]) if secure else None
     sink = start_helper(c, sink_main, sink_url, keys.pair("sink") if keys else None)
-    node = c.start_node("subject", peers={"sink": sink_url})
+    node = c.start_node("subject", peers={"sink": sink_url}, durability=durability)
     c.wait_ready(node)
-    return FloodSubject(node, sink, sink_url, node.as_peer("src"))
+    return FloodSubject(node, sink, sink_url, node.as_peer("src"), durability is not None)
 
 
-def flood_run(subject: FloodSubject, kv_per_msg: int, n_msgs: int, run: int) -> float:
-    """One run's rate (key-values per second); run 0 inserts the keys (the warm-up)."""
+def flood_run(subject: FloodSubject, kv_per_msg: int, n_msgs: int, run: int) -> tuple[float, float]:
+    """One run: (rate as the next node sees it, rate until the last of it is on disk; the same
+    for a memory-only node), key-values per second. Run 0 inserts the keys (the warm-up)."""
     total = n_msgs * kv_per_msg
     node = subject.node
     marker = f"~end~node~{run}"
     messages = flood_messages(n_msgs, kv_per_msg, run, marker)
     with node.client() as client:
         sent_before = client.counters().get("kvstore.sent_key_vals", 0)
+    if subject.durable:
+        wait_written(node)
+    started = time.monotonic()
     seconds = drive(node.cmd_url, messages, subject.sink, marker, subject.src)
+    disk_seconds = seconds
+    if subject.durable:
+        wait_written(node)
+        disk_seconds = time.monotonic() - started
     with node.client() as client:
         sent = client.counters().get("kvstore.sent_key_vals", 0) - sent_before
     if sent != total + 1:
         raise RuntimeError(f"node re-flooded {sent} key-values, expected {total + 1}")
-    return total / seconds
+    return total / seconds, total / disk_seconds
 
 
-def bench_flood(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
-    """(node rate, raw pipe rate) in key-values per second, medians of `runs`."""
+def bench_flood_durable(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+    """With durability=batch: (flood rate as the next node sees it, rate until the last of it is
+    on disk), key-values per second, medians of `runs`."""
+    return bench_flood(kv_per_msg, n_msgs, runs, durability="batch")
+
+
+def bench_flood(
+    kv_per_msg: int, n_msgs: int, runs: int, durability: str | None = None
+) -> tuple[float, float]:
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. With a
+    `durability`, the second figure is the rate until everything is on the node's disk."""
     total = n_msgs * kv_per_msg
     with cluster() as c:
-        subject = flood_subject(c, secure=False)
+        subject = flood_subject(c, secure=False, durability=durability)
         # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
         flood_run(subject, kv_per_msg, n_msgs, 0)
-        node_rates = [flood_run(subject, kv_per_msg, n_msgs, run) for run in range(1, runs + 1)]
+        rates = [flood_run(subject, kv_per_msg, n_msgs, run) for run in range(1, runs + 1)]
+        node_rates = [rate for rate, _disk in rates]
+        if durability is not None:
+            subject.sink.send(None)
+            return median(node_rates), median([disk for _rate, disk in rates])
         relay_url = url()
         start_helper(c, relay_main, relay_url, subject.sink_url, False)
         raw_rates = []
@@ -463,7 +514,7 @@ def bench_flood_curve(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, f
         for run in range(1, runs + 1):
             order = (plain, curve) if run % 2 else (curve, plain)
             for subject in order:
-                rates[subject is curve].append(flood_run(subject, kv_per_msg, n_msgs, run))
+                rates[subject is curve].append(flood_run(subject, kv_per_msg, n_msgs, run)[0])
         for subject in (plain, curve):
             subject.sink.send(None)
     return median(rates[False]), median(rates[True])
@@ -668,6 +719,92 @@ def bench_full_sync(n_keys: int, n_diff: int, runs: int) -> tuple[float, float]:
     return median(times), naive_ms
 
 
+# ---------------------------------------------------------------------- durable store
+
+
+def ack_latencies(node: NodeProc, writers: int, seconds: float) -> list[float]:
+    """Milliseconds per solicited single-key KEY_SET, from `writers` concurrent clients."""
+    samples: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def writer(index: int) -> None:
+        mine: list[float] = []
+        with node.client() as client:
+            version = 0
+            while time.monotonic() < stop_at:
+                version += 1
+                value = make_value(version, "w", value_of(version))
+                start = time.perf_counter()
+                client.set({f"ack/{index}/{version % 64}": value})
+                mine.append((time.perf_counter() - start) * 1000)
+        with lock:
+            samples.extend(mine)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(samples)
+
+
+def bench_key_set_ack(writers: int, seconds: float) -> tuple[float, float, float]:
+    """Solicited single-key KEY_SETs from `writers` concurrent clients on a durability=sync
+    node: (p50 ms, p99 ms) of the acknowledgement, and the p50 of the same on an ephemeral
+    node (the cost of waiting for the disk)."""
+    with cluster() as c:
+        node = c.start_node("acker", durability="sync")
+        c.wait_ready(node)
+        samples = ack_latencies(node, writers, seconds)
+        with node.client() as client:
+            commits = client.counters()["kvstore.storage.commits"]
+        if commits >= len(samples):
+            raise RuntimeError("no group commit: one commit per acknowledgement")
+        off = c.start_node("acker-off")
+        c.wait_ready(off)
+        baseline = ack_latencies(off, writers, seconds)
+    return (samples[len(samples) // 2], samples[int(len(samples) * 0.99)],
+            baseline[len(baseline) // 2])
+
+
+def answers_with_keys(node: NodeProc, timeout_s: float) -> int:
+    """Wait until the node answers (COUNTERS_GET: NODE_INFO would also compute the digest
+    tree, which is not what "answers" means); return its key count."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if node.proc.poll() is not None:
+            raise RuntimeError(f"{node.name} exited:\n{node.log_path.read_text()}")
+        try:
+            with KvStoreClient(node.cmd_url, timeout_s=0.2) as client:
+                return int(client.counters()["kvstore.num_keys"])
+        except Exception:
+            time.sleep(0.01)
+    raise RuntimeError(f"{node.name} did not answer")
+
+
+def bench_restore(n_keys: int) -> tuple[float, float, float]:
+    """A data dir holding `n_keys` keys (100-byte values): (seconds from the start of a node
+    process until it answers, that for an ephemeral node, disk bytes per key)."""
+    with cluster() as c:
+        node = c.start_node("restore", durability="batch")
+        c.wait_ready(node)
+        load(node, n_keys, batch=10_000)
+        node.proc.send_signal(signal.SIGTERM)  # a clean stop writes what is pending
+        node.proc.wait(timeout=300)
+        data = c.data_dir("restore")
+        disk = sum(f.stat().st_size for f in data.glob("kvstore.sqlite3*"))
+        times = []
+        for name, durability in (("restore", "batch"), ("empty", None)):
+            start = time.monotonic()
+            again = c.start_node(name, durability=durability)
+            keys = answers_with_keys(again, timeout_s=300)
+            times.append(time.monotonic() - start)
+            if durability is not None and keys != n_keys:
+                raise RuntimeError(f"{keys} of {n_keys} keys restored")
+    return times[0], times[1], disk / n_keys
+
+
 # ---------------------------------------------------------------------- memory
 
 
@@ -754,13 +891,16 @@ def bench_user_id_cost(n_msgs: int, runs: int) -> tuple[float, float]:
 class Metric:
     name: str
     value: float
-    target: float
+    target: float | None
     higher_is_better: bool
     baseline_name: str
     baseline: float
+    ratio_name: str | None = None  # also print the ratio under this name in --json
 
     @property
-    def met(self) -> bool:
+    def met(self) -> bool | None:
+        if self.target is None:
+            return None  # reported, no target
         return self.value >= self.target if self.higher_is_better else self.value <= self.target
 
     @property
@@ -798,28 +938,43 @@ def main() -> int:
     progress("flood (100-kv publications)...")
     node, raw = bench_flood(100, 500 if quick else 2_000, runs)
     metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
+    flood_off = node
+    progress("flood (100-kv publications), durability=batch...")
+    durable, on_disk = bench_flood_durable(100, 500 if quick else 2_000, runs)
+    metrics.append(Metric("flood_durable_kv_per_s", durable, 0.75 * flood_off, True,
+                          "the same, memory only", flood_off, "flood_durable_ratio"))
+    metrics.append(Metric("flood_durable_on_disk_kv_per_s", on_disk, None, True,
+                          "the same, memory only", flood_off))
+    progress("KEY_SET acknowledgement, durability=sync, 16 writers...")
+    p50, p99, p50_off = bench_key_set_ack(16, 2.0 if quick else 5.0)
+    metrics.append(Metric("key_set_ack_p50_ms", p50, 2, False, "memory only p50", p50_off))
+    metrics.append(Metric("key_set_ack_p99_ms", p99, 10, False, "memory only p50", p50_off))
+    progress(f"restore {big_label} keys...")
+    restore_s, empty_s, disk_per_key = bench_restore(big)
+    metrics.append(Metric(f"restore_{big_label}_keys_s", restore_s, 5, False,
+                          "start of an empty node", empty_s))
+    metrics.append(Metric(f"disk_bytes_per_key_{big_label}", disk_per_key, None, False,
+                          "key + value bytes", 12 + VALUE_BYTES))
     progress("flood (1-kv publications)...")
     node, raw = bench_flood(1, 10_000 if quick else 50_000, runs)
     metrics.append(Metric("single_key_pub_per_s", node, 60_000, True, "raw pyzmq relay", raw))
     progress("flood, plaintext and CurveZMQ side by side (100-kv publications)...")
     plain_flood, curve_flood = bench_flood_curve(100, 500 if quick else 2_000, runs + 1)
     metrics.append(Metric("flood_curve_kv_per_s", curve_flood, 0.7 * plain_flood, True,
-                          "plaintext node, same rounds", plain_flood))
+                          "plaintext node, same rounds", plain_flood,
+                          ratio_name="flood_curve_ratio"))
     progress("16-node chain latency...")
     node, raw = bench_latency(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_p50_us", node, 250, False, "raw pyzmq relay chain", raw))
     progress("16-node chains, plaintext and CurveZMQ side by side...")
     plain_p50, curve_p50 = bench_latency_curve(16, 50 if quick else 300)
     metrics.append(Metric("hop_latency_curve_p50_us", curve_p50, 1.3 * plain_p50, False,
-                          "plaintext chain, same rounds", plain_p50))
+                          "plaintext chain, same rounds", plain_p50,
+                          ratio_name="hop_latency_curve_ratio"))
     progress("ZAP User-Id per message...")
     with_user, without = bench_user_id_cost(50_000 if quick else 200_000, runs)
     metrics.append(Metric("recv_user_id_ns_per_msg", with_user, 1.2 * without, False,
                           "the same receive without User-Id", without))
-    # The issue's names for the two CurveZMQ ratios.
-    by_name = {m.name: m for m in metrics}
-    extra = {"flood_curve_ratio": by_name["flood_curve_kv_per_s"].ratio,
-             "hop_latency_curve_ratio": by_name["hop_latency_curve_p50_us"].ratio}
     progress("full sync 100k / 1%...")
     node, naive = bench_full_sync(100_000, 1_000, runs)
     metrics.append(
@@ -839,18 +994,20 @@ def main() -> int:
     if args.json:
         out: dict[str, float] = {}
         for m in metrics:
-            out[m.name] = round(m.value, 1)
-            out[f"{m.name}_baseline"] = round(m.baseline, 1)
+            out[m.name] = round(m.value, 3)
+            out[f"{m.name}_baseline"] = round(m.baseline, 3)
             out[f"{m.name}_ratio"] = round(m.ratio, 3)
-        out.update({name: round(value, 3) for name, value in extra.items()})
+            if m.ratio_name:
+                out[m.ratio_name] = round(m.ratio, 3)
         print(json.dumps(out))
         return 0
     rows = [
         (
             m.name,
             fmt_num(m.value),
-            ("≥ " if m.higher_is_better else "≤ ") + fmt_num(m.target),
-            "yes" if m.met else "NO",
+            "-" if m.target is None
+            else ("≥ " if m.higher_is_better else "≤ ") + fmt_num(m.target),
+            {True: "yes", False: "NO", None: "-"}[m.met],
             m.baseline_name,
             fmt_num(m.baseline),
             f"{m.ratio:.2f}",

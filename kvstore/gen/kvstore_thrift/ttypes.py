@@ -1287,6 +1287,7 @@ class NodeInfo(object):
      - num_keys
      - uptime_ms
      - digest
+     - store_state
 
     """
 
@@ -1298,10 +1299,11 @@ class NodeInfo(object):
         'num_keys',
         'uptime_ms',
         'digest',
+        'store_state',
     )
 
 
-    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0,):
+    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0, store_state=None,):
         self.name = name
         self.cmd_url = cmd_url
         self.pub_url = pub_url
@@ -1309,6 +1311,7 @@ class NodeInfo(object):
         self.num_keys = num_keys
         self.uptime_ms = uptime_ms
         self.digest = digest
+        self.store_state = store_state
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1354,6 +1357,11 @@ class NodeInfo(object):
                     self.digest = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.store_state = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1391,6 +1399,10 @@ class NodeInfo(object):
         if self.digest is not None:
             oprot.writeFieldBegin('digest', TType.I64, 7)
             oprot.writeI64(self.digest)
+            oprot.writeFieldEnd()
+        if self.store_state is not None:
+            oprot.writeFieldBegin('store_state', TType.STRING, 8)
+            oprot.writeString(self.store_state.encode('utf-8') if sys.version_info[0] == 2 else self.store_state)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1762,6 +1774,7 @@ NodeInfo.thrift_spec = (
     (5, TType.I64, 'num_keys', None, 0, ),  # 5
     (6, TType.I64, 'uptime_ms', None, 0, ),  # 6
     (7, TType.I64, 'digest', None, 0, ),  # 7
+    (8, TType.STRING, 'store_state', 'UTF8', None, ),  # 8
 )
 all_structs.append(Error)
 Error.thrift_spec = (
