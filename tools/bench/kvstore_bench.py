@@ -287,6 +287,7 @@ def sink_main(bind_url: str, curve_pair: KeyPair | None, conn: Connection) -> No
             if command is None:
                 return
             marker = command
+            conn.send("armed")  # the driver sends only now: no message can pass unwatched
         if not poller.poll(5):
             continue
         while True:
@@ -399,6 +400,8 @@ def drive(
     try:
         time.sleep(0.05)  # let the connection come up, so the first sends are not queued
         sink.send(marker.encode())
+        if not sink.poll(30) or sink.recv() != "armed":
+            raise RuntimeError("the sink did not take the marker")
         start = time.monotonic()
         for payload in messages:
             sock.send(b"", zmq.SNDMORE)
