@@ -140,6 +140,10 @@ def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
             (keys / f"{name}.key").unlink(missing_ok=True)
             generate(name, keys)
         secrets[name] = secret
+    # Peers are exactly this cluster's nodes (a larger earlier cluster's keys go).
+    for stale in (auth / "peer").glob("*.key") if (auth / "peer").is_dir() else ():
+        if stale.stem not in names:
+            stale.unlink()
     for role, name, file_name in [("operator", OPERATOR_KEY, OPERATOR_KEY),
                                   *(("peer", n, n) for n in names)]:
         (auth / role).mkdir(parents=True, exist_ok=True)

@@ -85,16 +85,20 @@ class AsyncKvStoreClient:
 
     def _socket(self) -> zmq.asyncio.Socket:
         if self._sock is None:
-            sock = _connect(self._context, zmq.DEALER, self.url, self.curve)
+            monitors: list[zmq.asyncio.Socket] = []
+            sock = _connect(self._context, zmq.DEALER, self.url, self.curve,
+                            lambda s: monitors.append(s.get_monitor_socket(HANDSHAKE_EVENTS)))
             self._sock = sock
             loop = asyncio.get_running_loop()
             self._reader = loop.create_task(self._read_replies(sock))
-            self._monitor_task = loop.create_task(self._watch_handshake(sock))
+            self._monitor_task = loop.create_task(self._watch_handshake(sock, monitors[0]))
         return self._sock
 
-    async def _watch_handshake(self, sock: zmq.asyncio.Socket) -> None:
-        """Fail every waiting request at once when the node refuses our handshake."""
-        monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+    async def _watch_handshake(
+        self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket
+    ) -> None:
+        """Fail every waiting request at once when the node refuses our handshake (the monitor
+        is made before the socket connects, so it sees the first handshake too)."""
         try:
             while True:
                 frames = await monitor.recv_multipart()
@@ -248,10 +252,15 @@ class AsyncSubscription:
 
 
 def _connect(
-    context: zmq.asyncio.Context, kind: int, url: str, curve: ClientCurve | None
+    context: zmq.asyncio.Context,
+    kind: int,
+    url: str,
+    curve: ClientCurve | None,
+    before_connect: Callable[[zmq.asyncio.Socket], None] | None = None,
 ) -> zmq.asyncio.Socket:
     """`kvstore.client.connect_socket` on an asyncio context (it returns asyncio sockets)."""
-    return cast(zmq.asyncio.Socket, connect_socket(context, kind, url, curve))  # type: ignore[arg-type]
+    return cast(zmq.asyncio.Socket,
+                connect_socket(context, kind, url, curve, before_connect))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- managed keys

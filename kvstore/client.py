@@ -16,7 +16,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Literal
 
@@ -108,12 +108,20 @@ Context = zmq.Context[zmq.Socket[bytes]]
 
 
 def connect_socket(
-    context: Context, kind: int, url: str, curve: ClientCurve | None = None
+    context: Context,
+    kind: int,
+    url: str,
+    curve: ClientCurve | None = None,
+    before_connect: Callable[[zmq.Socket[bytes]], None] | None = None,
 ) -> zmq.Socket[bytes]:
+    """A connected socket; `before_connect` runs first (a monitor set up there sees every event
+    of the connection, the first handshake included)."""
     sock = context.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     if curve is not None:
         apply_client(sock, curve.key_pair, curve.server_key)
+    if before_connect is not None:
+        before_connect(sock)
     try:
         sock.connect(url)
     except zmq.ZMQError as exc:
@@ -162,9 +170,12 @@ class KvStoreClient:
 
     def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
-            self._sock = connect_socket(self._context, zmq.DEALER, self.url, self.curve)
-            self._watch = HandshakeWatch(self._sock, self.url, self.curve)
+            self._sock = connect_socket(self._context, zmq.DEALER, self.url, self.curve,
+                                        self._start_watch)
         return self._sock
+
+    def _start_watch(self, sock: zmq.Socket[bytes]) -> None:
+        self._watch = HandshakeWatch(sock, self.url, self.curve)
 
     def close(self) -> None:
         if self._watch is not None:
@@ -333,8 +344,12 @@ class Subscription:
         self.skipped = 0
         self._prefix_bytes = prefix.encode()
         resolved = resolve_curve(curve)
-        self._sock = connect_socket(context or zmq.Context.instance(), zmq.SUB, pub_url, resolved)
-        self._watch = HandshakeWatch(self._sock, pub_url, resolved)
+        watches: list[HandshakeWatch] = []
+        self._sock = connect_socket(
+            context or zmq.Context.instance(), zmq.SUB, pub_url, resolved,
+            lambda sock: watches.append(HandshakeWatch(sock, pub_url, resolved)),
+        )
+        self._watch = watches[0]
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
 
     def recv(self, timeout_s: float | None = None) -> Publication | None:

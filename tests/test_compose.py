@@ -107,10 +107,7 @@ def test_every_node_keeps_its_store_in_a_named_volume(compose: dict[str, Any]) -
     """The default data dir (/var/lib/kvmesh/<name>) sits on a named volume per node, so a
     `docker compose restart` or a power cycle keeps the configuration."""
     volumes = compose.get("volumes") or {}
-    nodes = {name: service for name, service in compose["services"].items()
-             if service["command"][:2] == ["node", "run"]}
-    assert set(nodes) == {"n1", "n2", "n3"}
-    for name, service in nodes.items():
+    for name, service in nodes(compose).items():
         assert "--ephemeral" not in service["command"] and "--data-dir" not in service["command"]
         mounts = service.get("volumes") or []
         assert f"{name}-data:/var/lib/kvmesh" in mounts, name
