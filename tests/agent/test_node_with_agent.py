@@ -112,7 +112,8 @@ def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> Non
     with open(log_path, "wb") as log:
         node = subprocess.Popen(
             [sys.executable, "-m", "kvmesh", "node", "run", "--name", "wild",
-             "--cmd-url", "tcp://127.0.0.1:*", "--pub-url", "tcp://127.0.0.1:*", "--agent"],
+             "--cmd-url", "tcp://127.0.0.1:*", "--pub-url", "tcp://127.0.0.1:*", "--insecure",
+             "--ephemeral", "--agent"],
             stdout=log, stderr=subprocess.STDOUT)
     try:
         ready = wait_until(
