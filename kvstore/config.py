@@ -132,7 +132,7 @@ _INT_MINIMUMS: dict[str, int] = {
     "flood_msg_per_sec": 0,
     "flood_msg_burst": 0,
     "max_message_bytes": 1024,
-    "zmq_hwm": 1,
+    "zmq_hwm": 64,  # below a few dozen, ZeroMQ refuses replies it has room for (measured)
     "max_clients": 1,
     "max_subscribers": 1,
     "max_peers": 1,

@@ -234,9 +234,20 @@ def agent_value(data: bytes) -> None:
 class _Backend:
     """Answers every endpoint with a small fixed document (the parsing is under test)."""
 
+    # What the backend methods answer when a list would not do (ApiBackend's contract).
+    _DOCUMENTS: dict[str, Any] = {
+        "graph_dot": "digraph {}",
+        "metrics_text": "",
+        "downstream_resync": {"errors": {}, "record": {"seq": 1}},
+        "apply_configuration": {"seq": 1, "errors": {}},
+        "assume_current": {"store_state": "SYNCED", "devices": {}, "all_known": True},
+        "stats": {},
+        "recon_services": {},
+    }
+
     def __getattr__(self, name: str) -> Callable[..., Any]:
         def answer(*args: Any, **kwargs: Any) -> Any:
-            return "digraph {}" if name == "graph_dot" else ("" if name == "metrics_text" else [])
+            return self._DOCUMENTS.get(name, [])
 
         return answer
 

@@ -184,7 +184,7 @@ def test_difference_compares_listed_keys_whatever_the_filter(db: KvStoreDb) -> N
 
 
 def test_difference_drops_keys_with_no_more_than_the_decrement_left() -> None:
-    store = KvStoreDb("me", ttl_decrement_ms=10)
+    store = KvStoreDb("me", ttl_decrement_ms=10, ttl_threshold_ms=0)  # the decrement alone
     store.merge({"short": v(ttl=10), "ok": v(ttl=11)}, 0)
     send, _ = store.dump_difference({}, 0)
     assert {k: x.ttl_ms for k, x in send.items()} == {"ok": 1}

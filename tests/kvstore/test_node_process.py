@@ -114,10 +114,11 @@ def test_config_file_ttl_knobs_are_used(mesh: Mesh) -> None:
     assert dropped >= 1
 
 
-def test_config_file_zmq_hwm_bounds_a_slow_subscriber(mesh: Mesh) -> None:
-    """zmq_hwm: what queues up for a subscriber that does not read is bounded (the rest is
-    dropped for it); with the default (65 536) all of it would wait and be delivered."""
-    node = mesh.start(mesh.allocate("hwm", zmq_hwm=16))
+def test_config_file_subscriber_queue_bounds_a_slow_subscriber(mesh: Mesh) -> None:
+    """subscriber_queue_bytes: what queues up for a subscriber that does not read is bounded
+    (the rest is dropped for it); with the default (32 MiB) all of it would wait and be
+    delivered. 16 publication frames here (each big key-value is one frame)."""
+    node = mesh.start(mesh.allocate("hwm", subscriber_queue_bytes=16 * 8192))
     big = 80  # of 256 KiB: more than the 16 queued plus what the kernel buffers (a few MiB)
     sub: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
