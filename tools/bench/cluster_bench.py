@@ -285,7 +285,7 @@ def measure_config(state: cluster.ClusterState, samples: int,
     names = list(state.nodes)
     origin, far = names[0], farthest_node(names)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-    client = KvStoreClient(state.nodes[origin].cmd_url, timeout_s=10.0)
+    client = state.client(origin, timeout_s=10.0)
     streams = Streams(context)
     result = ConfigSamples([], [], {s: [] for s in SEGMENTS})
     marks: list[ConfigMarks] = []
@@ -432,8 +432,7 @@ def converge(state: cluster.ClusterState, prefix: str) -> ConvergeRun:
     names = list(state.nodes)
     origin = names[0]
     pids = [info.pids["node"] for info in state.nodes.values() if "node" in info.pids]
-    clients = {name: KvStoreClient(info.cmd_url, timeout_s=30.0)
-               for name, info in state.nodes.items()}
+    clients = {name: state.client(name, timeout_s=30.0) for name in state.nodes}
     try:
         base = {name: num_keys(c) for name, c in clients.items()}
         received_before = received_kv(clients)
@@ -590,7 +589,9 @@ def measure_operator(state: cluster.ClusterState, runs: int, work: Path) -> dict
     path = work / "state1000.json"
     path.write_text(json.dumps({"nodes": {far: values}}))
     samples: dict[str, list[float]] = {"plan": [], "apply": [], "raw": [], "startup": []}
-    with KvStoreClient(n1) as client:
+    # The CLI runs as the cluster's operator would: `eval "$(kvmesh cluster env)"` (n1's keys).
+    os.environ.update(cluster.client_env(Path(state.run_dir), "n1"))
+    with state.client("n1") as client:
         wait_devices_known(client, list(state.nodes))
         for run in range(runs):
             say(f"operator run {run + 1}/{runs}: plan + apply --wait of 1000 values on {far}")
