@@ -62,7 +62,10 @@ def test_disconnect_storm_during_reconciliation_stays_truthful_and_converges(
         assert states.count(DeviceState.DISCONNECTED) > storm, states
         assert states.count(DeviceState.KNOWN) == 1 and states[-1] is DeviceState.KNOWN, states
         assert heard[-1][1], "KNOWN announced over a dead connection"
-        assert counter(agent, "resync-interfaces", "cancellations") >= 1
+        # The storm hit reconciliation runs: cancelled by the disconnect, or failed first (the
+        # dump answered by a dropped connection), whichever the race gave.
+        assert (counter(agent, "resync-interfaces", "cancellations")
+                + counter(agent, "resync-interfaces", "failures")) >= 1
         wait_until(lambda: (device_record(setup.node.cmd_url, "vpp") or {}).get("state")
                    == "KNOWN", timeout=20, message="the published device state")
         state = setup.emulator.control.state()
