@@ -34,7 +34,7 @@ import zmq
 from kvstore import wire
 from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import NodeConfig
-from kvstore.curve import HANDSHAKE_EVENTS, CurveError, NodeSecurity, read_handshake_failures
+from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
@@ -139,8 +139,6 @@ class KvStoreNode:
         self._stopped = asyncio.Event()
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
         self.security = security
-        self._monitors: list[zmq.Socket[bytes]] = []
-        self._monitor_drains: list[Callable[[], None]] = []
         self._keys_checked_at = time.monotonic()
         self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
         self._publisher: Publisher | None = None
@@ -190,7 +188,6 @@ class KvStoreNode:
                 sock.setsockopt(zmq.RCVHWM, cfg.zmq_hwm)
                 if self.security is not None:
                     self.security.make_server(sock)
-                    self._watch_handshakes(sock)
             # Hard guard against huge frames: a bit above the cap, so messages between the cap and
             # the guard still get a TOO_LARGE reply; beyond it ZeroMQ drops the connection.
             cmd.setsockopt(zmq.MAXMSGSIZE, 2 * cfg.max_message_bytes)
@@ -212,11 +209,12 @@ class KvStoreNode:
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         counters = self.counters
+        handshakes = self._handshake_failed if self.security is not None else None
         self._limiters = [
-            ConnectionLimiter(cmd, cfg.max_clients, counters, "kvstore.clients", "max_clients"),
-            ConnectionLimiter(
-                pub, cfg.max_subscribers, counters, "kvstore.subscribers", "max_subscribers"
-            ),
+            ConnectionLimiter(cmd, cfg.max_clients, counters, "kvstore.clients", "max_clients",
+                              handshakes),
+            ConnectionLimiter(pub, cfg.max_subscribers, counters, "kvstore.subscribers",
+                              "max_subscribers", handshakes),
         ]
         for limiter in self._limiters:
             self._loop.add_reader(limiter.fileno(), limiter.on_readable)
@@ -331,7 +329,7 @@ class KvStoreNode:
         self._limiters = []
         if self.peering is not None:
             self.peering.close()
-        for sock in (self._cmd, self._pub, *self._monitors):
+        for sock in (self._cmd, self._pub):
             if sock is not None and not sock.closed:
                 if loop is not None:
                     loop.remove_reader(sock.fileno())
@@ -341,34 +339,21 @@ class KvStoreNode:
             self._persist()
             self.storage.close()  # writes what is pending, releases the data directory
             self.storage = None
-        self._monitors = []
-        self._monitor_drains = []
         if self.security is not None:
             self.security.stop()
 
     # ------------------------------------------------------------------ security
 
-    def _watch_handshakes(self, sock: zmq.Socket[bytes]) -> None:
-        """Count (and log) connections refused at the handshake: plaintext or a wrong server
-        key. Keys the ZAP handler refuses are counted there (with their fingerprint)."""
-        monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
-        self._monitors.append(monitor)
-
-        def on_event() -> None:
-            while True:
-                event = read_handshake_failures(monitor)
-                if event is None:
-                    return
-                if event != zmq.EVENT_HANDSHAKE_FAILED_AUTH and self.security is not None:
-                    self.security.refused(
-                        "handshake", "unknown",
-                        "connection refused: CurveZMQ handshake failed (a plaintext client, or"
-                        " one with a wrong server key)",
-                    )
-
-        assert self._loop is not None
-        self._loop.add_reader(monitor.fileno(), on_event)
-        self._monitor_drains.append(on_event)  # the tick's safety net (edge-triggered fds)
+    def _handshake_failed(self, event: int) -> None:
+        """Count (and log) a connection refused at the handshake: plaintext or a wrong server
+        key. Keys the ZAP handler refuses (EVENT_HANDSHAKE_FAILED_AUTH) are counted there, with
+        their fingerprint. Called by the connection limiters, whose monitors see the events."""
+        if event != zmq.EVENT_HANDSHAKE_FAILED_AUTH and self.security is not None:
+            self.security.refused(
+                "handshake", "unknown",
+                "connection refused: CurveZMQ handshake failed (a plaintext client, or"
+                " one with a wrong server key)",
+            )
 
     def _identity(self, user_id: str | None) -> Identity | None:
         if self.security is None:
@@ -889,8 +874,6 @@ class KvStoreNode:
         assert self._loop is not None
         try:
             self._check_keys()
-            for drain in self._monitor_drains:
-                drain()
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.

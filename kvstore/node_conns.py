@@ -25,6 +25,7 @@ import resource
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -51,7 +52,11 @@ _LOG_INTERVAL_S = 5.0
 
 
 class ConnectionLimiter:
-    """Counts a bound socket's connections (through a monitor) and refuses those over `cap`."""
+    """Counts a bound socket's connections (through a monitor) and refuses those over `cap`.
+
+    The socket's one monitor (ZeroMQ keeps one per socket: a second would take the first one's
+    events): CurveZMQ handshake failures it sees are also handed to `on_handshake_failed`
+    (the event), for the security layer to count and log."""
 
     def __init__(
         self,
@@ -60,8 +65,10 @@ class ConnectionLimiter:
         counters: Counter[str],
         prefix: str,
         knob: str,
+        on_handshake_failed: Callable[[int], None] | None = None,
     ) -> None:
         self.cap = cap
+        self.on_handshake_failed = on_handshake_failed
         self.connected = 0
         self._counters = counters
         self._prefix = prefix
@@ -102,6 +109,8 @@ class ConnectionLimiter:
                 self._log(f"{prefix}: accept failed: {_errno_text(int(event['value']))}")
             elif kind & _HANDSHAKE_FAILED:
                 counters[f"{prefix}.handshake_failed"] += 1
+                if self.on_handshake_failed is not None:
+                    self.on_handshake_failed(kind)
 
     def _refuse(self, fd: int) -> None:
         """Shut the accepted connection down, if `fd` is still one of ours (same local port)."""
