@@ -94,7 +94,7 @@ class AgentConfig:
     quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
     repair_delay_s: float = 0.2  # drift reported by a southbound is repaired this much later
     max_batch: int = 5000
-    redump_s: float = 60.0
+    redump_s: float = 15.0  # the guard against a missed publication (what it found is counted)
     downstream_resync_s: float = 300.0
     status_ttl_ms: int = 300_000
     # The store is asked whether it is current this often while the agent waits for it.
@@ -140,6 +140,7 @@ class Agent:
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
             "statuses_published": 0, "drift_repairs": 0, "nb_values_refused": 0,
+            "redump_repairs": 0,
             "confirm_rollbacks": 0, "rest_transactions": 0, "rest_transaction_errors": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters + _failures
@@ -471,14 +472,16 @@ class Agent:
             return True
         return self.recon.device_state(device) is DeviceState.KNOWN
 
-    def _load_dump(self, client: KvStoreClient) -> None:
+    def _load_dump(self, client: KvStoreClient) -> int:
+        """Take the node's desired state from a dump; returns how many values changed."""
         dump = client.dump(prefix=config_prefix(self.config.node))
         raw = {k: (v.value if v.value is not None else b"") for k, v in dump.items()}
         with self._lock:
-            self.desired.load_dump(raw)
+            changed = self.desired.load_dump(raw)
             self.counters["redumps"] += 1
             self._queue_refusals()
         self._initial_load_done.set()
+        return changed
 
     def _nb_loop(self) -> None:
         cfg = self.config
@@ -495,7 +498,14 @@ class Agent:
                     now = time.monotonic()
                     if self._initial_load_done.is_set() and now >= next_redump:
                         next_redump = now + cfg.redump_s
-                        self._load_dump(client)  # guards against a missed publication
+                        # The guard against a missed publication: what it finds was missed (or
+                        # crossed the dump), counted and logged so a lossy stream shows.
+                        self._drain(sub, timeout=0)
+                        missed = self._load_dump(client)
+                        if missed:
+                            self._count("redump_repairs", missed)
+                            log.info("periodic re-dump found %d change(s) the stream had not "
+                                     "brought", missed)
                     self._apply_pending(quiet=received == 0)
                     if now >= next_downstream:
                         next_downstream = now + cfg.downstream_resync_s
