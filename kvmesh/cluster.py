@@ -365,30 +365,25 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                 state.http_cert, state.http_key = str(cert), str(key)
                 state.http_token_file = str(token)
             state.save()
-            for name in names:
+        for name in names:
+            if isolated:  # the node's own address, fixed ports (a namespace of its own)
                 address = lab.address(name)
-                state.nodes[name] = NodeInfo(
-                    cmd_url=f"tcp://{address}:{ISOLATED_CMD_PORT}",
-                    pub_url=f"tcp://{address}:{ISOLATED_PUB_PORT}",
-                    netns=lab.namespaces[name],
-                    http=f"{address}:{ISOLATED_HTTP_PORT}" if agents else None,
-                    vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
-                    data_dir=str(run_dir / "data" / name),
-                    key_file=str(secrets[name]),
-                    public_key=str(secrets[name].with_suffix(".key")),
-                    peers=peering[name])
-        else:
-            for name in names:
-                state.nodes[name] = NodeInfo(
-                    cmd_url=f"tcp://127.0.0.1:{free_tcp_port()}",
-                    pub_url=f"tcp://127.0.0.1:{free_tcp_port()}",
-                    netns=f"{netns_prefix}-{name}" if use_netns else None,
-                    http=f"127.0.0.1:{free_tcp_port()}" if agents else None,
-                    vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
-                    data_dir=str(run_dir / "data" / name),
-                    key_file=str(secrets[name]),
-                    public_key=str(secrets[name].with_suffix(".key")),
-                    peers=peering[name])
+                cmd_url = f"tcp://{address}:{ISOLATED_CMD_PORT}"
+                pub_url = f"tcp://{address}:{ISOLATED_PUB_PORT}"
+                http = f"{address}:{ISOLATED_HTTP_PORT}"
+                netns: str | None = lab.namespaces[name]
+            else:  # loopback, free ports
+                cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+                pub_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+                http = f"127.0.0.1:{free_tcp_port()}"
+                netns = f"{netns_prefix}-{name}" if use_netns else None
+            state.nodes[name] = NodeInfo(
+                cmd_url=cmd_url, pub_url=pub_url, netns=netns, http=http if agents else None,
+                vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+                data_dir=str(run_dir / "data" / name),
+                key_file=str(secrets[name]),
+                public_key=str(secrets[name].with_suffix(".key")),
+                peers=peering[name])
         state.save()
         exe = [sys.executable, "-m", "kvmesh"]
         for name, info in state.nodes.items():

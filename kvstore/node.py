@@ -283,7 +283,9 @@ class KvStoreNode:
         storage = self.storage
         if storage is None:
             return 0
-        return storage.submit(self.db.take_journal())
+        changes = self.db.take_journal()
+        # Every socket pass ends here: with nothing new, no lock is taken.
+        return storage.submit(changes) if changes else storage.submitted
 
     def _on_durable(self, ticket: int, error: str | None) -> None:
         """On the loop: the writer committed (or failed to commit) everything up to `ticket`."""

@@ -287,8 +287,11 @@ class DurableStore:
                     # Newer changes of the same keys win over the failed ones.
                     batch.update(self._pending)
                     self._pending = batch
+                    self._cond.notify_all()  # a flush() waiting learns of the failure
             else:
-                self._durable = ticket
+                with self._cond:
+                    self._durable = ticket
+                    self._cond.notify_all()  # flush() waits on it
             callback = self.on_durable
             if callback is not None:
                 callback(ticket, error)
@@ -356,13 +359,11 @@ class DurableStore:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything submitted is on disk (or a commit failed); True if it is."""
-        deadline = time.monotonic() + timeout_s
-        target = self._submitted
-        while self._durable < target:
-            if self.last_error is not None or time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        with self._cond:
+            target = self._submitted
+            self._cond.wait_for(
+                lambda: self._durable >= target or self.last_error is not None, timeout_s)
+            return self._durable >= target
 
     def close(self) -> None:
         """Write what is pending (one attempt), stop the writer, release the directory."""

@@ -150,6 +150,21 @@ def set_config(via: Proc, node: str, values: dict[str, Any]) -> None:
                            b"" if value is None else encode_config_value(value))
 
 
+@contextlib.contextmanager
+def configured_pair(tmp_path: Path, ns: Netns, durable_n1: bool) -> Iterator[tuple[Proc, Proc]]:
+    """n1 (its agent in `ns`) peered with n2 (durable: it keeps the mesh's state while n1 is
+    away), both running, n1's VETH values CONFIGURED; every process gone afterwards."""
+    n2 = Proc("n2", tmp_path)
+    n1 = Proc("n1", tmp_path, netns=ns, durable=durable_n1, peers={"n2": n2.cmd_url})
+    n2.peers["n1"] = n1.cmd_url
+    with processes(n1, n2):
+        n2.start()
+        n1.start()
+        set_config(n1, "n1", VETH)
+        wait_until(lambda: all_configured(n1, list(VETH)), timeout=60)
+        yield n1, n2
+
+
 def all_configured(proc: Proc, keys: list[str]) -> bool:
     return all(proc.state_of(k) == "CONFIGURED" for k in keys)
 
@@ -160,77 +175,61 @@ def southbound_writes(proc: Proc) -> dict[str, int]:
 
 def test_ephemeral_node_restarted_alone_touches_nothing_until_a_peer_syncs(
         tmp_path: Path) -> None:
-    with temporary_netns("kvsr") as ns:
-        n2 = Proc("n2", tmp_path)  # durable: it keeps the mesh's state while n1 is away
-        n1 = Proc("n1", tmp_path, netns=ns, durable=False, peers={"n2": n2.cmd_url})
-        n2.peers["n1"] = n1.cmd_url
-        with processes(n1, n2):
-            n2.start()
-            n1.start()
-            set_config(n1, "n1", VETH)
-            wait_until(lambda: all_configured(n1, list(VETH)), timeout=60)
-            before = ns.dump()
-            n1.kill()
-            # While n1 is away the mesh changes: the route goes, a bridge comes.
-            set_config(n2, "n1", {"linux/route/main/10.62.0.0/24/veth0": None,
-                                  "linux/interface/br1": {"type": "bridge"}})
-            n2.kill()
+    with temporary_netns("kvsr") as ns, configured_pair(tmp_path, ns, durable_n1=False) as (n1, n2):
+        before = ns.dump()
+        n1.kill()
+        # While n1 is away the mesh changes: the route goes, a bridge comes.
+        set_config(n2, "n1", {"linux/route/main/10.62.0.0/24/veth0": None,
+                              "linux/interface/br1": {"type": "bridge"}})
+        n2.kill()
 
-            n1.start()  # EMPTY (no data dir), its only peer unreachable
-            reason = wait_until(lambda: str(n1.device().get("reason", "")), timeout=60,
-                                message="the reason n1's device is held is published")
-            assert "EMPTY" in reason, reason
-            assert n1.device()["state"] != "KNOWN"
-            wait_until(lambda: southbound_writes_or_none(n1) is not None, timeout=30)
-            history = n1.agent("/scheduler/txn-history")
-            assert any("adopt linux" in (r.get("description") or "") for r in history), history
-            assert ns.dump() == before, "nothing deleted, nothing changed"
-            assert not any(southbound_writes(n1).values()), southbound_writes(n1)
-            recon = subprocess.run([sys.executable, "-m", "kvmesh", "--url", n1.cmd_url, "recon",
-                                    "status", "n1"], capture_output=True, text=True, timeout=60)
-            assert "held out of KNOWN" in recon.stdout, recon.stdout + recon.stderr
+        n1.start()  # EMPTY (no data dir), its only peer unreachable
+        reason = wait_until(lambda: str(n1.device().get("reason", "")), timeout=60,
+                            message="the reason n1's device is held is published")
+        assert "EMPTY" in reason, reason
+        assert n1.device()["state"] != "KNOWN"
+        wait_until(lambda: southbound_writes_or_none(n1) is not None, timeout=30)
+        history = n1.agent("/scheduler/txn-history")
+        assert any("adopt linux" in (r.get("description") or "") for r in history), history
+        assert ns.dump() == before, "nothing deleted, nothing changed"
+        assert not any(southbound_writes(n1).values()), southbound_writes(n1)
+        recon = subprocess.run([sys.executable, "-m", "kvmesh", "--url", n1.cmd_url, "recon",
+                                "status", "n1"], capture_output=True, text=True, timeout=60)
+        assert "held out of KNOWN" in recon.stdout, recon.stdout + recon.stderr
 
-            n2.start()  # the peer is back: n1 syncs, and applies the mesh's state
-            wait_until(lambda: n1.device().get("state") == "KNOWN", timeout=60,
-                       message="KNOWN once a peer sync completed")
-            wait_until(lambda: "br1" in ns.link_names(), timeout=30)
-            wait_until(lambda: not any(r.get("dst") == "10.62.0.0/24" for r in ns.routes()),
-                       timeout=30, message="the route deleted in the mesh is deleted now")
-            assert "reason" not in n1.device()
+        n2.start()  # the peer is back: n1 syncs, and applies the mesh's state
+        wait_until(lambda: n1.device().get("state") == "KNOWN", timeout=60,
+                   message="KNOWN once a peer sync completed")
+        wait_until(lambda: "br1" in ns.link_names(), timeout=30)
+        wait_until(lambda: not any(r.get("dst") == "10.62.0.0/24" for r in ns.routes()),
+                   timeout=30, message="the route deleted in the mesh is deleted now")
+        assert "reason" not in n1.device()
 
 
 def test_durable_node_restarted_alone_comes_back_with_its_config_untouched(
         tmp_path: Path) -> None:
-    with temporary_netns("kvsr") as ns:
-        n2 = Proc("n2", tmp_path)
-        n1 = Proc("n1", tmp_path, netns=ns, peers={"n2": n2.cmd_url})
-        n2.peers["n1"] = n1.cmd_url
-        with processes(n1, n2):
-            n2.start()
-            n1.start()
-            set_config(n1, "n1", VETH)
-            wait_until(lambda: all_configured(n1, list(VETH)), timeout=60)
-            links_before = {link["ifname"]: link["ifindex"] for link in ns.ip_json("link")}
-            before = ns.dump()
-            n1.kill()
-            n2.kill()
-            n1.start()  # RESTORED from its data dir; its only peer unreachable
-            with n1.client() as client:
-                assert client.node_info(refresh=True).store_state == "RESTORED"
-                assert set(client.dump(prefix="config/n1/")) == {f"config/n1/{k}" for k in VETH}
-            wait_until(lambda: all_configured(n1, list(VETH)), timeout=60,
-                       message="the restored values are reported CONFIGURED (adopted)")
-            assert "RESTORED" in n1.device().get("reason", ""), n1.device()
-            assert ns.dump() == before
-            assert {link["ifname"]: link["ifindex"] for link in ns.ip_json("link")} == links_before
-            assert not any(southbound_writes(n1).values()), "a warm restart writes nothing"
-            # The operator says n1's store is the truth: the device reconciles without n2.
-            forced = subprocess.run([sys.executable, "-m", "kvmesh", "--url", n1.cmd_url,
-                                     "resync", "--node", "n1", "--force"],
-                                    capture_output=True, text=True, timeout=60)
-            assert forced.returncode == 0 and "declared current" in forced.stderr, forced
-            wait_until(lambda: n1.device().get("state") == "KNOWN", timeout=60)
-            assert ns.dump() == before
+    with temporary_netns("kvsr") as ns, configured_pair(tmp_path, ns, durable_n1=True) as (n1, n2):
+        links_before = {link["ifname"]: link["ifindex"] for link in ns.ip_json("link")}
+        before = ns.dump()
+        n1.kill()
+        n2.kill()
+        n1.start()  # RESTORED from its data dir; its only peer unreachable
+        with n1.client() as client:
+            assert client.node_info(refresh=True).store_state == "RESTORED"
+            assert set(client.dump(prefix="config/n1/")) == {f"config/n1/{k}" for k in VETH}
+        wait_until(lambda: all_configured(n1, list(VETH)), timeout=60,
+                   message="the restored values are reported CONFIGURED (adopted)")
+        assert "RESTORED" in n1.device().get("reason", ""), n1.device()
+        assert ns.dump() == before
+        assert {link["ifname"]: link["ifindex"] for link in ns.ip_json("link")} == links_before
+        assert not any(southbound_writes(n1).values()), "a warm restart writes nothing"
+        # The operator says n1's store is the truth: the device reconciles without n2.
+        forced = subprocess.run([sys.executable, "-m", "kvmesh", "--url", n1.cmd_url,
+                                 "resync", "--node", "n1", "--force"],
+                                capture_output=True, text=True, timeout=60)
+        assert forced.returncode == 0 and "declared current" in forced.stderr, forced
+        wait_until(lambda: n1.device().get("state") == "KNOWN", timeout=60)
+        assert ns.dump() == before
 
 
 def test_whole_cluster_crash_loses_no_acknowledged_write(tmp_path: Path) -> None:
