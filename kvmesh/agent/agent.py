@@ -140,7 +140,7 @@ class Agent:
             "nb_transactions": 0, "nb_transaction_errors": 0, "nb_values_applied": 0,
             "redumps": 0, "downstream_resyncs": 0, "kvstore_errors": 0,
             "statuses_published": 0, "drift_repairs": 0, "nb_values_refused": 0,
-            "redump_repairs": 0,
+            "redump_repairs": 0, "metrics_kvstore_unreachable": 0,
             "confirm_rollbacks": 0, "rest_transactions": 0, "rest_transaction_errors": 0,
         }
         self._lock = threading.RLock()  # guards desired + counters + _failures
@@ -483,6 +483,19 @@ class Agent:
         self._initial_load_done.set()
         return changed
 
+    def _redump(self, client: KvStoreClient) -> None:
+        """The guard against a missed publication: reload the desired state from a dump; what
+        it finds was missed (or crossed the dump), counted and logged so a lossy stream shows.
+
+        Under the transaction lock: a REST apply (`apply_configuration`) applies its values
+        first and writes them to the mesh after, so a dump taken in between would lack them
+        and undo them in the kernel (then the stream brings them back: a flap)."""
+        with self._txn_lock:
+            missed = self._load_dump(client)
+        if missed:
+            self._count("redump_repairs", missed)
+            log.info("periodic re-dump found %d change(s) the stream had not brought", missed)
+
     def _nb_loop(self) -> None:
         cfg = self.config
         client = KvStoreClient(cfg.kv_url)
@@ -498,14 +511,8 @@ class Agent:
                     now = time.monotonic()
                     if self._initial_load_done.is_set() and now >= next_redump:
                         next_redump = now + cfg.redump_s
-                        # The guard against a missed publication: what it finds was missed (or
-                        # crossed the dump), counted and logged so a lossy stream shows.
                         self._drain(sub, timeout=0)
-                        missed = self._load_dump(client)
-                        if missed:
-                            self._count("redump_repairs", missed)
-                            log.info("periodic re-dump found %d change(s) the stream had not "
-                                     "brought", missed)
+                        self._redump(client)
                     self._apply_pending(quiet=received == 0)
                     if now >= next_downstream:
                         next_downstream = now + cfg.downstream_resync_s
@@ -832,16 +839,24 @@ class Agent:
         """What /metrics reads at scrape time (counters and states)."""
         families: list[MetricFamily] = []
         extra: list[Metric] = []
+        up = MetricFamily("kvmesh_kvstore_up", "gauge",
+                          "1 when this scrape read the local KvStore node's counters")
         try:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
+            up.add(1)
             families += flat_counters("kvmesh", kv, gauges=[k for k in kv if ".num_" in k],
                                       help_prefix="KvStore counter ")
             histogram = flood_batch_histogram(kv)
             if histogram is not None:
                 extra.append(histogram)
-        except KvStoreError:
-            pass
+        except KvStoreError as exc:
+            # The scrape still answers (scheduler, agent, recon), and says what is missing.
+            up.add(0)
+            self._count("metrics_kvstore_unreachable")
+            log.warning("/metrics: KvStore %s did not answer (%s): its counters are left out "
+                        "of this scrape (kvmesh_kvstore_up 0)", self.config.kv_url, exc)
+        families.append(up)
         sched = _numbers(self.scheduler.stats())
         families += flat_counters("kvmesh_scheduler", sched, help_prefix="scheduler stat ")
         families += flat_counters("kvmesh_agent", self.counters, help_prefix="agent counter ")

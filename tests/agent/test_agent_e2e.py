@@ -266,7 +266,9 @@ def test_rest_endpoints_and_bad_parameters(cluster: Cluster) -> None:
         "resync-l2-domains": "COMPLETED", "resync-routes": "COMPLETED",
         "resync-other": "COMPLETED"}
     _status, metrics = agent.get("/metrics")
-    names = {f.name for f in text_string_to_metric_families(metrics.decode())}
+    families = {f.name: f for f in text_string_to_metric_families(metrics.decode())}
+    names = set(families)
+    assert families["kvmesh_kvstore_up"].samples[0].value == 1
     assert "kvmesh_recon_successes" in names
     assert any(n.startswith("kvmesh_kvstore") for n in names)
     for bad in ("/scheduler/txn-history?seq-num=x", "/scheduler/txn-history?since=yesterday",

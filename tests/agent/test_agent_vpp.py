@@ -277,3 +277,38 @@ def test_interface_deleted_behind_kvmeshs_back_is_repaired(setup: Setup) -> None
     restored = next(i for i in setup.emulator.control.state()["interfaces"]
                     if i["tag"] == "kvmesh:loop5")
     assert [a.split("/")[0] for a in map(str, restored["addresses"])] == ["10.5.0.1"]
+
+
+def test_a_redump_during_a_rest_apply_does_not_undo_it(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /configuration applies its values, then records them in the mesh. A periodic
+    re-dump landing in between once read the mesh without them and deleted the new interface
+    (and the stream re-created it a moment later): the re-dump now waits for the apply."""
+    import kvmesh.agent.agent as agent_module
+
+    agent = setup.agent
+    agent.start()
+    wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
+    redump_done = threading.Event()
+    record = agent_module.write_node_change
+
+    def redump_then_record(*args: Any, **kwargs: Any) -> int:
+        def redump() -> None:
+            with KvStoreClient(setup.node.cmd_url) as client:
+                agent._redump(client)
+            redump_done.set()
+
+        threading.Thread(target=redump, daemon=True).start()
+        # Give the re-dump every chance to run first: without the fix it does, within ms.
+        redump_done.wait(timeout=1.0)
+        return int(record(*args, **kwargs))
+
+    monkeypatch.setattr(agent_module, "write_node_change", redump_then_record)
+    result = agent.apply_configuration({"vpp/interface/rest1": {"type": "loopback"}},
+                                       replace=False)
+    assert result["ok"], result
+    assert redump_done.wait(timeout=30)
+    assert agent.desired.pending.get("vpp/interface/rest1", "none") == "none", (
+        "the re-dump queued the REST value's deletion")
+    assert "rest1" in setup.vpp_interfaces()

@@ -83,3 +83,20 @@ def test_agent_histograms_transactions_and_config_to_applied() -> None:
     assert latency[("kvmesh_config_to_applied_seconds_count", None)] == 2
     assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.25")] == 0
     assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.5")] == 2
+
+
+def test_a_scrape_without_the_kvstore_says_so() -> None:
+    """The KvStore node not answering leaves its counters out of /metrics, visibly: the gauge
+    kvmesh_kvstore_up is 0 and the agent counts it, instead of the families just vanishing."""
+    from kvmesh.agent.agent import Agent, AgentConfig
+    from kvstore.node_ports import free_tcp_port
+
+    agent = Agent(AgentConfig(node="m1", kv_url=f"tcp://127.0.0.1:{free_tcp_port()}"))
+    try:
+        parsed = {f.name: f for f in text_string_to_metric_families(agent.metrics_text())}
+        assert parsed["kvmesh_kvstore_up"].samples[0].value == 0
+        assert agent.counters["metrics_kvstore_unreachable"] == 1
+        assert not any(name.startswith("kvmesh_kvstore_") and name != "kvmesh_kvstore_up"
+                       for name in parsed)
+    finally:
+        agent.scheduler.close()
