@@ -14,13 +14,20 @@ Storage layout (per key, kept small because a node holds ~1 M keys):
   `_buckets` (and the inner nodes above them) when a digest is read.
 - `_expiry`: the TTL queue (`ttl.ExpiryQueue`) for keys with a finite TTL.
 
-Ownership: a stored record is never mutated after it is stored. For a key with an infinite TTL
-the record stored IS the caller's object (no copy on the hot path: the node decodes fresh objects);
-merge() only fills in its `hash` and canonicalises its `originator_id`/`ttl_ms` to equal shared
-objects. Callers must treat values they passed to merge(), and the values of MergeResult.delta
-(the same objects), as read-only. Every read path (get, dump, hash_dump, dump_difference,
-prepare_flood) returns fresh copies, except prepare_flood for infinite-TTL values (same objects,
-also read-only).
+Ownership: a stored record is never mutated after it is stored. Two entry points merge:
+- `merge(key_vals)`: for key-values built in Python (tests, the simulation, tools). Every field is
+  checked, the caller's objects are neither changed nor kept, and the delta holds fresh copies.
+- `merge_decoded(key_vals)`: the node's hot path, for a `WireKeyVals` map (`kvstore.wire`): fresh
+  objects the Thrift decoder made that nobody else holds. The store takes them over: their hash
+  is (re)computed, originator and TTL canonicalised, and for an infinite TTL the object itself
+  becomes the stored record (no copy per key). The delta holds those same objects: read-only,
+  except that the flood core (`kvstore.flood`) may write the wire TTL into finite-TTL ones
+  (never stored: the store keeps a copy holding the absolute expiry).
+Every read path (get, dump, hash_dump, dump_difference) returns fresh copies; `prepare_flood`
+returns the delta's own infinite-TTL objects (read-only).
+
+Hashes: none received is trusted. The merge recomputes the hash of every value it applies from
+the bytes (a forged or stale hash would hide a difference from anti-entropy for good).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from kvstore.value import (
     TTL_INFINITY,
     NoMergeReason,
     Value,
+    WireKeyVals,
     hop_ttl,
     invalid_reason,
     is_wire_text,
@@ -125,10 +133,7 @@ class KvStoreDb:
         *,
         ttl_decrement_ms: int = 1,
         ttl_threshold_ms: int = 500,
-        verify_hashes: bool = False,
     ) -> None:
-        """`verify_hashes`: recompute `hash` on every merged value instead of trusting a present one
-        (for stores fed by untrusted clients; costs one hash per value)."""
         if type(ttl_decrement_ms) is not int or ttl_decrement_ms < 0:
             raise ValueError(f"ttl_decrement_ms must be an int >= 0, got {ttl_decrement_ms!r}")
         if type(ttl_threshold_ms) is not int or ttl_threshold_ms < 0:
@@ -136,7 +141,6 @@ class KvStoreDb:
         self.node_id = node_id
         self.ttl_decrement_ms = ttl_decrement_ms
         self.ttl_threshold_ms = ttl_threshold_ms
-        self.verify_hashes = verify_hashes
         self.counters: Counter[str] = Counter()
         self._kv: dict[str, Value] = {}
         self._keys: SortedList = SortedList()
@@ -230,33 +234,54 @@ class KvStoreDb:
 
     # ------------------------------------------------------------------ merge
 
-    def merge(
-        self, key_vals: Mapping[str, Value], now_ms: int, *, wire_decoded: bool = False
-    ) -> MergeResult:
-        """Apply incoming key-values by the CRDT rules; return what changed and what did not.
+    def merge(self, key_vals: Mapping[str, Value], now_ms: int) -> MergeResult:
+        """Apply key-values built in Python by the CRDT rules; return what changed and what not.
 
-        Rules, in order: reject invalid input (ttl <= 0 and not infinite, version < 1, wrong types);
-        a lower version loses; a higher version wins; on equal versions the higher originator id
-        wins (code-point order == UTF-8 byte order); with the same originator the greater value
-        bytes win; with equal values a higher ttl_version updates the TTL only. A TTL-only update
-        (value None) applies only to a stored key with the same version and originator and a lower
-        ttl_version. A missing `hash` is computed and set on the incoming object.
-
-        `wire_decoded=True` promises that `key_vals` was produced by the Thrift decoder
-        (`kvstore.wire`), which already guarantees every field's type and i64 range and valid
-        UTF-8 strings: only the semantic checks run (TTL, version >= 1, originator present, no
-        U+FFFD in the key or originator: see `value.REPLACEMENT_CHAR`).
-        Anything built in Python must use the default, which checks every field.
+        Every field is checked (types, i64 ranges, wire text); the caller's objects are neither
+        changed nor kept: the store works on copies, and the delta holds fresh copies too.
+        Rules as in `merge_decoded`.
         """
         _check_now(now_ms)
+        owned: dict[str, Value] = {}
+        refused: dict[str, str] = {}
+        for key, value in key_vals.items():
+            reason = _invalid_reason(key, value)
+            if reason is not None:
+                refused[str(key)] = reason
+                continue
+            owned[key] = with_ttl(value, value.ttl_ms)
+        result = self._merge(owned, now_ms, refused, len(key_vals))
+        result.delta = {key: with_ttl(value, value.ttl_ms) for key, value in result.delta.items()}
+        return result
+
+    def merge_decoded(self, key_vals: WireKeyVals, now_ms: int) -> MergeResult:
+        """Apply key-values fresh from the wire decoder by the CRDT rules (the node's hot path).
+
+        Rules, in order: reject invalid input (ttl <= 0 and not infinite, version < 1, missing
+        originator, U+FFFD in the key or originator: see `value.REPLACEMENT_CHAR`); a lower
+        version loses; a higher version wins; on equal versions the higher originator id wins
+        (code-point order == UTF-8 byte order); with the same originator the greater value bytes
+        win; with equal values a higher ttl_version updates the TTL only. A TTL-only update (value
+        None) applies only to a stored key with the same version and originator and a lower
+        ttl_version.
+
+        The decoder already guarantees every field's type and i64 range and valid UTF-8, so only
+        those semantic checks run. The store takes the objects over (see the module docstring on
+        ownership): hand it nothing that anyone else holds.
+        """
+        _check_now(now_ms)
+        return self._merge(key_vals, now_ms, {}, len(key_vals))
+
+    def _merge(
+        self, key_vals: Mapping[str, Value], now_ms: int, no_merge: dict[str, str], received: int
+    ) -> MergeResult:
+        """The merge itself, on objects the store owns (typed right: decoded or checked)."""
         delta: dict[str, Value] = {}
-        no_merge: dict[str, str] = {}
         kv = self._kv
         kv_get = kv.get
         buckets = self._buckets
         stale = self._digests.stale
         originators = self._originators
-        verify = self.verify_hashes
         journal = self._journal
         num_finite = self._num_finite
         # Finite-TTL keys of this batch by TTL: one shared expiry int per distinct TTL, and the
@@ -265,11 +290,6 @@ class KvStoreDb:
         expiring: dict[int, list[str]] = {}
 
         for key, new in key_vals.items():
-            if not wire_decoded:
-                reason = _invalid_reason(key, new)
-                if reason is not None:
-                    no_merge[str(key)] = reason
-                    continue
             # ---- semantic checks (types are right here: decoded or checked above)
             ttl = new.ttl_ms
             if ttl <= 0 and ttl != _INF:
@@ -298,7 +318,6 @@ class KvStoreDb:
             canon, head = interned
             val = new.value
             ttl_version = new.ttl_version
-            h = new.hash
 
             cur = kv_get(key)
             if cur is not None and cur.ttl_ms != _INF and cur.ttl_ms <= now_ms:
@@ -339,16 +358,13 @@ class KvStoreDb:
                 assert cur is not None
                 h = cur.hash
                 stored_val = cur.value
-                if val is not None and (verify or new.hash is None):
-                    new.hash = h
+                new.hash = h
             else:
-                if h is None or verify:
-                    # Inlined `value_hash` (val is present here): with every hash verified,
-                    # this line runs for every applied value.
-                    h = xxh3_64_intdigest(pack_version(version) + head + val)
-                    if h >= _I64_TOP:
-                        h -= _U64
-                    new.hash = h
+                # Inlined `value_hash` (val is present here): every applied value is hashed.
+                h = xxh3_64_intdigest(pack_version(version) + head + val)
+                if h >= _I64_TOP:
+                    h -= _U64
+                new.hash = h
                 stored_val = val
             if ttl == _INF:
                 if ttl_only:
@@ -391,7 +407,7 @@ class KvStoreDb:
         for expires, keys in expiring.items():
             self._expiry.push_many(keys, expires)
         counters = self.counters
-        counters["kvstore.merge.received"] += len(key_vals)
+        counters["kvstore.merge.received"] += received
         counters["kvstore.merge.updated"] += len(delta)
         for reason in no_merge.values():
             counters[f"kvstore.no_merge.{reason}"] += 1

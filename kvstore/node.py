@@ -13,6 +13,10 @@ Event loop discipline: each socket's file descriptor is watched with `loop.add_r
 every wakeup the socket is drained with non-blocking receives (bounded per pass, for fairness).
 Deltas produced in one pass are coalesced per flood path and flooded once per peer at the end of
 the pass, so a burst of small publications becomes a few large ones.
+
+Protocol decisions are not made here: what a received KEY_SET means (loop, time in transit) and
+what to flood to whom is `kvstore.flood.FloodProtocol`'s, the CRDT merge `kvstore.db`'s; this
+module reads the sockets, passes the clocks in and sends what comes out.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
+from kvstore.flood import FloodProtocol, IngestBatch, Intake, Path
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
@@ -54,17 +59,17 @@ from kvstore.node_conns import (
     open_fds,
     prepare_process_limits,
 )
-from kvstore.node_peers import Peering, charge_transit
+from kvstore.node_peers import Peering
 from kvstore.publisher import (
     PUBLICATION_CHUNK_BYTES,
     Publisher,
     publication_frames,
     subscriber_hwm,
 )
-from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
+from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
-from kvstore.value import NoMergeReason, diverged_from_sender, is_wire_text
+from kvstore.value import NoMergeReason, WireKeyVals, is_wire_text
 
 log = logging.getLogger("kvstore.node")
 
@@ -79,14 +84,6 @@ INGEST_BATCH = 4096
 UNAUTHORIZED = "UNAUTHORIZED"
 # How often a secured node looks for changes in its authorized-keys directory.
 KEY_RELOAD_INTERVAL_S = 1.0
-
-
-def _forget_client_hashes(key_vals: Mapping[str, Value]) -> None:
-    """Never trust a hash from a client (a wrong one would poison full-sync comparisons on
-    every node): drop it, and the core computes it. Peers' hashes are our own code's."""
-    for value in key_vals.values():
-        if type(value) is Value:
-            value.hash = None
 
 
 class BadArgument(Exception):
@@ -126,12 +123,11 @@ class KvStoreNode:
         self._pub: zmq.Socket[bytes] | None = None
         self._subscriptions = 0
         self.peering: Peering | None = None  # created in start(): it needs the loop
+        self.flooding: FloodProtocol | None = None  # the peering's (start())
         self._floods: dict[Path, dict[str, Value]] = {}
         # Per flood path, the peers' publications whose merge produced (part of) that delta.
         self._flood_received: dict[Path, list[Received]] = {}
-        self._ingest: dict[str, Value] = {}  # one-way sets not merged yet (see _ingest_oneway)
-        self._ingest_path: Path = ()
-        self._ingest_messages: list[Received] = []
+        self._ingest = IngestBatch()  # one-way sets not merged yet (see _ingest_oneway)
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -164,9 +160,6 @@ class KvStoreNode:
             self.config.name,
             ttl_decrement_ms=self.config.ttl_decrement_ms,
             ttl_threshold_ms=self.config.ttl_threshold_ms,
-            # Every stored hash is recomputed from the bytes: a forged one (from a client or a
-            # peer) would otherwise hide a difference from anti-entropy for good (docs/kvstore.md).
-            verify_hashes=True,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -222,6 +215,7 @@ class KvStoreNode:
             self.name, cfg, self.db, self.counters, self, self._context, self._loop, self._rng,
             security=self.security,
         )
+        self.flooding = self.peering.flooding
         for name, address in cfg.peers.items():
             self.peering.add(name, address.cmd_url, address.pub_url)
         self.peering.update_initial_sync()
@@ -498,116 +492,78 @@ class KvStoreNode:
             self.counters["kvstore.send_failures"] += 1
             self.counters["kvstore.send_failure.reply"] += 1
 
-    # ------------------------------------------------------------------ one-way KEY_SET batching
+    # ------------------------------------------------------------------ KEY_SET
+
+    def _receive(self, request: Request) -> Intake:
+        params = request.key_set
+        assert params is not None and self.flooding is not None
+        return self.flooding.receive(params, wall_ms())
 
     def _ingest_oneway(self, request: Request, payload: bytes) -> bool:
-        """Take a one-way KEY_SET (a flood) into the current batch; False if it is not one.
-
-        Consecutive one-way sets with the same flood path are merged as ONE batch: merging
-        key-disjoint batches together is the same as merging them one after the other (the merge
-        is per key), and it saves the per-call cost for small publications. A set that shares a
-        key with the batch, or comes by another path, closes the batch first. A peer's set is
-        kept with its payload until flooded (it may be forwarded as received: `kvstore.forward`).
-        """
+        """Take a one-way KEY_SET (a flood) into the current batch (`IngestBatch`); False if it
+        is not one. A peer's set is kept with its payload until flooded (it may be forwarded as
+        received: `kvstore.forward`)."""
         params = request.key_set
         if params is None or params.solicit_response is not False or params.key_vals is None:
             return False
-        key_vals = params.key_vals
-        node_ids = params.node_ids or []
-        counters = self.counters
-        if node_ids:
-            counters["kvstore.received_publications"] += 1
-            counters["kvstore.received_key_vals"] += len(key_vals)
-            if self.name in node_ids:
-                counters["kvstore.looped_publications"] += 1
-                return True
-        elif params.sender_id is None:
-            _forget_client_hashes(key_vals)
-        charge_transit(key_vals, params.timestamp_ms, self.config, counters)
-        path = tuple(node_ids)
+        intake = self._receive(request)
+        if intake.looped:
+            return True
         batch = self._ingest
-        if batch and (path != self._ingest_path or not batch.keys().isdisjoint(key_vals)):
+        if not batch.fits(intake):
             self._merge_ingest()
-            batch = self._ingest
-        if not batch:
-            self._ingest_path = path
-            self._ingest = dict(key_vals)
-        else:
-            batch.update(key_vals)
-        if node_ids:
-            self._ingest_messages.append(Received(payload, request))
-        if len(self._ingest) >= INGEST_BATCH:
+        batch.add(intake, Received(payload, request) if intake.path else None)
+        if len(batch) >= INGEST_BATCH:
             self._merge_ingest()
             if self._flood_size() >= INGEST_BATCH:
                 self.flush_floods()
         return True
 
     def _merge_ingest(self) -> None:
-        batch = self._ingest
-        if not batch:
-            return
-        self._ingest = {}
-        messages = self._ingest_messages
-        self._ingest_messages = []
-        result = self.db.merge(batch, monotonic_ms(), wire_decoded=True)
-        delta = result.delta
-        if delta:
-            self.counters["kvstore.updated_key_vals"] += len(delta)
-            self.queue_flood(self._ingest_path, delta, messages)
-        self._resync_if_diverged(self._ingest_path, result.no_merge)
-        # A publication from a peer that changed nothing is redundant (it came by another path).
-        redundant = 0
-        for message in messages:
-            if not delta or not any(key in delta for key in message.key_vals):
-                redundant += 1
-        if redundant:
-            self.counters["kvstore.received_redundant_publications"] += redundant
+        path, key_vals, messages = self._ingest.take()
+        if key_vals:
+            self._merge(path, key_vals, messages, [message.key_vals for message in messages])
 
-    def _resync_if_diverged(self, path: Path, no_merge: Mapping[str, str]) -> None:
-        """A peer's flood that shows our stores diverged (`diverged_from_sender`) makes the node
-        resync with that peer (the last hop of the path) at once, not at the next anti-entropy."""
-        if path and self.peering is not None and diverged_from_sender(no_merge):
-            self.peering.resync_diverged(path[-1])
-
-    def _flood_size(self) -> int:
-        return sum(len(delta) for delta in self._floods.values())
-
-    # ------------------------------------------------------------------ commands
+    def _merge(
+        self,
+        path: Path,
+        key_vals: WireKeyVals,
+        messages: list[Received],
+        peer_sets: Sequence[Mapping[str, Value]],
+    ) -> dict[str, str]:
+        """Merge what came by `path` and queue the delta's flood (`messages`: peer publications
+        that may be forwarded as received; `peer_sets`: the peer sets merged, for the
+        redundancy count); returns the refusals (no_merge)."""
+        result = self.db.merge_decoded(key_vals, monotonic_ms())
+        assert self.flooding is not None
+        diverged = self.flooding.merged(path, result, peer_sets)
+        if result.delta:
+            self.queue_flood(path, result.delta, messages)
+        if diverged is not None and self.peering is not None:
+            self.peering.resync_diverged(diverged)
+        return result.no_merge
 
     def _cmd_key_set(self, request: Request, envelope: list[bytes]) -> bytes | None:
+        """A solicited KEY_SET (one-way sets go through `_ingest_oneway`): merged at once and
+        answered with the refusals, once durable where durability is "sync"."""
         params = request.key_set
         if params is None or params.key_vals is None:
             raise BadArgument("KEY_SET needs key_set.key_vals")
-        node_ids = params.node_ids or []
-        solicited = params.solicit_response is not False
-        key_vals = params.key_vals
         storage = self.storage
-        if solicited and storage is not None and not storage.healthy:
+        if storage is not None and not storage.healthy:
             # Known not to reach the disk: refuse before changing anything.
             assert storage.last_error is not None
             self.counters["kvstore.storage.refused_sets"] += 1
             return self._storage_error(storage.last_error)
-        if node_ids:
-            self.counters["kvstore.received_publications"] += 1
-            self.counters["kvstore.received_key_vals"] += len(key_vals)
-            if self.name in node_ids:
-                self.counters["kvstore.looped_publications"] += 1
-                return wire.OK_RESPONSE if solicited else None
-        elif params.sender_id is None:
-            _forget_client_hashes(key_vals)
-        expired = charge_transit(key_vals, params.timestamp_ms, self.config, self.counters)
-        result = self.db.merge(key_vals, monotonic_ms(), wire_decoded=True)
-        for key in expired:  # the requester learns its set arrived too late
-            result.no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
-        if result.delta:
-            self.counters["kvstore.updated_key_vals"] += len(result.delta)
-            self.queue_flood(tuple(node_ids), result.delta)
-        elif node_ids:
-            self.counters["kvstore.received_redundant_publications"] += 1
-        self._resync_if_diverged(tuple(node_ids), result.no_merge)
-        if not solicited:
-            return None
-        reply = wire.encode(Response(no_merge_reasons=result.no_merge))
+        intake = self._receive(request)
+        if intake.looped:
+            return wire.OK_RESPONSE
+        no_merge = self._merge(
+            intake.path, intake.key_vals, [], [intake.key_vals] if intake.path else []
+        )
+        for key in intake.expired:  # the requester learns its set arrived too late
+            no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
+        reply = wire.encode(Response(no_merge_reasons=no_merge))
         if storage is not None and storage.durability == "sync":
             # Acknowledgement means durable. With no change of its own, the reply still waits
             # for the writes before it (the value it agrees with may not be on disk yet).
@@ -616,6 +572,11 @@ class KvStoreNode:
                 self._acks_waiting.append((ticket, envelope, reply))
                 return None
         return reply
+
+    def _flood_size(self) -> int:
+        return sum(len(delta) for delta in self._floods.values())
+
+    # ------------------------------------------------------------------ commands
 
     def _cmd_key_get(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.key_get is None or request.key_get.keys is None:

@@ -1,12 +1,10 @@
 """The node's peers: one DEALER per peer, full-sync sessions, flooding, anti-entropy.
 
 Decisions come from the sans-I/O core (`kvstore.peers.PeerTable`: states, backoff, parallel-sync
-cap, keys pending during a sync; `AntiEntropyTimer`; `kvstore.ratelimit.FloodLimiter`); this module
-moves the messages. Per peer:
+cap, keys pending during a sync; `AntiEntropyTimer`; `kvstore.flood.FloodProtocol`: what to flood
+to whom, as what bytes); this module moves the messages. Per peer:
 
-- flooding: one-way KEY_SETs carrying the flood path, only to INITIALIZED peers, never to a peer
-  already on the path (which includes the sender); a peer's publication that the store holds
-  exactly as received is forwarded as its own bytes (`kvstore.forward`);
+- flooding: the one-way KEY_SETs `FloodProtocol` decides on, sent to the peers it names;
 - full sync (on PEER_ADD, after a failure, and periodically with one random peer): a
   `SyncSession` (digest walk, then 3-way exchange on the differing buckets); replies are matched by
   a correlation-id frame, so a reply to an abandoned sync is recognised and dropped;
@@ -22,63 +20,26 @@ import itertools
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import zmq
 
 from kvstore import wire
-from kvstore.batch_sizes import count_batch
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
-from kvstore.forward import MIN_FORWARD_KEYS, Received, envelope_tail, forwarded_payload
-from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
-from kvstore.gen.kvstore_thrift.ttypes import (
-    Command,
-    KeySetParams,
-    PeerSpec,
-    PeerState,
-    Request,
-    Value,
-)
+from kvstore.flood import FloodProtocol, Path, Send
+from kvstore.forward import Received
+from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Value
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
-from kvstore.ratelimit import FloodLimiter, FloodRelease
-from kvstore.shell import DRAIN_LIMIT, Path, monotonic_ms, wall_ms
-from kvstore.transit import age_in_transit
-from kvstore.value import hop_ttl
+from kvstore.ratelimit import FloodLimiter
+from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
+from kvstore.value import WireKeyVals
 
 log = logging.getLogger("kvstore.node")
-
-# Keys per finalize KEY_SET message (bounds message size on big differences).
-KEYS_PER_MESSAGE = 20_000
-
-
-
-
-def charge_transit(
-    key_vals: dict[str, Value],
-    sent_wall_ms: int | None,
-    config: NodeConfig,
-    counters: Counter[str],
-) -> list[str]:
-    """Take the time a message spent in transit off its TTLs (`kvstore.transit`), in place, and
-    count what that did. Key-values whose TTL ran out on the way are removed; returns them."""
-    if sent_wall_ms is None or not key_vals:
-        return []
-    aging = age_in_transit(key_vals, sent_wall_ms, wall_ms(), config.max_clock_skew_ms)
-    if aging.expired:
-        counters["kvstore.ttl.expired_in_transit"] += len(aging.expired)
-        log.debug("%d key(s) expired in transit (%d ms)", len(aging.expired), aging.age_ms)
-    if aging.clock_ahead_ms:
-        counters["kvstore.ttl.clock_ahead"] += 1
-        log.debug("peer timestamp %d ms in the future", aging.clock_ahead_ms)
-    if aging.age_ms > counters["kvstore.ttl.transit_age_ms_max"]:
-        counters["kvstore.ttl.transit_age_ms_max"] = aging.age_ms
-    return aging.expired
-
 
 class FloodSink(Protocol):
     """What the peering needs from its node: a place to put deltas merged from sync replies."""
@@ -143,6 +104,10 @@ class Peering:
         self.limiter: FloodLimiter | None = None
         if config.flood_msg_per_sec > 0:
             self.limiter = FloodLimiter(db, config.flood_msg_per_sec, config.flood_msg_burst, now)
+        self.flooding = FloodProtocol(
+            name, db, self.table, counters, max_clock_skew_ms=config.max_clock_skew_ms,
+            limiter=self.limiter,
+        )
         self._initial_sync_done = False
 
     # ------------------------------------------------------------------ membership
@@ -299,126 +264,19 @@ class Peering:
         now: int,
         received: Sequence[Received] = (),
     ) -> None:
-        """Send a merged delta on to the peers (except those on its flood path).
+        """Send a merged delta on, as `FloodProtocol.flood` decides (`received`: the peer
+        publications it was merged from)."""
+        self._send_all(self.flooding.flood(path, delta, received, now, wall_ms()))
 
-        `received`: peer publications the delta was merged from; those the store holds exactly
-        as received go on as their own bytes (`kvstore.forward`), the rest is encoded anew.
-        """
-        targets = self.table.flood_targets(delta, exclude=path)
-        if not targets:
-            return
-        count_batch(self.counters, len(delta))
-        if self.limiter is not None:
-            release = self.limiter.submit(delta, now)
-            if release is None:
-                return
-            if release.from_buffer:
-                self._flood_release(release, now)
-                return
-        links = [self.links[n] for n in targets]
-        node_ids = [*path, self.name]
-        if received and self.limiter is None:
-            delta = self._forward_received(links, delta, received, node_ids)
-        key_vals = self.db.prepare_flood(delta, now, in_place=True)
-        if key_vals:
-            self._send_key_set(links, key_vals, node_ids)
-
-    def _forward_received(
-        self,
-        links: list[PeerLink],
-        delta: Mapping[str, Value],
-        received: Sequence[Received],
-        node_ids: list[str],
-    ) -> Mapping[str, Value]:
-        """Forward the publications that can go on as received; return the rest of `delta`."""
-        tail: bytes | None = None
-        forwarded: list[dict[str, Value]] = []
-        forwarded_keys = 0
-        stored_as_merged = self.db.stored_as_merged
+    def _send_all(self, sends: list[Send]) -> None:
         counters = self.counters
-        for message in received:
-            key_vals = message.key_vals
-            if len(key_vals) < MIN_FORWARD_KEYS or not stored_as_merged(key_vals):
-                continue
-            end = message.entries_end()
-            if end is None:
-                counters["kvstore.flood.reencoded_layout"] += 1
-                continue
-            if tail is None:
-                tail = envelope_tail(node_ids, wall_ms())
-            frames = [b"", forwarded_payload(message, end, tail)]
-            for link in links:
-                if self._send(link, frames):
+        for send in sends:
+            frames = [b"", send.payload]
+            for name in send.targets:
+                link = self.links.get(name)
+                if link is not None and self._send(link, frames):
                     counters["kvstore.sent_publications"] += 1
-                    counters["kvstore.sent_key_vals"] += len(key_vals)
-            counters["kvstore.flood.forwarded_publications"] += 1
-            forwarded.append(key_vals)
-            forwarded_keys += len(key_vals)
-        if not forwarded:
-            return delta
-        # Forwarded maps are key-disjoint subsets of the delta (each holds the stored objects).
-        if forwarded_keys == len(delta):
-            return {}
-        return {
-            key: value
-            for key, value in delta.items()
-            if not any(key in key_vals for key_vals in forwarded)
-        }
-
-    def _flood_release(self, release: FloodRelease, now: int) -> None:
-        # A buffer flush mixes keys from many paths: it goes to every initialized peer with
-        # only this node on its path (one redundant hop back to a sender, as in Open/R).
-        targets = self.table.flood_targets(release.key_vals)
-        key_vals = self.db.prepare_flood(release.key_vals, now)
-        if key_vals and targets:
-            self._send_key_set([self.links[n] for n in targets], key_vals, [self.name])
-
-    def _send_key_set(
-        self,
-        targets: list[PeerLink],
-        key_vals: dict[str, Value],
-        node_ids: list[str],
-        sender_id: str | None = None,
-    ) -> None:
-        payload = wire.encode(
-            Request(
-                cmd=Command.KEY_SET,
-                key_set=KeySetParams(
-                    key_vals=key_vals,
-                    solicit_response=False,
-                    node_ids=node_ids,
-                    sender_id=sender_id,
-                    timestamp_ms=wall_ms(),
-                ),
-            )
-        )
-        frames = [b"", payload]
-        counters = self.counters
-        for link in targets:
-            if self._send(link, frames):
-                counters["kvstore.sent_publications"] += 1
-                counters["kvstore.sent_key_vals"] += len(key_vals)
-
-    def wire_values(self, keys: Iterable[str], now: int) -> list[dict[str, Value]]:
-        """Current values of `keys` as they should travel to a peer (remaining TTL minus the
-        per-hop decrement; keys about to expire left out), in bounded chunks."""
-        decrement = self.config.ttl_decrement_ms
-        threshold = self.config.ttl_threshold_ms
-        chunks: list[dict[str, Value]] = []
-        current: dict[str, Value] = {}
-        for key, value in self.db.get(keys, now).items():  # fresh copies: ours to change
-            if value.ttl_ms != TTL_INFINITY:
-                wire_ttl = hop_ttl(value.ttl_ms, decrement, threshold)
-                if wire_ttl is None:
-                    continue
-                value.ttl_ms = wire_ttl
-            current[key] = value
-            if len(current) >= KEYS_PER_MESSAGE:
-                chunks.append(current)
-                current = {}
-        if current:
-            chunks.append(current)
-        return chunks
+                    counters["kvstore.sent_key_vals"] += send.key_count
 
     # ------------------------------------------------------------------ timers
 
@@ -426,10 +284,7 @@ class Peering:
         self._check_timeouts(now)
         self.start_due_syncs(now)
         self._maybe_anti_entropy(now)
-        if self.limiter is not None:
-            release = self.limiter.poll(now)
-            if release is not None:
-                self._flood_release(release, now)
+        self._send_all(self.flooding.poll(now, wall_ms()))
         self.drain_all()
 
     def _check_timeouts(self, now: int) -> None:
@@ -559,9 +414,9 @@ class Peering:
                 session.on_digest_reply(corr, response)
             else:
                 publication = session.on_dump_reply(corr, response)
-                key_vals = publication.key_vals
+                key_vals = wire.decoded_key_vals(publication)
                 if key_vals:
-                    charge_transit(key_vals, publication.timestamp_ms, self.config, self.counters)
+                    self.flooding.charge_transit(key_vals, publication.timestamp_ms, wall_ms())
                     if key_vals:  # unless all of it expired on the way
                         self._merge_reply(link, key_vals, now)
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
@@ -570,11 +425,12 @@ class Peering:
             return
         self._advance(link, now)
 
-    def _merge_reply(self, link: PeerLink, key_vals: dict[str, Value], now: int) -> None:
-        result = self.db.merge(key_vals, now, wire_decoded=True)
+    def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
+        result = self.db.merge_decoded(key_vals, now)
         self.counters["kvstore.full_sync.received_key_vals"] += len(key_vals)
+        # No divergence resync here: this sync is what repairs it.
+        self.flooding.merged((link.name,), result)
         if result.delta:
-            self.counters["kvstore.updated_key_vals"] += len(result.delta)
             # Flooded on to everyone but the peer it came from.
             self._sink.queue_flood((link.name,), result.delta)
 
@@ -589,10 +445,9 @@ class Peering:
                 return
             pending = got
         keys = session.tobe_updated | pending
-        sent = 0
-        for chunk in self.wire_values(keys, now):
-            self._send_key_set([link], chunk, [self.name], sender_id=self.name)
-            sent += len(chunk)
+        sends = self.flooding.finalize(link.name, keys, now, wall_ms())
+        self._send_all(sends)
+        sent = sum(send.key_count for send in sends)
         if link.session is not session:
             return  # a send failed: the peer went back to IDLE
         link.session = None
@@ -639,4 +494,4 @@ class Peering:
         self.update_initial_sync()
 
 
-__all__ = ["SYNCING", "PeerLink", "Peering", "charge_transit"]
+__all__ = ["SYNCING", "PeerLink", "Peering"]

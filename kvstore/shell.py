@@ -1,5 +1,5 @@
 """What the node's I/O shell modules (`kvstore.node`, `kvstore.node_peers`) share: the clocks
-they pass into the core, the flood-path type, and how much one socket wakeup may drain."""
+they pass into the core, and how much one socket wakeup may drain."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ import time
 
 # Messages handled per socket wakeup before yielding to timers and other sockets (fairness).
 DRAIN_LIMIT = 512
-
-# A flood path: the node names a publication went through (`node_ids`).
-Path = tuple[str, ...]
 
 
 def monotonic_ms() -> int:

@@ -9,7 +9,7 @@ copy-with-TTL helper used by every read path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NewType
 
 from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY as _TTL_INFINITY
 from kvstore.gen.kvstore_thrift.ttypes import Value
@@ -21,6 +21,7 @@ __all__ = [
     "TTL_INFINITY",
     "NoMergeReason",
     "Value",
+    "WireKeyVals",
     "diverged_from_sender",
     "hop_ttl",
     "invalid_reason",
@@ -29,6 +30,11 @@ __all__ = [
 ]
 
 TTL_INFINITY: Final[int] = _TTL_INFINITY
+
+# A key-value map fresh from the wire decoder, held by nobody else: what `KvStoreDb.merge_decoded`
+# may take over without copying. Made only by `kvstore.wire.decoded_key_vals`, so that handing
+# the store objects someone still uses takes a visible step (and fails the type check otherwise).
+WireKeyVals = NewType("WireKeyVals", dict[str, Value])
 I64_MAX: Final[int] = (1 << 63) - 1
 I64_MIN: Final[int] = -(1 << 63)
 # The Thrift C decoder turns invalid UTF-8 into U+FFFD (it has no strict mode), so bytes b"k\xff"

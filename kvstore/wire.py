@@ -26,10 +26,12 @@ from thrift.transport.TTransport import TMemoryBuffer
 
 from kvstore.gen.kvstore_thrift.ttypes import (
     Error,
+    KeySetParams,
     Publication,
     Request,
     Response,
 )
+from kvstore.value import WireKeyVals
 
 T = TypeVar("T")
 
@@ -86,6 +88,14 @@ def decode_response(data: bytes, limit: int = DEFAULT_DECODE_LIMIT) -> Response:
 
 def decode_publication(data: bytes, limit: int = DEFAULT_DECODE_LIMIT) -> Publication:
     return decode(Publication, data, limit)
+
+
+def decoded_key_vals(container: KeySetParams | Publication) -> WireKeyVals:
+    """The key-value map of a KEY_SET or publication this process just decoded, as the store's
+    to keep (`KvStoreDb.merge_decoded`): the caller promises not to use its objects otherwise
+    (read-only uses of the same objects, such as forwarding the bytes they came in, excepted)."""
+    key_vals = container.key_vals
+    return WireKeyVals(key_vals if key_vals is not None else {})
 
 
 def error_response(code: str, message: str) -> bytes:

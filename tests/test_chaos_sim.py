@@ -7,6 +7,7 @@ import os
 import pytest
 
 import kvmesh.chaos.sim as sim
+import kvstore.flood as flood
 from kvstore.transit import TransitAging
 
 SCENARIOS = int(os.environ.get("KVMESH_SIM_SCENARIOS", "2000"))
@@ -43,7 +44,7 @@ def test_a_seed_replays_exactly() -> None:
 
 def test_the_simulation_catches_keys_outliving_their_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the transit aging taken out, the regression seeds fail as they did."""
-    monkeypatch.setattr(sim, "age_in_transit", lambda *_args, **_kw: TransitAging())
+    monkeypatch.setattr(flood, "age_in_transit", lambda *_args, **_kw: TransitAging())
     failures = _failures(REGRESSION_SEEDS)
     assert len(failures) == len(REGRESSION_SEEDS)
     assert "past its TTL" in failures[0]

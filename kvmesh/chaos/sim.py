@@ -6,14 +6,13 @@ cuts (partitions that drop), on a simulated clock, with wall clocks skewed per n
 derives from one seed: `simulate(seed)` always plays the same scenario and returns the same
 result, so a failing seed is a regression test as it stands.
 
-What runs is the core the node runs: `merge`, `prepare_flood`, `dump_difference`,
-`digest_children`, `expire`, the full-sync step machine `SyncSession` and the transit aging
-`kvstore.transit.age_in_transit`. Where the decision sits in the node shell
-(`kvstore/node_peers.py`), it is re-enacted here, step for step: flood targets (every peer not on
-the flood path), the finalize (the peer's `tobe_updated` keys at their remaining TTL minus the
-decrement, none under the threshold), a sync step unanswered for `sync_timeout_ms` failing the
-sync and dropping what was queued for that peer (the node rebuilds its socket), anti-entropy with
-one random peer per interval. Not simulated: the rate limiter, forwarding as received (a byte-level
+What runs is the core the node runs: the flood protocol `kvstore.flood.FloodProtocol` (loop
+detection, time in transit, flood targets, hop TTLs, the finalize step) on the KEY_SET bytes it
+encodes, `merge_decoded`, `dump_difference`, `digest_children`, `expire` and the full-sync step
+machine `SyncSession`. What sits in the node shell (`kvstore/node_peers.py`) is re-enacted: a
+sync step unanswered for `sync_timeout_ms` failing the sync and dropping what was queued for that
+peer (the node rebuilds its socket), anti-entropy with one random peer per interval; every peer
+counts as initialized. Not simulated: the rate limiter, forwarding as received (a byte-level
 optimisation with the same content), process crashes.
 
 Checked (`kvmesh.chaos.model`, the same checker as the real chaos run): no key merged anywhere so
@@ -27,12 +26,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.chaos.model import KeyExpectation, Write, WriteLog, check_store, ttl_overrun_ms
+from kvstore import wire
 from kvstore.db import KvStoreDb
+from kvstore.flood import FloodProtocol, Send
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestReply,
@@ -41,8 +43,8 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
 )
 from kvstore.node_sync import SyncSession
-from kvstore.transit import age_in_transit
-from kvstore.value import TTL_INFINITY, Value
+from kvstore.peers import PeerTable
+from kvstore.value import TTL_INFINITY, Value, WireKeyVals
 
 __all__ = ["Scenario", "SimResult", "scenario_of", "simulate"]
 
@@ -132,6 +134,8 @@ class _Sim:
         for a, b in sc.links:
             self.peers[a].append(b)
             self.peers[b].append(a)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.flooding = [self._flood_core(i) for i in range(sc.nodes)]
         self.offsets = [self.rng.randint(-sc.skew_ms, sc.skew_ms) for _ in range(sc.nodes)]
         self.bound_ms = max(self.offsets) - min(self.offsets) + 1
         self.sessions: dict[tuple[int, int], _Session] = {}
@@ -192,29 +196,40 @@ class _Sim:
 
     # -------------------------------------------------------------- flooding
 
-    def merged(self, node: int, key_vals: dict[str, Value], path: tuple[int, ...]) -> None:
-        """Merge at `node` and flood the delta on, as the node shell does."""
-        db = self.dbs[node]
-        delta = db.merge(key_vals, self.now).delta
-        if not delta:
-            return
-        self._check_ttl(node, delta)
-        flood = db.prepare_flood(delta, self.now)
-        if not flood:
-            return
-        new_path = (*path, node)
+    def _flood_core(self, node: int) -> FloodProtocol:
+        """The node's flood protocol, every peer initialized (a simulated peer never fails a
+        sync for good: the network does the failing)."""
+        table = PeerTable(initial_backoff_ms=100, max_backoff_ms=1000, rng=random.Random(node))
         for peer in self.peers[node]:
-            if peer not in new_path:
-                kv = {k: _copy(v) for k, v in flood.items()}
-                self.send(node, peer, self.on_flood, peer, kv, new_path, self.wall(node))
+            table.add(self.names[peer], 0)
+        for peer_state in table.start_syncs(0):
+            table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
+        return FloodProtocol(self.names[node], self.dbs[node], table, Counter(),
+                             max_clock_skew_ms=1000)
 
-    def on_flood(self, node: int, key_vals: dict[str, Value], path: tuple[int, ...],
-                 stamp: int) -> None:
-        if node in path:
-            return
-        key_vals = {k: _copy(v) for k, v in key_vals.items()}  # a duplicate decodes afresh
-        age_in_transit(key_vals, stamp, self.wall(node), max_clock_skew_ms=1000)
-        self.merged(node, key_vals, path)
+    def merged(self, node: int, key_vals: WireKeyVals, path: tuple[str, ...]) -> None:
+        """Merge at `node` and flood the delta on, as the node does."""
+        delta = self.dbs[node].merge_decoded(key_vals, self.now).delta
+        if delta:
+            self._flooded(node, path, delta)
+
+    def _flooded(self, node: int, path: tuple[str, ...], delta: dict[str, Value]) -> None:
+        self._check_ttl(node, delta)
+        self._send_all(node, self.flooding[node].flood(path, delta, (), self.now,
+                                                         self.wall(node)))
+
+    def _send_all(self, node: int, sends: list[Send]) -> None:
+        for send in sends:
+            for target in send.targets:
+                peer = self.index[target]
+                self.send(node, peer, self.on_flood, peer, send.payload)
+
+    def on_flood(self, node: int, payload: bytes) -> None:
+        params = wire.decode_request(payload).key_set  # a duplicate decodes afresh
+        assert params is not None
+        intake = self.flooding[node].receive(params, self.wall(node))
+        if not intake.looped:
+            self.merged(node, intake.key_vals, intake.path)
 
     def _check_ttl(self, node: int, delta: dict[str, Value]) -> None:
         finite = [key for key, value in delta.items() if value.ttl_ms != TTL_INFINITY]
@@ -280,22 +295,16 @@ class _Sim:
             state.session.on_digest_reply(key, response)
         else:
             publication = state.session.on_dump_reply(key, response)
-            key_vals = {k: _copy(v) for k, v in (publication.key_vals or {}).items()}
-            age_in_transit(key_vals, publication.timestamp_ms, self.wall(node), 1000)
-            self.merged(node, key_vals, (peer,))
+            key_vals = WireKeyVals({k: _copy(v) for k, v in (publication.key_vals or {}).items()})
+            self.flooding[node].charge_transit(key_vals, publication.timestamp_ms,
+                                               self.wall(node))
+            self.merged(node, key_vals, (self.names[peer],))
         self._advance(node, peer)
 
     def _finalize(self, node: int, peer: int, state: _Session) -> None:
         del self.sessions[(node, peer)]
-        chunk: dict[str, Value] = {}
-        for key, value in self.dbs[node].get(state.session.tobe_updated, self.now).items():
-            if value.ttl_ms != TTL_INFINITY:
-                if value.ttl_ms <= DECREMENT_MS or value.ttl_ms < THRESHOLD_MS:
-                    continue
-                value.ttl_ms -= DECREMENT_MS
-            chunk[key] = value
-        if chunk:
-            self.send(node, peer, self.on_flood, peer, chunk, (node,), self.wall(node))
+        self._send_all(node, self.flooding[node].finalize(
+            self.names[peer], state.session.tobe_updated, self.now, self.wall(node)))
 
     def check_timeouts(self) -> None:
         # Also the nodes' expiry timers (reads and merges already treat an expired key as
@@ -320,11 +329,7 @@ class _Sim:
                          for k, v in intended.items() if k not in result.no_merge), token=0)
         self._log_changed = True
         if result.delta:
-            flood = db.prepare_flood(result.delta, self.now)
-            for peer in self.peers[node]:
-                if flood:
-                    self.send(node, peer, self.on_flood, peer,
-                              {k: _copy(v) for k, v in flood.items()}, (node,), self.wall(node))
+            self._flooded(node, (), result.delta)
 
     def _note(self, intended: dict[str, Value]) -> None:
         self.log.begin(0, (Write(k, v, self.now, self.now, acked=False)

@@ -153,7 +153,7 @@ def _is_one_way_key_set(data: bytes) -> bool:
 
 
 def _sync_db() -> KvStoreDb:
-    db = KvStoreDb("me", verify_hashes=True)
+    db = KvStoreDb("me")
     db.merge({f"k/{i}": Value(1, "me", str(i).encode(), TTL_INFINITY, 0) for i in range(50)}, 0)
     return db
 
@@ -190,7 +190,7 @@ def sync_reply(data: bytes) -> None:
             else:
                 publication = session.on_dump_reply(corr, response)
                 if publication.key_vals:
-                    db.merge(publication.key_vals, 0, wire_decoded=True)
+                    db.merge_decoded(wire.decoded_key_vals(publication), 0)
         except (wire.DecodeError, SyncProtocolError, ValueError):
             break  # what node_peers counts as a bad reply and fails the sync on
     problems = db.audit()

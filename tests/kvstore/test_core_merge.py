@@ -8,7 +8,14 @@ from kvstore import wire
 from kvstore.db import KvStoreDb, compare_values
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Publication, Request
 from kvstore.hashing import value_hash
-from kvstore.value import I64_MAX, TTL_INFINITY, NoMergeReason, Value, invalid_reason
+from kvstore.value import (
+    I64_MAX,
+    TTL_INFINITY,
+    NoMergeReason,
+    Value,
+    WireKeyVals,
+    invalid_reason,
+)
 
 R = NoMergeReason
 
@@ -36,21 +43,40 @@ def test_new_key_is_stored_and_in_delta_with_hash(db: KvStoreDb) -> None:
     incoming = v(3, "a", b"hello")
     result = db.merge({"k": incoming}, 0)
     assert result.no_merge == {}
-    assert result.delta == {"k": incoming}
-    assert result.delta["k"] is incoming  # the incoming object, as it is flooded on
-    assert incoming.hash == value_hash(3, "a", b"hello")
-    assert stored(db, "k") == Value(3, "a", b"hello", TTL_INFINITY, 0, incoming.hash)
+    expected = Value(3, "a", b"hello", TTL_INFINITY, 0, value_hash(3, "a", b"hello"))
+    assert result.delta == {"k": expected}
+    assert stored(db, "k") == expected
     assert "k" in db and len(db) == 1
 
 
-def test_present_hash_is_kept_not_recomputed(db: KvStoreDb) -> None:
-    db.merge({"k": Value(1, "a", b"x", TTL_INFINITY, 0, 42)}, 0)
-    assert stored(db, "k").hash == 42
+def test_merge_neither_changes_nor_keeps_the_callers_objects(db: KvStoreDb) -> None:
+    """The Python entry point works on copies: the caller's objects stay as they were (no hash
+    filled in, no TTL rewritten), and nothing it hands out is the stored record."""
+    infinite, finite = v(1, "a", b"x"), v(1, "a", b"y", ttl=5_000)
+    before = [Value(1, "a", b"x"), Value(1, "a", b"y", 5_000)]
+    result = db.merge({"i": infinite, "f": finite}, 0)
+    assert [infinite, finite] == before
+    assert result.delta["i"] is not infinite and result.delta["f"] is not finite
+    result.delta["i"].value = b"changed by the caller"
+    assert stored(db, "i").value == b"x"
+    assert db.dump(0)["i"].value == b"x"
 
 
-def test_verify_hashes_recomputes_a_present_hash() -> None:
-    db = KvStoreDb("me", verify_hashes=True)
-    db.merge({"k": Value(1, "a", b"x", TTL_INFINITY, 0, 42)}, 0)
+def test_merge_decoded_takes_the_decoded_objects_over(db: KvStoreDb) -> None:
+    incoming = decoded({"k": v(3, "a", b"hello")})
+    result = db.merge_decoded(incoming, 0)
+    assert result.delta["k"] is incoming["k"]  # no copy on the hot path: flooded on as it is
+    assert incoming["k"].hash == value_hash(3, "a", b"hello")
+    assert db.stored_as_merged(incoming)
+
+
+@pytest.mark.parametrize("entry", ["merge", "merge_decoded"])
+def test_a_received_hash_is_never_trusted(db: KvStoreDb, entry: str) -> None:
+    forged = {"k": Value(1, "a", b"x", TTL_INFINITY, 0, 42)}
+    if entry == "merge":
+        db.merge(forged, 0)
+    else:
+        db.merge_decoded(decoded(forged), 0)
     assert stored(db, "k").hash == value_hash(1, "a", b"x")
 
 
@@ -106,11 +132,10 @@ def test_non_string_or_unencodable_key_is_malformed(db: KvStoreDb) -> None:
     assert len(db) == 0
 
 
-def decoded(key_vals: dict[str, Value]) -> dict[str, Value]:
+def decoded(key_vals: dict[str, Value]) -> WireKeyVals:
     """`key_vals` as the node gets them: encoded and decoded by the wire codec."""
     publication = wire.decode_publication(wire.encode(Publication(key_vals=key_vals)))
-    assert publication.key_vals is not None
-    return publication.key_vals
+    return wire.decoded_key_vals(publication)
 
 
 def test_wire_decoded_input_still_gets_the_semantic_checks(db: KvStoreDb) -> None:
@@ -123,7 +148,7 @@ def test_wire_decoded_input_still_gets_the_semantic_checks(db: KvStoreDb) -> Non
             "ttl-only-unknown": Value(1, "o", None, 5_000, 1),
         }
     )
-    result = db.merge(incoming, 0, wire_decoded=True)
+    result = db.merge_decoded(incoming, 0)
     assert result.no_merge == {
         "zero-version": R.INVALID_VERSION,
         "bad-ttl": R.INVALID_TTL,
@@ -131,7 +156,7 @@ def test_wire_decoded_input_still_gets_the_semantic_checks(db: KvStoreDb) -> Non
         "ttl-only-unknown": R.UNKNOWN_KEY_TTL_UPDATE,
     }
     assert list(result.delta) == ["ok"]
-    assert stored(db, "ok") == Value(1, "o", b"v", 5_000, 3, 77)
+    assert stored(db, "ok") == Value(1, "o", b"v", 5_000, 3, value_hash(1, "o", b"v"))
 
 
 def test_wire_decoded_merge_equals_checked_merge() -> None:
@@ -143,7 +168,7 @@ def test_wire_decoded_merge_equals_checked_merge() -> None:
     checked, trusted = KvStoreDb("c"), KvStoreDb("t")
     for now, batch in enumerate(batches):
         r1 = checked.merge(decoded(batch), now)
-        r2 = trusted.merge(decoded(batch), now, wire_decoded=True)
+        r2 = trusted.merge_decoded(decoded(batch), now)
         assert r1.no_merge == r2.no_merge
         assert r1.delta == r2.delta
     assert checked.dump(3) == trusted.dump(3)
@@ -165,9 +190,8 @@ def test_lower_version_loses(db: KvStoreDb) -> None:
 
 def test_higher_version_wins_even_with_lower_originator_and_value(db: KvStoreDb) -> None:
     db.merge({"k": v(5, "z", b"zzz", ttl_version=9)}, 0)
-    incoming = v(6, "a", b"a")
-    result = db.merge({"k": incoming}, 0)
-    assert result.delta == {"k": incoming}
+    result = db.merge({"k": v(6, "a", b"a")}, 0)
+    assert result.delta == {"k": Value(6, "a", b"a", TTL_INFINITY, 0, value_hash(6, "a", b"a"))}
     s = stored(db, "k")
     assert (s.version, s.originator_id, s.value, s.ttl_version) == (6, "a", b"a", 0)
 
@@ -204,12 +228,11 @@ def test_empty_value_is_a_value_not_a_ttl_update(db: KvStoreDb) -> None:
 
 def test_equal_value_higher_ttl_version_updates_ttl_only(db: KvStoreDb) -> None:
     db.merge({"k": Value(5, "a", b"x", 1000, 1, 77)}, 0)
-    incoming = Value(5, "a", b"x", 9000, 2)
-    result = db.merge({"k": incoming}, 100)
-    assert result.delta == {"k": incoming}
-    assert incoming.hash == 77  # filled from the store, consistent with the value
+    result = db.merge({"k": Value(5, "a", b"x", 9000, 2)}, 100)
+    h = value_hash(5, "a", b"x")  # the forged 77 was never kept
+    assert result.delta == {"k": Value(5, "a", b"x", 9000, 2, h)}  # hash from the store
     s = stored(db, "k", 100)
-    assert (s.ttl_ms, s.ttl_version, s.hash) == (9000, 2, 77)
+    assert (s.ttl_ms, s.ttl_version, s.hash) == (9000, 2, h)
 
 
 def test_equal_value_same_or_lower_ttl_version_changes_nothing(db: KvStoreDb) -> None:
@@ -236,7 +259,7 @@ def test_ttl_only_update_applies_with_same_version_originator_and_higher_ttl_ver
     db.merge({"k": v(5, "a", b"x", ttl=1000, ttl_version=1)}, 0)
     update = v(5, "a", None, ttl=5000, ttl_version=2)
     result = db.merge({"k": update}, 500)
-    assert result.delta == {"k": update}
+    assert result.delta == {"k": Value(5, "a", None, 5000, 2, value_hash(5, "a", b"x"))}
     assert result.delta["k"].value is None
     s = stored(db, "k", 500)
     assert (s.value, s.ttl_ms, s.ttl_version) == (b"x", 5000, 2)
@@ -334,7 +357,7 @@ def test_compare_values_order() -> None:
     assert compare_values(base, Value(5, "b", b"l", 7, 1, 99)) == 1
 
 
-def _wire_key_set(raw_key: bytes, raw_originator: bytes) -> dict[str, Value]:
+def _wire_key_set(raw_key: bytes, raw_originator: bytes) -> WireKeyVals:
     """A KEY_SET's key_vals as the C decoder makes them from raw (possibly invalid) UTF-8."""
     request = Request(
         cmd=Command.KEY_SET,
@@ -345,7 +368,7 @@ def _wire_key_set(raw_key: bytes, raw_originator: bytes) -> dict[str, Value]:
     data = data.replace(b"O" * len(raw_originator), raw_originator)
     key_set = wire.decode_request(data).key_set
     assert key_set is not None and key_set.key_vals is not None
-    return key_set.key_vals
+    return wire.decoded_key_vals(key_set)
 
 
 @pytest.mark.parametrize(
@@ -360,7 +383,7 @@ def test_invalid_utf8_from_the_wire_is_refused(
     db: KvStoreDb, raw_key: bytes, raw_originator: bytes, reason: str
 ) -> None:
     key_vals = _wire_key_set(raw_key, raw_originator)
-    result = db.merge(key_vals, 0, wire_decoded=True)
+    result = db.merge_decoded(key_vals, 0)
     assert list(result.no_merge.values()) == [reason]
     assert result.delta == {} and len(db) == 0
 
@@ -373,12 +396,12 @@ def test_replacement_character_is_refused_from_python_too(db: KvStoreDb) -> None
 
 def test_refused_originator_stays_refused_after_interning_others(db: KvStoreDb) -> None:
     db.merge({"a": v(orig="o")}, 0)
-    result = db.merge({"b": v(orig="o\ufffd")}, 0, wire_decoded=True)
+    result = db.merge_decoded(WireKeyVals({"b": v(orig="o\ufffd")}), 0)
     assert result.no_merge == {"b": R.INVALID_ORIGINATOR}
 
 
-def test_verify_hashes_replaces_a_forged_hash_on_a_ttl_refresh() -> None:
-    db = KvStoreDb("me", verify_hashes=True)
+def test_a_forged_hash_on_a_ttl_refresh_is_replaced() -> None:
+    db = KvStoreDb("me")
     db.merge({"k": v(value=b"x")}, 0)
     forged = Value(1, "a", b"x", TTL_INFINITY, 1, 42)
     result = db.merge({"k": forged}, 0)

@@ -9,7 +9,7 @@ from kvstore.db import KvStoreDb
 from kvstore.forward import Received, envelope_tail, forwarded_payload
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
 from kvstore.hashing import value_hash
-from kvstore.value import TTL_INFINITY
+from kvstore.value import TTL_INFINITY, WireKeyVals
 
 
 def values(n: int, ttl: int = TTL_INFINITY) -> dict[str, Value]:
@@ -99,16 +99,16 @@ def test_whatever_is_spliced_the_next_hop_decodes_the_same_key_vals() -> None:
 
 def test_stored_as_merged_only_for_unchanged_infinite_values() -> None:
     db = KvStoreDb("me")
-    key_vals = values(5)
-    db.merge(key_vals, 0, wire_decoded=True)
+    key_vals = WireKeyVals(values(5))
+    db.merge_decoded(key_vals, 0)
     assert db.stored_as_merged(key_vals)
-    finite = values(5, ttl=10_000)
-    db.merge(finite, 0)
+    finite = WireKeyVals(values(5, ttl=10_000))
+    db.merge_decoded(finite, 0)
     assert not db.stored_as_merged(finite)  # stored as copies holding the absolute expiry
-    fresh = values(2)
-    db.merge(fresh, 0)
-    newer = {"k/0": Value(3, "src", b"new", TTL_INFINITY, 0)}
-    db.merge(newer, 0)
+    fresh = WireKeyVals(values(2))
+    db.merge_decoded(fresh, 0)
+    newer = WireKeyVals({"k/0": Value(3, "src", b"new", TTL_INFINITY, 0)})
+    db.merge_decoded(newer, 0)
     assert not db.stored_as_merged(fresh)  # one of them was superseded
     assert db.stored_as_merged(newer)
     assert not db.stored_as_merged({"absent": Value(1, "x", b"")})
