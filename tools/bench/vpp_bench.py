@@ -21,7 +21,8 @@ route per loopback (100.a.b.0/24 via 10.a.b.2 through that loopback).
   bridge domains, FIB tables and routes, then the diff (nothing to change).
 
 Times are medians over the runs (raw and scheduler run back to back, alternating which goes
-first). Never edits BENCHMARKS.md.
+first). The work tree's own packages are imported (and run the emulator), whatever the venv's
+install points at. Never edits BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import statistics
 import sys
@@ -37,11 +39,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vpp_papi import VPPApiClient
+# Measure this work tree's code, whatever the venv's editable install points at; the emulator
+# child process (`python -m kvmesh`) gets it through PYTHONPATH.
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+)
 
-import southbound.vpp
-from kvmesh.vppemu import EmulatorProcess
-from scheduler import KVScheduler, ValueState
+from vpp_papi import VPPApiClient  # noqa: E402
+
+import southbound.vpp  # noqa: E402
+from kvmesh.vppemu import EmulatorProcess  # noqa: E402
+from scheduler import KVScheduler, ValueState  # noqa: E402
 
 CALLS_PER_ITEM = 5
 
