@@ -35,7 +35,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+# Measure this work tree's code, whatever the venv's editable install points at.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pyroute2 import IPRoute
 

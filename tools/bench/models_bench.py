@@ -18,9 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+# Measure this work tree's code, whatever the venv's editable install points at.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from southbound.linux.interface_model import parse_interface
 from southbound.linux.route_model import parse_route

@@ -8,20 +8,31 @@ empty before each measurement): N loopbacks, each up with one IPv4 address (10.a
 route per loopback (100.a.b.0/24 via 10.a.b.2 through that loopback).
 
 * `scheduler_txn_s`: one transaction of the N interfaces (+ N derived addresses) and N routes
-  through `KVScheduler` with `southbound.vpp.register`, from commit to return.
-* `raw_papi_s`: the same API calls the descriptors make, with one `vpp_papi.VPPApiClient` in the
-  same process: per loopback create_loopback, sw_interface_tag_add_del, sw_interface_set_flags,
-  sw_interface_add_del_address, ip_route_add_del (retvals checked). Like the plugin, the client
-  is subscribed to interface events (so both paths receive the same `sw_interface_event`s).
+  through `KVScheduler` with `southbound.vpp.register` (connected first), from commit to return.
+* `raw_papi_s`: the API calls the descriptors make (the counts below check it), with one
+  `vpp_papi.VPPApiClient` in the same process: per loopback create_loopback,
+  sw_interface_tag_add_del, sw_interface_set_flags, sw_interface_add_del_address,
+  ip_route_add_del (retvals checked). Like the plugin, the client is subscribed to interface
+  events (so both paths receive the same `sw_interface_event`s).
 * `ratio_vs_raw_papi`: median over the runs of scheduler time / raw time, each pair measured back
-  to back (target <= 1.2).
+  to back (target <= 1.2). Both times are mostly the emulator's (a Python process answering each
+  call), so the ratio understates the scheduler's own cost against a real VPP; hence also:
+* `scheduler_overhead_us_per_call`: the scheduler's absolute overhead, median over the runs of
+  (scheduler time - raw time) / the scheduler path's API calls, each pair measured back to back:
+  what the scheduler adds per call whatever VPP's own latency. `raw_us_per_call`: the raw path's
+  time per call (mostly the emulator's round trip), for scale.
+* `scheduler_calls`, `raw_calls`: the API requests each path made in its timed part, counted by
+  the emulator (per message name, shown in the table when the two mixes differ); medians over
+  the runs. `scheduler_api_calls` and `raw_api_calls` are the same counts under their earlier
+  names.
 * `*_calls_per_s`: API calls per second of either path.
 * `resync_downstream_s`: a downstream resync right after the transaction: Retrieve by dumps of
   N interfaces (sw_interface_dump, per interface ip_address_dump x2 and sw_interface_get_table),
   bridge domains, FIB tables and routes, then the diff (nothing to change).
 
 Times are medians over the runs (raw and scheduler run back to back, alternating which goes
-first). Never edits BENCHMARKS.md.
+first). `resync_api_calls` is counted like `scheduler_calls`. The work tree's own packages are
+imported (and run the emulator), whatever the venv's install points at. Never edits BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -29,21 +40,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpp_papi import VPPApiClient
+# Measure this work tree's code, whatever the venv's editable install points at; the emulator
+# child process (`python -m kvmesh`) gets it through PYTHONPATH.
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+)
 
-import southbound.vpp
-from kvmesh.vppemu import EmulatorProcess
-from scheduler import KVScheduler, ValueState
+from vpp_papi import VPPApiClient  # noqa: E402
 
-CALLS_PER_ITEM = 5
+import southbound.vpp  # noqa: E402
+from kvmesh.vppemu import EmulatorProcess  # noqa: E402
+from scheduler import KVScheduler, ValueState  # noqa: E402
 
 
 def _octets(i: int) -> tuple[int, int]:
@@ -60,30 +80,53 @@ def desired_state(count: int) -> dict[str, Any]:
     return values
 
 
-def run_scheduler(emulator: EmulatorProcess, count: int) -> dict[str, float]:
+@dataclass
+class Timed:
+    """One timed part of a run: its seconds and the API requests made in it, per message name."""
+
+    seconds: float
+    requests: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def calls(self) -> int:
+        return sum(self.requests.values())
+
+
+def api_requests(emulator: EmulatorProcess) -> Counter[str]:
+    """The API requests the emulator has answered so far, per message name."""
+    counters = emulator.control.counters()
+    return Counter({k[len("msg.") :]: v for k, v in counters.items() if k.startswith("msg.")})
+
+
+def run_scheduler(emulator: EmulatorProcess, count: int) -> tuple[Timed, Timed]:
+    """(the transaction, the downstream resync after it)."""
     emulator.control.restart()
     values = desired_state(count)
     scheduler = KVScheduler()
     plugin = southbound.vpp.register(scheduler, socket=emulator.socket_path)
     try:
-        before = emulator.control.counters()["requests"]
+        # Connected (as the raw client is) before the count starts: the connection's own
+        # requests (sockclnt_create, want_interface_events) are not the transaction's.
+        if not plugin.wait_connected(30):
+            raise RuntimeError("the plugin did not connect to the emulator")
         txn = scheduler.start_txn()
         for key, value in values.items():
             txn.set_value(key, value)
+        before = api_requests(emulator)
         start = time.perf_counter()
         txn.commit()
-        txn_s = time.perf_counter() - start
-        calls = emulator.control.counters()["requests"] - before
+        committed = Timed(time.perf_counter() - start)
+        committed.requests = api_requests(emulator) - before
         bad = [
             k for k in values if scheduler.get_value_status(k).state is not ValueState.CONFIGURED
         ]
         if bad:
             raise RuntimeError(f"{len(bad)} values not configured, e.g. {bad[:3]}")
-        before = emulator.control.counters()["requests"]
+        before = api_requests(emulator)
         start = time.perf_counter()
         seq = scheduler.resync({}, kind="downstream")
-        resync_s = time.perf_counter() - start
-        resync_calls = emulator.control.counters()["requests"] - before
+        resync = Timed(time.perf_counter() - start)
+        resync.requests = api_requests(emulator) - before
         (record,) = scheduler.transaction_history(seq=seq)
         changes = [op for op in record.executed if not op.noop]
         if changes:
@@ -91,15 +134,10 @@ def run_scheduler(emulator: EmulatorProcess, count: int) -> dict[str, float]:
     finally:
         plugin.close()
         scheduler.close()
-    return {
-        "txn_s": txn_s,
-        "calls": float(calls),
-        "resync_s": resync_s,
-        "resync_calls": float(resync_calls),
-    }
+    return committed, resync
 
 
-def run_raw(emulator: EmulatorProcess, count: int) -> dict[str, float]:
+def run_raw(emulator: EmulatorProcess, count: int) -> Timed:
     emulator.control.restart()
     client = VPPApiClient(bootstrapapi=True, server_address=emulator.socket_path)
     client.connect("bench-raw")
@@ -116,6 +154,7 @@ def run_raw(emulator: EmulatorProcess, count: int) -> dict[str, float]:
                 raise RuntimeError(f"{type(reply).__name__}: retval {reply.retval}")
             return reply
 
+        before = api_requests(emulator)
         start = time.perf_counter()
         for i in range(count):
             a, b = _octets(i)
@@ -139,18 +178,22 @@ def run_raw(emulator: EmulatorProcess, count: int) -> dict[str, float]:
             }
             route = {"table_id": 0, "prefix": f"100.{a}.{b}.0/24", "n_paths": 1, "paths": [path]}
             check(api.ip_route_add_del(is_add=True, is_multipath=True, route=route))
-        elapsed = time.perf_counter() - start
+        timed = Timed(time.perf_counter() - start)
+        timed.requests = api_requests(emulator) - before
     finally:
         client.disconnect()
-    return {"raw_s": elapsed, "calls": float(count * CALLS_PER_ITEM)}
+    return timed
 
 
-def measure(count: int, runs: int) -> dict[str, Any]:
+def measure(count: int, runs: int) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """(the metrics, `mix_difference` of the last runs of the two paths)."""
     workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), host_check=False)
-    sched_runs: list[dict[str, float]] = []
-    raw_runs: list[dict[str, float]] = []
+    sched_runs: list[Timed] = []
+    resync_runs: list[Timed] = []
+    raw_runs: list[Timed] = []
     ratios: list[float] = []
+    overheads_us: list[float] = []
     try:
         emulator.start()
         run_raw(emulator, min(count, 50))  # warm-up: imports, API parsing, caches
@@ -160,21 +203,28 @@ def measure(count: int, runs: int) -> dict[str, Any]:
             # a ratio of two adjacent measurements is steadier than a ratio of two medians.
             if i % 2 == 0:
                 raw_runs.append(run_raw(emulator, count))
-                sched_runs.append(run_scheduler(emulator, count))
+                sched, resync = run_scheduler(emulator, count)
             else:
-                sched_runs.append(run_scheduler(emulator, count))
+                sched, resync = run_scheduler(emulator, count)
                 raw_runs.append(run_raw(emulator, count))
-            ratios.append(sched_runs[-1]["txn_s"] / raw_runs[-1]["raw_s"])
+            sched_runs.append(sched)
+            resync_runs.append(resync)
+            raw = raw_runs[-1]
+            ratios.append(sched.seconds / raw.seconds)
+            overheads_us.append((sched.seconds - raw.seconds) / sched.calls * 1e6)
     finally:
         emulator.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    def med(rows: list[dict[str, float]], field: str) -> float:
-        return statistics.median(row[field] for row in rows)
+    def med_s(rows: list[Timed]) -> float:
+        return statistics.median(row.seconds for row in rows)
 
-    txn_s, raw_s = med(sched_runs, "txn_s"), med(raw_runs, "raw_s")
-    sched_calls = med(sched_runs, "calls")
-    return {
+    def med_calls(rows: list[Timed]) -> int:
+        return round(statistics.median(row.calls for row in rows))
+
+    txn_s, raw_s = med_s(sched_runs), med_s(raw_runs)
+    sched_calls, raw_calls = med_calls(sched_runs), med_calls(raw_runs)
+    result = {
         "count": count,
         "runs": runs,
         "values_per_txn": count * 3,
@@ -182,17 +232,31 @@ def measure(count: int, runs: int) -> dict[str, Any]:
         "raw_papi_s": round(raw_s, 4),
         "ratio_vs_raw_papi": round(statistics.median(ratios), 3),
         "ratio_per_run": [round(r, 3) for r in ratios],
-        "scheduler_api_calls": int(sched_calls),
-        "raw_api_calls": int(med(raw_runs, "calls")),
+        "scheduler_overhead_us_per_call": round(statistics.median(overheads_us), 2),
+        "raw_us_per_call": round(raw_s / raw_calls * 1e6, 2),
+        "scheduler_calls": sched_calls,
+        "raw_calls": raw_calls,
+        "scheduler_api_calls": sched_calls,
+        "raw_api_calls": raw_calls,
         "scheduler_calls_per_s": round(sched_calls / txn_s),
-        "raw_calls_per_s": round(med(raw_runs, "calls") / raw_s),
-        "resync_downstream_s": round(med(sched_runs, "resync_s"), 4),
-        "resync_api_calls": int(med(sched_runs, "resync_calls")),
+        "raw_calls_per_s": round(raw_calls / raw_s),
+        "resync_downstream_s": round(med_s(resync_runs), 4),
+        "resync_api_calls": med_calls(resync_runs),
+    }
+    return result, mix_difference(sched_runs[-1].requests, raw_runs[-1].requests)
+
+
+def mix_difference(sched: Counter[str], raw: Counter[str]) -> dict[str, tuple[int, int]]:
+    """Message name -> (scheduler path's requests, raw path's) where the two differ."""
+    return {
+        name: (sched[name], raw[name])
+        for name in sorted(set(sched) | set(raw))
+        if sched[name] != raw[name]
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    rows = [
+def print_table(result: dict[str, Any], mix: dict[str, tuple[int, int]]) -> None:
+    rows: list[tuple[str, Any]] = [
         ("loopbacks (+1 address, +1 route each)", result["count"]),
         ("runs (median reported)", result["runs"]),
         ("scheduler txn (s)", result["scheduler_txn_s"]),
@@ -200,8 +264,17 @@ def print_table(result: dict[str, Any]) -> None:
         ("ratio_vs_raw_papi (median of runs; target <= 1.2)", result["ratio_vs_raw_papi"]),
         ("ratio per run", " ".join(str(r) for r in result["ratio_per_run"])),
         (
-            "API calls: scheduler / raw",
-            f"{result['scheduler_api_calls']} / {result['raw_api_calls']}",
+            "scheduler_overhead_us_per_call (median of runs)",
+            result["scheduler_overhead_us_per_call"],
+        ),
+        ("raw_us_per_call (the emulator's round trip)", result["raw_us_per_call"]),
+        (
+            "API calls, counted: scheduler / raw",
+            f"{result['scheduler_calls']} / {result['raw_calls']}",
+        ),
+        *(
+            (f"  {name}: scheduler / raw", f"{sched} / {raw}")
+            for name, (sched, raw) in mix.items()
         ),
         (
             "calls/s: scheduler / raw",
@@ -229,11 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= count <= 65536:
         parser.error("--count must be within 1..65536")
     logging.basicConfig(level=logging.WARNING)
-    result = measure(count, runs)
+    result, mix = measure(count, runs)
     if args.json:
         print(json.dumps(result))
     else:
-        print_table(result)
+        print_table(result, mix)
     return 0
 
 
