@@ -474,9 +474,13 @@ class KvStoreDb:
         queue = self._expiry
         kv = self._kv
         while (expires := queue.peek()) is not None:
-            for key in queue.keys_at(expires):
+            for index, key in enumerate(queue.keys_at(expires)):
                 cur = kv.get(key)
                 if cur is not None and cur.ttl_ms == expires:
+                    # Stale keys before it go now: the node asks after every socket pass, and
+                    # keys refreshed in the order they were queued would otherwise be walked
+                    # again each time (quadratic under a steady flood of finite TTLs).
+                    queue.drop_earliest_head(index)
                     return expires
             queue.pop_earliest()  # only stale entries at the top: discard them now
         return None

@@ -75,6 +75,17 @@ class ExpiryQueue:
             return ()
         return (slot,) if type(slot) is str else slot  # type: ignore[return-value]
 
+    def drop_earliest_head(self, count: int) -> None:
+        """Drop the first `count` keys queued at the earliest expiry time (the owner found them
+        stale), so the next look at that time starts past them; `count` must leave one."""
+        if count <= 0:
+            return
+        slot = self._due[self._heap[0]]
+        if isinstance(slot, str) or count >= len(slot):
+            raise ValueError("drop_earliest_head must leave at least one key")
+        del slot[:count]
+        self._size -= count
+
     def pop_earliest(self) -> tuple[int, tuple[str, ...] | list[str]]:
         """Remove and return the earliest expiry time and its keys. The queue must not be empty."""
         expiry_ms = heapq.heappop(self._heap)

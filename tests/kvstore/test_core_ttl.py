@@ -264,3 +264,25 @@ def test_one_per_hop_ttl_rule_for_floods_sync_replies_and_finalize() -> None:
     send, _want = db.dump_difference({}, 0)
     assert {k: v.ttl_ms for k, v in flooded.items()} == {"long": 4_900}
     assert {k: v.ttl_ms for k, v in send.items()} == {"long": 4_900}, "sync follows the same rule"
+
+
+def test_next_expiry_drops_the_stale_keys_ahead_of_the_first_live_one(db: KvStoreDb) -> None:
+    """The node asks for the next expiry after every socket pass; keys refreshed in the order
+    they were queued must not be walked again each time (quadratic under a steady flood)."""
+    db.merge({f"k{i}": v(ttl=1000) for i in range(10)}, 0)  # one expiry time, 10 keys
+    db.merge({f"k{i}": v(version=2, ttl=5000) for i in range(6)}, 0)  # the first 6 refreshed
+    assert db.gauges()["kvstore.ttl_queue_size"] == 16
+    assert db.next_expiry_ms() == 1000
+    assert db.gauges()["kvstore.ttl_queue_size"] == 10  # the 6 stale entries ahead are gone
+    assert db.next_expiry_ms() == 1000
+    assert db.expire(1000) == [f"k{i}" for i in range(6, 10)]
+    assert db.next_expiry_ms() == 5000
+
+
+def test_expiry_queue_head_drop_leaves_a_key() -> None:
+    queue = ExpiryQueue()
+    queue.push_many(["a", "b", "c"], 7)
+    queue.drop_earliest_head(2)
+    assert list(queue.keys_at(7)) == ["c"] and len(queue) == 1
+    with pytest.raises(ValueError):
+        queue.drop_earliest_head(1)
