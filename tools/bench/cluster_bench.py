@@ -79,6 +79,7 @@ from kvmesh.agent.keys import config_key, device_key, status_key  # noqa: E402
 from kvmesh.agent.status import decode_status  # noqa: E402
 from kvstore import wire  # noqa: E402
 from kvstore.client import KvStoreClient, make_value  # noqa: E402
+from kvstore.curve import ClientCurve, apply_client  # noqa: E402
 from kvstore.gen.kvstore_thrift.ttypes import Value  # noqa: E402
 from kvstore.signature import store_signature  # noqa: E402
 
@@ -137,9 +138,14 @@ class Streams:
         self._poller = zmq.Poller()
         self._streams: dict[zmq.Socket[bytes], tuple[str, tuple[str, ...]]] = {}
 
-    def add(self, name: str, pub_url: str, prefixes: tuple[str, ...]) -> None:
+    def add(self, name: str, pub_url: str, prefixes: tuple[str, ...],
+            curve: ClientCurve | None = None) -> None:
+        """Subscribe to `name`'s stream (`curve`: the operator's keys, on a secured cluster;
+        without them the CurveZMQ handshake fails and nothing arrives)."""
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            apply_client(sock, curve.key_pair, curve.server_key)
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # publications carry no topic: filter here
         sock.connect(pub_url)
         self._poller.register(sock, zmq.POLLIN)
@@ -293,8 +299,8 @@ def measure_config(state: cluster.ClusterState, samples: int,
         if not hop_only:
             wait_devices_known(client, names)
         watched = (PROBE_PREFIX, "bench/hop/", config_key(far, ""), status_key(far, ""))
-        streams.add(origin, state.nodes[origin].pub_url, watched)
-        streams.add(far, state.nodes[far].pub_url, watched)
+        streams.add(origin, state.nodes[origin].pub_url, watched, state.curve(origin))
+        streams.add(far, state.nodes[far].pub_url, watched, state.curve(far))
         connect_streams(streams, client, origin)
         for i in range(WARMUP_SAMPLES + samples):
             counted = i >= WARMUP_SAMPLES
