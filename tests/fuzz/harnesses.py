@@ -64,6 +64,7 @@ class _FakePeering:
 
     def __init__(self) -> None:
         self.links: dict[str, PeerAddress] = {}
+        self.resyncs: list[str] = []  # peers a flood showed diverged (Peering.resync_diverged)
 
     def add(self, name: str, cmd_url: str, pub_url: str) -> None:
         self.links[name] = PeerAddress(cmd_url, pub_url)
@@ -76,6 +77,9 @@ class _FakePeering:
 
     def flood(self, *args: Any) -> None:
         pass
+
+    def resync_diverged(self, name: str) -> None:
+        self.resyncs.append(name)
 
     def gauges(self) -> dict[str, int]:
         return {}
