@@ -15,7 +15,10 @@ the key-values whose TTL is used up. The clock decisions:
   node can count and log a clock that is off; the message is still applied with age 0.
 - A timestamp in the past: the age is trusted as it is. A sender whose clock is *behind* makes its
   keys expire early here by the offset; one behind by more than a key's TTL makes the key arrive
-  expired (`expired` says which; the node counts them in `kvstore.ttl.expired_in_transit`).
+  expired (`expired` says which; the node counts them in `kvstore.ttl.expired_in_transit`). An
+  absurd stamp (down to -2^63) gives an age capped at the i64 maximum: every finite TTL is used
+  up, and the age still fits the node's counters (`kvstore.ttl.transit_age_ms_max`, an i64 on
+  the wire: a bigger one made COUNTERS_GET fail for good, found by fuzzing).
 
 The bound. Along a flood path, each hop measures `clock(receiver) - clock(sender)` plus the true
 delay; the clock terms telescope, so the total age a key has been charged at any node is the true
@@ -30,16 +33,17 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
-from kvstore.value import TTL_INFINITY, Value
+from kvstore.value import I64_MAX, TTL_INFINITY, Value
 
 __all__ = ["TransitAging", "age_in_transit", "transit_age_ms"]
 
 
 def transit_age_ms(sent_wall_ms: int | None, now_wall_ms: int) -> int:
-    """How long a message stamped `sent_wall_ms` has been on its way: >= 0, 0 if unstamped."""
+    """How long a message stamped `sent_wall_ms` has been on its way: 0 if unstamped, else
+    between 0 and the i64 maximum."""
     if sent_wall_ms is None:
         return 0
-    return max(0, now_wall_ms - sent_wall_ms)
+    return min(I64_MAX, max(0, now_wall_ms - sent_wall_ms))
 
 
 @dataclass(slots=True)

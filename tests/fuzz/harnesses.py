@@ -125,6 +125,7 @@ def request(data: bytes) -> None:
     node._merge_ingest()
     node.flush_floods()
     assert node.counters["kvstore.errors.INTERNAL"] == internal_before, "INTERNAL error reply"
+    assert not node.counters["kvstore.counters_out_of_range"], "a counter left the i64 range"
     one_way = _is_one_way_key_set(data)
     if not one_way:
         assert len(sock.sent) == 1, f"{len(sock.sent)} replies to one request"

@@ -72,3 +72,14 @@ def test_a_key_never_outlives_its_ttl_by_more_than_the_clock_offset(
         remaining = key_vals["k"].ttl_ms
         assert true_now + remaining <= ttl + bound
         assert transit_age_ms(sent_at + sender, true_now + receiver) >= 0
+
+
+def test_an_absurd_past_stamp_uses_every_ttl_up_and_the_age_stays_an_i64() -> None:
+    """A client may stamp a KEY_SET -2^63: the age must still fit the node's i64 counters
+    (`kvstore.ttl.transit_age_ms_max`; a bigger one made COUNTERS_GET fail for good)."""
+    key_vals = {"finite": _value(5000), "forever": _value(TTL_INFINITY)}
+    aging = age_in_transit(key_vals, sent_wall_ms=-(1 << 63), now_wall_ms=1_700_000_000_000,
+                           max_clock_skew_ms=50)
+    assert aging.age_ms == (1 << 63) - 1
+    assert aging.expired == ["finite"] and list(key_vals) == ["forever"]
+    assert transit_age_ms(-(1 << 63), 1) == (1 << 63) - 1
