@@ -16,6 +16,7 @@ that device's values, so old state is never pushed over new.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import socket
 import threading
@@ -102,6 +103,9 @@ class AgentConfig:
     # Treat the store as current from the start (`--assume-current`): see `store_is_current`.
     assume_current: bool = False
     reconnect_backoff_s: tuple[float, float] = (0.5, 30.0)
+    # The node process that started this agent (`kvmesh node run --agent`): the agent stops
+    # once it is no longer its parent (see `run_agent`). None: started by hand.
+    parent_pid: int | None = None
     # Failed values are retried (exponential backoff from 1 s, 10 tries) before turning FAILED;
     # the periodic downstream resync catches whatever is left.
     retry: RetryPolicy = DEFAULT_RETRY
@@ -909,5 +913,11 @@ def run_agent(config: AgentConfig, stop: threading.Event) -> int:
         if agent.wait_stopped(0):
             agent.stop()
             return 1
+        if config.parent_pid is not None and os.getppid() != config.parent_pid:
+            # The parent-death signal normally stops us first; this catches it missing (an
+            # orphan agent would go on applying, and the restarted node would start a second).
+            log.warning("the node process (pid %d) that started this agent is gone: stopping",
+                        config.parent_pid)
+            break
     agent.stop()
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,16 @@ from collections.abc import Sequence
 from kvstore.client import KvStoreClient, KvStoreError
 
 log = logging.getLogger("kvmesh.agent.supervisor")
+
+# Set for the agent to the node's pid: the agent stops once the node is no longer its parent, in
+# case the parent-death signal does not reach it (`kvmesh.agent.agent.run_agent`).
+PARENT_PID_ENV = "KVMESH_AGENT_PARENT_PID"
+
+
+def parent_pid_from_env() -> int | None:
+    """The node's pid the supervisor gave its agent (PARENT_PID_ENV), or None."""
+    raw = os.environ.get(PARENT_PID_ENV, "")
+    return int(raw) if raw.isdigit() else None
 
 
 def _die_with_parent() -> None:
@@ -91,7 +102,8 @@ class AgentSupervisor:
             # The agent inherits stdout/stderr: its log lines go where the node's go. Its own
             # session keeps a terminal's Ctrl-C away from it (the supervisor stops it, in order);
             # the parent-death signal stops it if the node is killed outright.
-            self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+            env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+            self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, env=env,
                                           start_new_session=True, preexec_fn=_die_with_parent)
             log.info("agent started (pid %d)", self._proc.pid)
             code = self._proc.wait()

@@ -36,6 +36,7 @@ from kvmesh.agent.keys import (
     validate_node_name,
 )
 from kvmesh.agent.status import decode_status
+from kvmesh.agent.supervisor import parent_pid_from_env
 from kvmesh.cli.common import (
     KvCommand,
     KvGroup,
@@ -79,7 +80,8 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
             node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
             linux=linux, vpp_socket=vpp_socket, http=parse_http(http),
             downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
-            http_token_file=http_token_file, assume_current=assume_current)
+            http_token_file=http_token_file, assume_current=assume_current,
+            parent_pid=parent_pid_from_env())
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)
     stop = threading.Event()

@@ -136,3 +136,19 @@ def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> Non
         if node.poll() is None:
             node.kill()
             node.wait(timeout=10)
+
+
+def test_an_agent_whose_node_is_gone_stops_by_itself(tmp_path: Path) -> None:
+    """The parent-death signal once failed to reach an agent whose node was SIGKILLed (a CI
+    run): the orphan went on applying, and the restarted node would have started a second
+    agent. An agent started by a node (KVMESH_AGENT_PARENT_PID) also stops when that node is
+    no longer its parent: here it never was."""
+    from kvmesh.agent.supervisor import PARENT_PID_ENV
+
+    env = {**os.environ, PARENT_PID_ENV: str(os.getpid() + 10**7)}
+    agent = subprocess.run(
+        [sys.executable, "-m", "kvmesh", "--url", f"tcp://127.0.0.1:{free_port()}", "agent",
+         "run", "--name", "orphan"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert agent.returncode == 0, agent.stderr
+    assert "that started this agent is gone: stopping" in agent.stderr
