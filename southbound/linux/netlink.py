@@ -97,11 +97,21 @@ class NetlinkClient:
             self._ipr.close()
             raise
         self._reader = RtnlReader(self._read_socket.socket)
+        # The per-thread loops pyroute2 made for threads other than its creator (see
+        # _keep_thread_event_loop): its close() only closes the calling thread's.
+        self._thread_loops: dict[int, Any] = {}
 
     def close(self) -> None:
         with self._lock:
             self._ipr.close()
             self._read_socket.close()
+            for loop in self._thread_loops.values():
+                # Left open, each is closed by the garbage collector at interpreter exit, after
+                # its self-pipe socket may already be gone: "Exception ignored in
+                # BaseEventLoop.__del__" on the agent's way out (seen in a chaos run's log).
+                if not loop.is_closed() and not loop.is_running():
+                    loop.close()
+            self._thread_loops.clear()
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -119,6 +129,8 @@ class NetlinkClient:
                 self.errors += 1
                 code = exc.errno or errno.EIO
                 raise NetlinkOperationError(operation, code, str(exc)) from exc
+            finally:
+                self._remember_thread_loop()
 
     def _keep_thread_event_loop(self) -> None:
         """Make calls from this thread as cheap as from the creating thread.
@@ -129,8 +141,17 @@ class NetlinkClient:
         ``keep_event_loop`` is set, as pyroute2 itself does for the creating thread. Requests
         are serialised by ``_lock``, so only one loop ever reads the socket at a time."""
         local = getattr(getattr(self._ipr, "asyncore", None), "local", None)
-        if local is not None and not getattr(local, "keep_event_loop", False):
+        if local is None:
+            return
+        if not getattr(local, "keep_event_loop", False):
             local.keep_event_loop = True
+
+    def _remember_thread_loop(self) -> None:
+        """Note the calling thread's pyroute2 loop (made by its first request), for close()."""
+        local = getattr(getattr(self._ipr, "asyncore", None), "local", None)
+        loop = getattr(local, "event_loop", None)
+        if loop is not None:
+            self._thread_loops[id(loop)] = loop
 
     @staticmethod
     def _absent_ok(exc: NetlinkOperationError) -> bool:

@@ -168,3 +168,25 @@ def test_transient_errors_are_retriable() -> None:
     assert is_retriable_failure(NetlinkOperationError("x", errno.ENOBUFS))
     assert is_retriable_failure(NetlinkOperationError("x", errno.EAGAIN))
     assert not is_retriable_failure(NetlinkOperationError("x", errno.EPERM))
+
+
+def test_close_closes_the_event_loops_of_other_threads(ns) -> None:
+    """pyroute2 keeps a loop per calling thread (kept alive for speed, see
+    `_keep_thread_event_loop`) and its close() only closes the caller's; a loop left open is
+    closed by the garbage collector at exit, which once printed a traceback into an agent's log
+    (a chaos run fails on that)."""
+    import threading
+
+    nl = NetlinkClient(ns.name)
+    loops = []
+
+    def worker() -> None:
+        nl.create_link("vt", "veth", group=G, peer={"ifname": "vu", "group": G})
+        loops.append(nl._ipr.asyncore.local.event_loop)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert loops and not loops[0].is_closed()
+    nl.close()
+    assert loops[0].is_closed()
