@@ -100,14 +100,16 @@ def test_config_file_ttl_knobs_are_used(mesh: Mesh) -> None:
     wait_for_value([peer], "long", lambda v: v is not None)
 
     # Peer first, then the node: the node's remaining TTL minus the peer's is the decrement,
-    # less the time in flight and between the reads (never more than the decrement).
+    # less the time between the reads; the time in flight is charged by the transit aging and
+    # cancels out, up to the whole-millisecond reads of two clocks in two processes (+2 ms at
+    # most: one CI run measured 20 001).
     with peer.client() as client:
         on_peer = client.get(["long", "short"])
     with node.client() as client:
         on_node = client.get(["long", "short"])
         dropped = client.counters().get("kvstore.flood.dropped_keys", 0)
     removed = on_node["long"].ttl_ms - on_peer["long"].ttl_ms
-    assert 10_000 < removed <= 20_000, removed  # the default (1 ms) would give about 0
+    assert 10_000 < removed <= 20_002, removed  # the default (1 ms) would give about 0
     # Same set, same flood: had "short" been flooded it would be on the peer with "long".
     assert "short" in on_node and on_node["short"].ttl_ms > 0
     assert "short" not in on_peer
