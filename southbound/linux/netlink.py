@@ -99,13 +99,13 @@ class NetlinkClient:
         self._reader = RtnlReader(self._read_socket.socket)
         # The per-thread loops pyroute2 made for threads other than its creator (see
         # _keep_thread_event_loop): its close() only closes the calling thread's.
-        self._thread_loops: dict[int, Any] = {}
+        self._thread_loops: set[Any] = set()
 
     def close(self) -> None:
         with self._lock:
             self._ipr.close()
             self._read_socket.close()
-            for loop in self._thread_loops.values():
+            for loop in self._thread_loops:
                 # Left open, each is closed by the garbage collector at interpreter exit, after
                 # its self-pipe socket may already be gone: "Exception ignored in
                 # BaseEventLoop.__del__" on the agent's way out (seen in a chaos run's log).
@@ -140,18 +140,19 @@ class NetlinkClient:
         again around *every* request (+~45% per call) unless the thread-local flag
         ``keep_event_loop`` is set, as pyroute2 itself does for the creating thread. Requests
         are serialised by ``_lock``, so only one loop ever reads the socket at a time."""
-        local = getattr(getattr(self._ipr, "asyncore", None), "local", None)
-        if local is None:
-            return
-        if not getattr(local, "keep_event_loop", False):
+        local = self._thread_state()
+        if local is not None and not getattr(local, "keep_event_loop", False):
             local.keep_event_loop = True
 
     def _remember_thread_loop(self) -> None:
         """Note the calling thread's pyroute2 loop (made by its first request), for close()."""
-        local = getattr(getattr(self._ipr, "asyncore", None), "local", None)
-        loop = getattr(local, "event_loop", None)
+        loop = getattr(self._thread_state(), "event_loop", None)
         if loop is not None:
-            self._thread_loops[id(loop)] = loop
+            self._thread_loops.add(loop)
+
+    def _thread_state(self) -> Any:
+        """pyroute2's thread-local state of the calling thread (None if its layout changed)."""
+        return getattr(getattr(self._ipr, "asyncore", None), "local", None)
 
     @staticmethod
     def _absent_ok(exc: NetlinkOperationError) -> bool:

@@ -291,7 +291,20 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
     agent.start()
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
     redump_done = threading.Event()
+    redump_at_lock = threading.Event()  # the re-dump is waiting for the transaction lock
     record = agent_module.write_node_change
+    txn_lock = agent._txn_lock
+
+    class WatchedLock:
+        """The agent's transaction lock, telling when the re-dump thread asks for it."""
+
+        def __enter__(self) -> bool:
+            if threading.current_thread().name == "redump":
+                redump_at_lock.set()
+            return txn_lock.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            txn_lock.release()
 
     def redump_then_record(*args: Any, **kwargs: Any) -> int:
         def redump() -> None:
@@ -299,11 +312,14 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
                 agent._redump(client)
             redump_done.set()
 
-        threading.Thread(target=redump, daemon=True).start()
-        # Give the re-dump every chance to run first: without the fix it does, within ms.
-        redump_done.wait(timeout=1.0)
+        threading.Thread(target=redump, name="redump", daemon=True).start()
+        # Between the apply and the mesh write: the re-dump either runs through (the bug) or
+        # waits for the lock the apply holds.
+        wait_until(lambda: redump_done.is_set() or redump_at_lock.is_set(), timeout=30,
+                   message="the re-dump ran or reached the transaction lock")
         return int(record(*args, **kwargs))
 
+    monkeypatch.setattr(agent, "_txn_lock", WatchedLock())
     monkeypatch.setattr(agent_module, "write_node_change", redump_then_record)
     result = agent.apply_configuration({"vpp/interface/rest1": {"type": "loopback"}},
                                        replace=False)
