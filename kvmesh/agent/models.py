@@ -1,32 +1,21 @@
-"""The configurable models, in one table: name, key shape, pydantic model, validator.
+"""The configurable models of every plane: name, key shape, pydantic model, validator.
 
-Each southbound defines its models once (``southbound.linux.models``, ``southbound.vpp.models``)
-and validates through them; this module finds the model for a model key, so the CLI refuses a
-bad value on the operator's terminal (instead of it turning INVALID on a remote node later), the
-agent's REST API validates and publishes the JSON Schema, and ``kvmesh model`` lists them.
+Each southbound lists its models once (``southbound.linux.registry``,
+``southbound.vpp.registry``; one module per model, see ``southbound.modelspec``) and validates
+through them; this module finds the model for a model key, so the CLI refuses a bad value on the
+operator's terminal (instead of it turning INVALID on a remote node later), the agent's REST API
+validates and publishes the JSON Schema, and ``kvmesh model`` lists them.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.models import LinuxInterface, LinuxRoute
-from southbound.linux.route_model import parse_route
+from southbound.linux.registry import REGISTRY as LINUX_MODELS
+from southbound.modelspec import ModelSpec
 from southbound.validation import FieldsInvalidError
-from southbound.vpp.models import (
-    VppBridgeDomain,
-    VppInterface,
-    VppRoute,
-    normalize_bd,
-    normalize_interface,
-    normalize_route,
-)
+from southbound.vpp.registry import REGISTRY as VPP_MODELS
 
 
 class ModelError(ValueError):
@@ -38,32 +27,8 @@ class ModelError(ValueError):
         self.problems = dict(problems or {})
 
 
-@dataclass(frozen=True)
-class Model:
-    name: str  # "linux/interface"
-    shape: str  # "linux/interface/<name>"
-    pattern: re.Pattern[str]
-    schema: type[BaseModel]
-    check: Callable[[str, Any], object]
-
-    @property
-    def description(self) -> str:
-        """The model's documentation without its key shape, on one line."""
-        text = " ".join((self.schema.__doc__ or "").split()).replace("``", "`")
-        return text.split(": ", 1)[1] if text.startswith("`") and ": " in text else text
-
-
-MODELS: tuple[Model, ...] = (
-    Model("linux/interface", "linux/interface/<name>",
-          re.compile(r"linux/interface/(?!host/)[^/]+"), LinuxInterface, parse_interface),
-    Model("linux/route", "linux/route/<table>/<dst cidr>/<dev>", re.compile(r"linux/route/.+"),
-          LinuxRoute, parse_route),
-    Model("vpp/interface", "vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"),
-          VppInterface, normalize_interface),
-    Model("vpp/bd", "vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), VppBridgeDomain, normalize_bd),
-    Model("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
-          VppRoute, normalize_route),
-)
+Model = ModelSpec[Any]
+MODELS: tuple[Model, ...] = (*LINUX_MODELS, *VPP_MODELS)
 BY_NAME = {model.name: model for model in MODELS}
 
 

@@ -1,0 +1,30 @@
+"""The VPP plane's configuration models, listed once (see ``southbound.modelspec``).
+
+The plugin registers ``REGISTRY.descriptors(context)``; the agent, the CLI's validation,
+``kvmesh model schema`` and ``docs/models.md`` read ``REGISTRY``. Adding a model: write its module
+under ``southbound/vpp/models/`` and add its ``MODEL`` here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from southbound.modelspec import ModelRegistry, ModelSpec
+from southbound.vpp.context import Context
+from southbound.vpp.models import (
+    VppBridgeDomain,
+    VppInterface,
+    VppRoute,
+    normalize_bd,
+    normalize_interface,
+    normalize_route,
+)
+
+REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
+    ModelSpec("vpp/interface", "vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"),
+              VppInterface, normalize_interface),
+    ModelSpec("vpp/bd", "vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), VppBridgeDomain,
+              normalize_bd),
+    ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
+              VppRoute, normalize_route),
+))
