@@ -19,6 +19,7 @@ from southbound.linux.host import HostAddressDescriptor, HostInterfaceDescriptor
 from southbound.linux.interface import InterfaceDescriptor
 from southbound.linux.master import MasterDescriptor
 from southbound.linux.netlink import NetlinkClient
+from southbound.linux.registry import REGISTRY
 from southbound.linux.route import RouteDescriptor
 from southbound.linux.watcher import HostInterfaceWatcher
 
@@ -99,6 +100,7 @@ class LinuxPlugin:
                 dependencies=routes.dependencies, value_comparator=routes.specs.equivalent,
                 is_retriable_failure=retriable, retrieve_dependencies=(interfaces.name,),
             ),
+            *REGISTRY.descriptors(self.context),
         ]
 
     def _notify(self, key: str, value: dict[str, Any] | None) -> None:

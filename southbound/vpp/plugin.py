@@ -14,6 +14,7 @@ from southbound.vpp.bridge_domain import BridgeDomainDescriptor, bd_member_descr
 from southbound.vpp.connection import VppConnection
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.interface import InterfaceDescriptor
+from southbound.vpp.registry import REGISTRY
 from southbound.vpp.route import RouteDescriptor
 
 log = logging.getLogger("southbound.vpp")
@@ -51,6 +52,8 @@ class VppPlugin:
         scheduler.register_descriptor(BridgeDomainDescriptor(self.ctx).descriptor())
         scheduler.register_descriptor(bd_member_descriptor(self.ctx))
         scheduler.register_descriptor(RouteDescriptor(self.ctx).descriptor())
+        for descriptor in REGISTRY.descriptors(self.ctx):
+            scheduler.register_descriptor(descriptor)
 
     @property
     def connected(self) -> bool:
