@@ -70,8 +70,8 @@ from types import FrameType
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-
 import zmq  # noqa: E402
+from scratch import private_tempdir  # noqa: E402  (tools/bench/scratch.py)
 
 from kvmesh import cluster  # noqa: E402
 from kvmesh.agent.desired import encode_config_value  # noqa: E402
@@ -728,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-operator", action="store_true",
                         help="only apply_1000_values_wait_s and plan_1000_s")
     args = parser.parse_args(argv)
+    private_tempdir("kvbench")
     nodes = args.nodes or (4 if args.quick else 8)
     samples = args.samples or (5 if args.quick else 20)
     runs = args.runs or (1 if args.quick else 3)

@@ -80,6 +80,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -95,8 +96,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-
 import zmq  # noqa: E402
+from scratch import private_tempdir  # noqa: E402  (tools/bench/scratch.py)
 
 from kvmesh.cluster import OPERATOR_KEY, make_keys  # noqa: E402
 from kvstore import requests, wire  # noqa: E402
@@ -292,6 +293,7 @@ class Cluster:
             helper.join(timeout=5)
         self.nodes.clear()
         self.helpers.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -1094,6 +1096,7 @@ def bench_user_id_cost(n_msgs: int, runs: int) -> tuple[float, float]:
         router.close(linger=0)
         security.stop()
         ctx.term()
+        shutil.rmtree(workdir, ignore_errors=True)
     return median(recv_ns) + median(get_ns), median(recv_ns)
 
 
@@ -1135,6 +1138,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per metric")
     args = parser.parse_args()
+    private_tempdir("kvbench")
     quick = args.quick
     runs = args.runs or (2 if quick else 5)
     big = 200_000 if quick else 1_000_000

@@ -34,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from scratch import private_tempdir
 
 from kvstore import wire
 from kvstore.db import KvStoreDb
@@ -121,6 +122,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    private_tempdir("kvbench")
     gc.set_threshold(*GC_THRESHOLDS)  # as in a node process
     per_kv = 1e6 / (PUBLICATIONS * PER_PUBLICATION)
     result: dict[str, float] = {}

@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from scratch import private_tempdir
 
 from scheduler import Dependency, Descriptor, KVScheduler, ValueOrigin
 
@@ -181,6 +182,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=None, help="runs per size (median)")
     args = parser.parse_args()
+    private_tempdir("kvbench")
     small, large = (1_000, 10_000) if args.quick else (10_000, 100_000)
     runs = args.runs or 3
     base = measure(small, runs + 2, 50)

@@ -1,0 +1,70 @@
+"""Benchmarks leave nothing in the temp dir, however they end (tools/bench/scratch.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.util import wait_until
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "tools" / "bench"
+
+CHILD = """
+import sys, tempfile, time
+sys.path.insert(0, {bench!r})
+from scratch import private_tempdir
+root = private_tempdir("kvbench")
+made = tempfile.mkdtemp(prefix="kvbench-")
+open(made + "/data", "w").write("x" * 1000)
+print(root, flush=True)
+if {how!r} == "raise":
+    raise RuntimeError("benchmark failed")
+if {how!r} == "wait":
+    time.sleep(60)
+"""
+
+
+def run_child(tmp_path: Path, how: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.Popen([sys.executable, "-c", CHILD.format(bench=str(BENCH_DIR), how=how)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("how", ["return", "raise"])
+def test_scratch_dir_removed_when_the_run_ends(tmp_path: Path, how: str) -> None:
+    child = run_child(tmp_path, how)
+    out, _err = child.communicate(timeout=30)
+    assert out.strip().startswith(str(tmp_path))  # it did make its directory there
+    assert child.returncode == (0 if how == "return" else 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_scratch_dir_removed_on_sigterm(tmp_path: Path) -> None:
+    child = run_child(tmp_path, "wait")
+    assert child.stdout is not None
+    root = Path(child.stdout.readline().strip())
+    assert root.is_dir() and root.parent == tmp_path
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=30)
+    wait_until(lambda: list(tmp_path.iterdir()) == [], timeout=10)
+
+
+def test_kvstore_bench_cluster_removes_its_workdir(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's node harness (one real node) cleans up its keys, logs and data."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    import kvstore_bench
+
+    with kvstore_bench.cluster() as cluster:
+        node = cluster.start_node("a", durability="batch")
+        cluster.wait_ready(node, initial_sync=False)
+        assert any(tmp_path.iterdir())
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,40 @@
+"""One private scratch directory per benchmark run, removed however the run ends.
+
+``private_tempdir("kvbench")`` makes ``$TMPDIR/kvbench-run-<pid>-XXXX`` (mode 0700), points
+``tempfile`` and the ``TMPDIR`` of every child process at it, and removes it at exit: a normal
+return, an exception, Ctrl-C (KeyboardInterrupt) or SIGTERM/SIGHUP (turned into SystemExit so
+the ``finally`` blocks and exit handlers run). A SIGKILL leaves it behind: nothing can clean
+up after that, which is why the directory name carries the pid.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from types import FrameType
+
+
+def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def private_tempdir(prefix: str) -> Path:
+    """Make this process's scratch directory the default temp dir; return it."""
+    root = Path(tempfile.mkdtemp(prefix=f"{prefix}-run-{os.getpid()}-"))
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:  # not in a forked child that inherited the handler
+            shutil.rmtree(root, ignore_errors=True)
+
+    atexit.register(remove)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _exit_on_signal)
+    tempfile.tempdir = str(root)
+    os.environ["TMPDIR"] = str(root)
+    return root
