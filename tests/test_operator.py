@@ -77,7 +77,8 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
         with state.client("n1") as client:  # both agents announced: both are known members
-            wait_until(lambda: announced_nodes(client) == {"n1", "n2"}, 30, "node/<name>/ keys")
+            wait_until(lambda: announced_nodes(client) == {"n1", "n2"}, 30,
+                       message="node/<name>/ keys")
         yield Cli(state.nodes["n1"].cmd_url, tmp, prefix,
                   {name: str(info.http) for name, info in state.nodes.items()},
                   cluster.client_env(run_dir))

@@ -143,7 +143,7 @@ def test_data_dir_of_another_user_is_refused(tmp_path: Path) -> None:
     # The node itself: one line, non-zero exit, before it binds anything.
     result = kvmesh("node", "run", "--name", "n1", "--insecure", "--cmd-url",
                     "tcp://127.0.0.1:1", "--pub-url", "tcp://127.0.0.1:2", "--data-dir", str(data))
-    assert result.returncode != 0 and "writable by group or others" in result.stderr, result
+    assert result.returncode == 1 and "writable by group or others" in result.stderr, result
 
 
 def _creations(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, int]]:
@@ -193,7 +193,7 @@ def test_logs_are_private_and_a_restore_is_announced(tmp_path: Path) -> None:
         assert stat.S_IMODE((run_dir / "n1.log").stat().st_mode) == 0o600
         assert not any("restoring" in line for line in said)
         wait_until(lambda: (run_dir / "data" / "n1" / "kvstore.sqlite3").exists(), 10,
-                   "n1's database")
+                   message="n1's database")
         cluster.down(run_dir)
         said.clear()
         cluster.up(1, run_dir=run_dir, namespaces=False, agents=False, progress=said.append)
