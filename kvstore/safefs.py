@@ -35,7 +35,6 @@ class UnsafePathError(OSError):
 
     def __init__(self, path: str | os.PathLike[str], why: str) -> None:
         super().__init__(errno.EPERM, f"refusing {os.fspath(path)}: {why}")
-        self.path_text = os.fspath(path)
 
     def __str__(self) -> str:
         return str(self.strerror)

@@ -79,6 +79,14 @@ def test_world_writable_run_dir_and_unsafe_parent_are_refused(tmp_path: Path) ->
     mine = theirs / "mine"
     mine.mkdir(mode=0o700)
     assert "a parent directory owned by uid 65534" in refused_up(mine).stderr
+    # A parent others may write to must be sticky (like /tmp), or they could swap ours.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(safefs.UnsafePathError, match="not sticky"):
+        safefs.private_dir(shared / "run")
+    shared.chmod(0o1777)
+    assert safefs.private_dir(shared / "run") == shared / "run"
     # A run dir that is a symlink (to a directory of ours) is refused too.
     (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
     (tmp_path / "real").mkdir(mode=0o700)
