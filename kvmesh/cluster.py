@@ -27,6 +27,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from kvmesh import netlab
 from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
+from kvstore import safefs
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.curve import (
     KEY_FILE_ENV,
@@ -46,8 +48,24 @@ from kvstore.curve import (
     load_public_key,
 )
 from kvstore.node_ports import free_tcp_port
+from kvstore.storage import DB_FILE
 
-DEFAULT_RUN_DIR = Path(os.environ.get("KVMESH_RUN_DIR", "/tmp/kvmesh-cluster"))
+RUN_DIR_ENV = "KVMESH_RUN_DIR"
+
+
+def default_run_dir(purpose: str = "cluster") -> Path:
+    """Where `purpose` (cluster, chaos) keeps its state, logs and keys unless told: under
+    /run/kvmesh for root, $XDG_RUNTIME_DIR/kvmesh (else ~/.local/state/kvmesh) for other users;
+    never a predictable path in a world-writable directory (docs/security.md)."""
+    if os.geteuid() == 0:
+        return Path("/run/kvmesh") / purpose
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime else Path.home() / ".local" / "state"
+    return base / "kvmesh" / purpose
+
+
+DEFAULT_RUN_DIR = Path(os.environ[RUN_DIR_ENV]) if os.environ.get(RUN_DIR_ENV) \
+    else default_run_dir()
 TOPOLOGIES = ("chain", "ring", "mesh", "random")
 # Ports inside an isolated node's namespace (each namespace has its own port space).
 ISOLATED_CMD_PORT, ISOLATED_PUB_PORT, ISOLATED_HTTP_PORT = 60002, 60001, 8080
@@ -92,17 +110,20 @@ class ClusterState:
     http_token_file: str | None = None
 
     def save(self) -> None:
-        path = Path(self.run_dir) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
-        tmp.replace(path)
+        safefs.write_replace(Path(self.run_dir) / STATE_FILE,
+                             json.dumps(asdict(self), indent=2, sort_keys=True).encode())
 
     @classmethod
     def load(cls, run_dir: Path) -> ClusterState | None:
+        """The state in `run_dir`; None if there is none. The run dir must be the invoking
+        user's (safefs.UnsafePathError otherwise): its pids are killed by `down`."""
         path = run_dir / STATE_FILE
-        if not path.exists():
+        if not os.path.lexists(run_dir):
             return None
-        raw = json.loads(path.read_text())
+        safefs.check_private_dir(run_dir)
+        if not os.path.lexists(path):
+            return None
+        raw = json.loads(safefs.read_owned(path))
         nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
         return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
                    lab=raw.get("lab"), operator_key=raw.get("operator_key"),
@@ -131,12 +152,15 @@ class ClusterState:
 def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
     """Key pairs for the operator and each node under run_dir/keys (made once, then reused),
     and run_dir/authorized-keys: each node a peer, the operator an operator."""
-    keys = run_dir / "keys"
+    keys = safefs.private_dir(run_dir / "keys")
     auth = run_dir / "authorized-keys"
     secrets: dict[str, Path] = {}
     for name in [OPERATOR_KEY, *names]:
         secret = keys / f"{name}.key_secret"
-        if not secret.exists():
+        if os.path.lexists(secret):
+            safefs.check_owned_file(secret)  # reused: ours, not a planted link
+            safefs.check_owned_file(keys / f"{name}.key")
+        else:
             (keys / f"{name}.key").unlink(missing_ok=True)
             generate(name, keys)
         secrets[name] = secret
@@ -146,8 +170,9 @@ def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
             stale.unlink()
     for role, name, file_name in [("operator", OPERATOR_KEY, OPERATOR_KEY),
                                   *(("peer", n, n) for n in names)]:
-        (auth / role).mkdir(parents=True, exist_ok=True)
-        (auth / role / f"{file_name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+        safefs.private_dir(auth / role)
+        safefs.write_replace(auth / role / f"{file_name}.key",
+                             safefs.read_owned(keys / f"{name}.key"), 0o644)
     return auth, secrets
 
 
@@ -156,18 +181,27 @@ def make_http_credentials(run_dir: Path, addresses: list[str]) -> tuple[Path, Pa
     certificate naming every node address (one for the cluster's agents: this is a test and
     demo launcher, not a PKI), its key, and a bearer token file, under run_dir."""
     cert, key, token = run_dir / "http-cert.pem", run_dir / "http-key.pem", run_dir / "http-token"
-    if not token.exists():
-        token.write_text(secrets.token_urlsafe(32) + "\n")
-        token.chmod(0o600)
+    if os.path.lexists(token):
+        safefs.check_owned_file(token)
+    else:
+        safefs.write_new(token, (secrets.token_urlsafe(32) + "\n").encode(), safefs.SECRET_MODE)
     san = ",".join(f"IP:{address}" for address in addresses)
-    try:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-                        "-subj", "/CN=kvmesh-cluster", "-addext", f"subjectAltName={san}",
-                        "-keyout", str(key), "-out", str(cert)],
-                       check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise ClusterError(f"cannot make the agents' TLS certificate with openssl: {exc}") from exc
-    key.chmod(0o600)
+    # openssl writes into a fresh 0700 directory of ours (it follows links and opens without
+    # O_EXCL); the files are then renamed into place (a link at the final name is replaced).
+    with tempfile.TemporaryDirectory(dir=run_dir, prefix=".http-") as fresh:
+        new_key, new_cert = Path(fresh) / "key.pem", Path(fresh) / "cert.pem"
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                            "-days", "30", "-subj", "/CN=kvmesh-cluster",
+                            "-addext", f"subjectAltName={san}",
+                            "-keyout", str(new_key), "-out", str(new_cert)],
+                           check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise ClusterError(
+                f"cannot make the agents' TLS certificate with openssl: {exc}") from exc
+        new_key.chmod(safefs.SECRET_MODE)  # inside the 0700 directory: never readable by others
+        new_key.replace(key)
+        new_cert.replace(cert)
     return cert, key, token
 
 
@@ -257,13 +291,16 @@ def write_node_config(path: Path, values: Mapping[str, object]) -> None:
         else:
             text = json.dumps(str(value))
         lines.append(f"{key} = {text}\n")
-    path.write_text("".join(lines))
+    safefs.write_replace(path, "".join(lines).encode())
 
 
 def _spawn(args: list[str], log_path: Path) -> int:
-    with open(log_path, "ab") as log:
+    log = safefs.open_log(log_path)  # 0600, a planted symlink refused (logs carry configuration)
+    try:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(log)
     return proc.pid
 
 
@@ -337,6 +374,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     `degree`/`seed`: the `random` topology."""
     if nodes < 1:
         raise ClusterError("a cluster needs at least one node")
+    run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
     if existing is not None and any(_alive(p) for n in existing.nodes.values()
                                     for p in n.pids.values()):
@@ -344,10 +382,13 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                            f"(kvmesh cluster down first)")
     if isolated and os.geteuid() != 0:
         raise ClusterError("an isolated cluster needs root (network namespaces)")
-    run_dir.mkdir(parents=True, exist_ok=True)
     use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = peers_of(names, topology, degree, seed)
+    restored = [name for name in names if (run_dir / "data" / name / DB_FILE).exists()]
+    if restored:
+        progress(f"restoring the configuration of {', '.join(restored)} from "
+                 f"{run_dir / 'data'} (kvmesh cluster down --purge starts empty)")
     _auth, secrets = make_keys(run_dir, names)
     state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]))
     config_path: Path | None = None

@@ -29,6 +29,7 @@ import click
 
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cluster import OPERATOR_KEY, make_keys
+from kvstore import safefs
 from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
 from kvstore.curve import ClientCurve, load_key_pair, load_public_key
 from kvstore.gen.kvstore_thrift.ttypes import Publication
@@ -66,7 +67,8 @@ class DemoCluster:
     """Real `kvmesh node run` processes on loopback, always stopped on exit."""
 
     def __init__(self, names: tuple[str, ...] = NODE_NAMES, workdir: Path | None = None) -> None:
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="kvmesh-demo-"))
+        self.workdir = safefs.private_dir(workdir) if workdir else \
+            Path(tempfile.mkdtemp(prefix="kvmesh-demo-"))
         self.nodes = [
             DemoNode(
                 name,
@@ -104,10 +106,13 @@ class DemoCluster:
             ]  # fmt: skip
             for peer in neighbours:
                 cmd += ["--peer", f"{peer.name}={peer.cmd_url},{peer.pub_url}"]
-            with open(node.log_path, "wb") as log:
+            log = safefs.open_log(node.log_path)  # 0600, no symlink followed
+            try:
                 node.proc = subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
                 )
+            finally:
+                os.close(log)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Until every node answers and has finished its initial sync."""

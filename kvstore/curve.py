@@ -36,6 +36,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
+from kvstore import safefs
 from kvstore.authz import OPERATOR, PEER, ROLES, Identity
 
 log = logging.getLogger("kvstore.curve")
@@ -109,21 +110,30 @@ def _check_z85(source: str | os.PathLike[str], key: bytes) -> None:
 
 
 def generate(name: str, out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """`NAME.key` and `NAME.key_secret` in `out_dir` (created 0700; the secret file 0600)."""
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """`NAME.key` (0644) and `NAME.key_secret` (0600 from the moment it exists) in `out_dir`
+    (made 0700 if missing; refused if another user owns it or can write to it)."""
     if not name or "/" in name or name.startswith("."):
         raise CurveError(f"invalid key name {name!r}")
-    for suffix in (".key", ".key_secret"):
-        if (directory / f"{name}{suffix}").exists():
-            raise CurveError(f"{directory / (name + suffix)} exists: not overwriting a key")
-    old_umask = os.umask(0o077)
-    try:
-        public, secret = zmq.auth.create_certificates(str(directory), name)
-    finally:
-        os.umask(old_umask)
-    os.chmod(public, 0o644)
-    return Path(public), Path(secret)
+    directory = safefs.private_dir(out_dir)
+    public_path, secret_path = directory / f"{name}.key", directory / f"{name}.key_secret"
+    for path in (public_path, secret_path):
+        if os.path.lexists(path):
+            raise CurveError(f"{path} exists: not overwriting a key")
+    public, secret = zmq.curve_keypair()
+    # ZeroMQ's certificate format (what zmq.auth.load_certificate reads), written by us so
+    # the files are opened O_EXCL|O_NOFOLLOW with their final modes.
+    safefs.write_new(secret_path, _certificate(name, public, secret), safefs.SECRET_MODE)
+    safefs.write_new(public_path, _certificate(name, public, None), 0o644)
+    return public_path, secret_path
+
+
+def _certificate(name: str, public: bytes, secret: bytes | None) -> bytes:
+    kind = "Public" if secret is None else "**Secret**"
+    lines = [f"#   ZeroMQ CURVE {kind} Certificate of {name} (kvmesh keys generate)",
+             "", "metadata", "curve", f'    public-key = "{public.decode()}"']
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode()}"')
+    return ("\n".join(lines) + "\n").encode()
 
 
 # ---------------------------------------------------------------------- authorized keys

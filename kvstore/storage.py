@@ -33,6 +33,7 @@ from itertools import starmap
 from pathlib import Path
 from typing import Final, Literal
 
+from kvstore import safefs
 from kvstore.value import TTL_INFINITY, Value
 
 log = logging.getLogger("kvstore.storage")
@@ -77,7 +78,7 @@ class DataDirLocked(StorageError):
 def _lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive lock on the data directory for the life of the process."""
     path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -135,7 +136,9 @@ class DurableStore:
         """Lock the directory and check the database (creating it if there is none). A corrupt
         database raises CorruptStateError, or with `discard_corrupt` is moved aside, loudly."""
         try:
-            self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            safefs.private_dir(self.data_dir)
+        except safefs.UnsafePathError as exc:
+            raise StorageError(f"cannot use the data dir: {exc}") from exc
         except OSError as exc:
             raise StorageError(f"cannot create data dir {self.data_dir}: {exc.strerror} (give "
                                f"--data-dir DIR, or --ephemeral to keep nothing)") from exc

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kvmesh import cluster
+from kvmesh.cli.members import announced_nodes
 from kvmesh.cli.ops_cmds import outcome
 from tests.netns import netns_available
 from tests.util import wait_until
@@ -75,6 +76,9 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     run_dir = tmp / "run"
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
+        with state.client("n1") as client:  # both agents announced: both are known members
+            wait_until(lambda: announced_nodes(client) == {"n1", "n2"}, 30,
+                       message="node/<name>/ keys")
         yield Cli(state.nodes["n1"].cmd_url, tmp, prefix,
                   {name: str(info.http) for name, info in state.nodes.items()},
                   cluster.client_env(run_dir))
@@ -98,6 +102,30 @@ def test_invalid_file_writes_nothing(cli: Cli) -> None:
     assert cli.desired("n2") == {}
     planned = cli.run("plan", "-f", path)
     assert planned.returncode != 0 and "field 'mtu'" in planned.stderr
+
+
+def test_unknown_node_is_refused_unless_allowed(cli: Cli) -> None:
+    bridge = {"type": "bridge"}
+    path = cli.state_file({"n9": {"linux/interface/br9": bridge}})
+    for args in (("plan", "-f", path), ("apply", "-f", path, "--no-wait"),
+                 ("config", "set", "n9", "linux/interface/br9", json.dumps(bridge))):
+        out = cli.run(*args)
+        assert out.returncode == 1, out
+        assert out.stderr == ("error: unknown node(s) n9: no cluster member has that name "
+                              "(members: n1, n2); give --allow-unknown-node to write anyway\n")
+    assert cli.desired("n9") == {}
+    assert "n9" not in cli.run("config", "history").stdout
+    planned = cli.run("plan", "-f", path, "--allow-unknown-node")
+    assert planned.returncode == 0 and "node n9: 1 to add" in planned.stdout, planned
+    assert cli.desired("n9") == {}  # plan writes nothing
+    out = cli.run("config", "set", "n9", "linux/interface/br9", json.dumps(bridge),
+                  "--allow-unknown-node")
+    assert out.returncode == 0, out
+    assert cli.desired("n9") == {"linux/interface/br9": bridge}
+    # n9 now has desired state: a member (e.g. its agent has not started yet).
+    assert cli.run("plan", "-f", path).returncode == 0
+    assert cli.run("config", "del", "n9", "linux/interface/br9").returncode == 0
+    assert cli.run("plan", "-f", path).returncode == 1  # a tombstone is no desired state
 
 
 def test_plan_then_apply_does_exactly_the_plan(cli: Cli) -> None:

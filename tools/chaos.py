@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvmesh.chaos.run import ALL_FAULTS, DEFAULT_FAULTS, ChaosConfig, run
-from kvmesh.cluster import ClusterError
+from kvmesh.cluster import ClusterError, default_run_dir
 from kvmesh.netlab import LabError
 
 
@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", action="store_true",
                         help="run every node's agent too and check each namespace's kernel "
                         "state against its desired state")
-    parser.add_argument("--run-dir", type=Path, default=Path("/tmp/kvmesh-chaos"))
+    parser.add_argument("--run-dir", type=Path, default=default_run_dir("chaos"),
+                        help="where the runs keep state and logs (one directory per run)")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
     kinds = tuple(k for k in args.faults.split(",") if k)

@@ -33,6 +33,7 @@ from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import config_key
 from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
+from kvstore import safefs
 from kvstore.client import KvStoreError
 from kvstore.value import TTL_INFINITY, Value
 
@@ -61,7 +62,7 @@ class ChaosConfig:
     degree: int = 3
     sync_interval_s: float = 3.0
     converge_timeout: float = 60.0
-    run_dir: Path = Path("/tmp/kvmesh-chaos")
+    run_dir: Path = field(default_factory=lambda: cluster.default_run_dir("chaos"))
     agents: bool = False  # run each node's agent (Linux southbound in its namespace) and check it
 
     def command(self) -> str:
@@ -383,7 +384,7 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
         summary: dict[str, object] | None = None) -> list[RoundReport]:
     """Run the rounds; a failed check raises nothing (it is in the reports). `summary`, if
     given, is filled with the run's figures."""
-    config.run_dir.mkdir(parents=True, exist_ok=True)
+    safefs.private_dir(config.run_dir)
     run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
     say(f"chaos: {config.command()}")
     state = cluster.up(config.nodes, config.topology, run_dir=run_dir, isolated=True,

@@ -48,6 +48,7 @@ from kvmesh.cli.common import (
     parse_http,
     run_client,
 )
+from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvstore.client import KvStoreClient, next_version
 from kvstore.gen.kvstore_thrift.ttypes import Value
 
@@ -102,7 +103,8 @@ def config_group() -> None:
 @click.argument("node")
 @click.argument("model_key")
 @click.argument("value_json")
-def config_set(node: str, model_key: str, value_json: str) -> None:
+@allow_unknown_node_option
+def config_set(node: str, model_key: str, value_json: str, allow_unknown: bool) -> None:
     """Set the desired value of MODEL_KEY on NODE (JSON; validated before it enters the mesh)."""
     from kvmesh.agent.models import ModelError, validate_model
 
@@ -120,7 +122,12 @@ def config_set(node: str, model_key: str, value_json: str) -> None:
     except ModelError as exc:
         fail(str(exc), code=2)
     key = config_key(node, model_key)
-    sent, reason = run_client(lambda c: c.set_key(key, encode_config_value(value)))
+
+    def action(client: KvStoreClient) -> tuple[Value, str | None]:
+        refuse_unknown_nodes(client, [node], allow_unknown)
+        return client.set_key(key, encode_config_value(value))
+
+    sent, reason = run_client(action)
     if reason is not None:
         fail(f"{key}: not applied ({reason})")
     emit({"key": key, "version": sent.version}, f"{key} set (version {sent.version})")

@@ -14,7 +14,8 @@ from kvmesh.cli.common import KvGroup, cli_context, fail
 run_dir_option = click.option(
     "--run-dir", type=click.Path(file_okay=False, path_type=Path),
     default=cluster.DEFAULT_RUN_DIR, show_default=True, envvar="KVMESH_RUN_DIR",
-    help="Where the cluster keeps its state and logs.")
+    help="Where the cluster keeps its state, logs and keys: a directory of the invoking user "
+    "that nobody else can write to (refused otherwise).")
 
 
 @click.group("cluster", cls=KvGroup)
@@ -55,7 +56,10 @@ def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
 @run_dir_option
 def cluster_status(run_dir: Path) -> None:
     """Where every node listens and whether its processes are alive."""
-    data = cluster.status(run_dir)
+    try:
+        data = cluster.status(run_dir)
+    except OSError as exc:  # an unsafe run dir (kvstore/safefs.py)
+        fail(str(exc))
     if cli_context().as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -77,8 +81,11 @@ def cluster_status(run_dir: Path) -> None:
 def cluster_down(run_dir: Path, purge: bool) -> None:
     """Stop every process and remove every namespace the cluster made. The nodes' data
     directories stay, so the next `cluster up` from RUN_DIR restores the configuration."""
-    stopped = cluster.down(run_dir, progress=lambda msg: click.echo(f"  {msg}", err=True),
-                           purge=purge)
+    try:
+        stopped = cluster.down(run_dir, progress=lambda msg: click.echo(f"  {msg}", err=True),
+                               purge=purge)
+    except OSError as exc:  # an unsafe run dir (kvstore/safefs.py)
+        fail(str(exc))
     click.echo(f"cluster down ({stopped} processes stopped"
                f"{', data removed' if purge else ''})")
 
@@ -90,7 +97,7 @@ def cluster_env(node: str, run_dir: Path) -> None:
     """Shell `export` lines for the cluster's operator: eval "$(kvmesh cluster env)"."""
     try:
         env = cluster.client_env(run_dir, node)
-    except cluster.ClusterError as exc:
+    except (cluster.ClusterError, OSError) as exc:
         fail(str(exc))
     for name, value in env.items():
         click.echo(f"export {name}={shlex.quote(value)}")

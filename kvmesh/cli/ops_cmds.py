@@ -22,6 +22,7 @@ from kvmesh.agent.keys import CONFIG, STATUS, agent_key, status_prefix
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
+from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
 from kvstore.client import KvStoreClient
 
@@ -199,12 +200,14 @@ def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
               "standard input).")
 @click.option("--replace", is_flag=True, help="Also remove values the file does not name.")
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when there are changes.")
-def plan(path: str, replace: bool, detailed_exitcode: bool) -> None:
+@allow_unknown_node_option
+def plan(path: str, replace: bool, detailed_exitcode: bool, allow_unknown: bool) -> None:
     """What applying FILE would change; read-only (nothing is written anywhere)."""
     wanted = read_state_file(path)
     refuse_invalid(wanted)
 
     def action(client: KvStoreClient) -> tuple[dict[str, NodeDiff], dict[str, Any]]:
+        refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
         return diffs, scheduler_plans(client, diffs)
 
@@ -343,8 +346,9 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
 @click.option("--confirm-timeout", "confirm_s", type=click.FloatRange(min=1), default=None,
               help="Roll back unless `kvmesh confirm` runs within S seconds (held by the "
                    "nodes' agents).")
+@allow_unknown_node_option
 def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
-          confirm_s: float | None) -> None:
+          confirm_s: float | None, allow_unknown: bool) -> None:
     """Make the desired state of the file's nodes what FILE declares (one revision per
     changed node; see `kvmesh config history`)."""
     wanted = read_state_file(path)
@@ -352,6 +356,7 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
     follow = sys.stdout.isatty() if wait is None else wait
 
     def action(client: KvStoreClient) -> Any:
+        refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}

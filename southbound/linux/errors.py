@@ -81,6 +81,18 @@ class OwnershipError(NetlinkOperationError):
         super().__init__(operation, errno.EEXIST, detail, retriable=True)
 
 
+class VxlanTakenError(NetlinkOperationError):
+    """The kernel refused a VXLAN link (EEXIST) although its name is free: another VXLAN device
+    in the namespace has the same VNI and UDP port. Not retriable: a retry fails the same way
+    until that device goes (a later transaction or resync tries again)."""
+
+    def __init__(self, operation: str, vni: int, port: int, holders: list[str]) -> None:
+        holder = ", ".join(holders) if holders else "another VXLAN device"
+        super().__init__(operation, errno.EEXIST,
+                         f"VNI {vni} on UDP port {port} is in use by {holder} (one VXLAN "
+                         "device per VNI and port in a namespace)", retriable=False)
+
+
 def is_retriable_failure(exc: BaseException) -> bool:
     """The ``is_retriable_failure`` callback of every descriptor of this package."""
     if isinstance(exc, InvalidValueError):

@@ -26,7 +26,7 @@ from typing import Any
 from scheduler import Dependency, ValueOrigin
 from southbound.linux import keys
 from southbound.linux.context import PluginContext
-from southbound.linux.errors import NetlinkOperationError, OwnershipError
+from southbound.linux.errors import NetlinkOperationError, OwnershipError, VxlanTakenError
 from southbound.linux.interface_model import InterfaceSpec, parse_interface
 from southbound.linux.memo import ParseCache
 from southbound.linux.netlink import CreatedLink
@@ -264,6 +264,10 @@ class InterfaceDescriptor:
         """The name exists: accept it if it is kvmesh's own link of the same kind, else fail."""
         operation = f"create interface {spec.name}"
         link = self.ctx.client.get_link(spec.name)
+        if link is None and spec.vxlan is not None:  # the name is free: the VNI/port is not
+            raise VxlanTakenError(operation, spec.vxlan.vni, spec.vxlan.port, [
+                other.name for other in self.ctx.client.dump_links() if other.vxlan is not None
+                and (other.vxlan.vni, other.vxlan.port) == (spec.vxlan.vni, spec.vxlan.port)])
         if link is None:
             raise NetlinkOperationError(operation, errno.EEXIST,
                                         "the name is taken (the link vanished meanwhile)",

@@ -197,6 +197,23 @@ def test_tap_vxlan_macvlan_and_recreate_on_identity_change(linux) -> None:
     assert ns.link_names() == {"lo"}
 
 
+def test_vxlan_with_a_taken_vni_fails_naming_the_holder(linux) -> None:
+    """Issue 17: the kernel refuses a second VXLAN with one VNI and port (EEXIST although the
+    name is free): the error names the device that holds them and is not retried."""
+    ns, scheduler, _plugin = linux
+    vxlan = {"type": "vxlan", "vxlan": {"vni": 42, "local": "192.0.2.1"}}
+    commit(scheduler, {"linux/interface/vx1": vxlan})
+    with pytest.raises(TransactionError):
+        commit(scheduler, {"linux/interface/vx2": vxlan}, retry=True)
+    status = scheduler.get_value_status("linux/interface/vx2")
+    assert status.state is ValueState.FAILED  # not RETRYING: a retry would fail the same way
+    assert status.error_message == (
+        "create interface vx2: VNI 42 on UDP port 4789 is in use by vx1 (one VXLAN device "
+        "per VNI and port in a namespace) (EEXIST)")
+    assert ns.link_names() == {"lo", "vx1"}
+    commit(scheduler, {"linux/interface/vx1": None, "linux/interface/vx2": None})
+
+
 def test_type_change_recreates_the_link(linux) -> None:
     ns, scheduler, _plugin = linux
     key = "linux/interface/x0"
