@@ -218,7 +218,7 @@ class KvStoreNode:
         max_clients, max_subscribers = connection_caps(cfg, fd_limit())
         self._cmd_limiter = ConnectionLimiter(
             cmd, max_clients, counters, "kvstore.clients", "max_clients", handshakes,
-            reap_idlest=True,
+            reap_idlest=True, before_reap=self._on_cmd_readable,
         )
         self._limiters = [
             self._cmd_limiter,

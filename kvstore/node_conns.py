@@ -81,11 +81,15 @@ class ConnectionLimiter:
         on_handshake_failed: Callable[[int], None] | None = None,
         *,
         reap_idlest: bool = False,
+        before_reap: Callable[[], None] | None = None,
     ) -> None:
         self.cap = cap
         self.on_handshake_failed = on_handshake_failed
         self.connected = 0
         self.reap_idlest = reap_idlest
+        # Reads the requests already queued, so that their connections are touched first (a
+        # client that just sent one is not reaped with its request unanswered).
+        self._before_reap = before_reap
         # Open connections by descriptor, the least recently active first (reap_idlest).
         self._idle_order: OrderedDict[int, None] = OrderedDict()
         self._counters = counters
@@ -150,6 +154,8 @@ class ConnectionLimiter:
         order[fd] = None
         if len(order) <= self.cap:
             return
+        if self._before_reap is not None:
+            self._before_reap()
         # Out of the order at once, not when ZeroMQ reports the disconnection: the next
         # newcomer must reap another connection.
         idlest, _ = order.popitem(last=False)
