@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from kvstore import wire
-from kvstore.client import KvStoreClient, make_value
+from kvstore.client import KvStoreAuthError, KvStoreClient, make_value
 from kvstore.gen.kvstore_thrift.ttypes import Command, Publication, Request
 from tests.kvstore.conftest import Mesh, Node
 from tests.kvstore.test_node_resources import MIB, counters, rss_bytes, start_with_fd_limit
@@ -109,3 +109,18 @@ def test_two_thousand_idle_connections_do_not_lock_a_new_client_out(
     finally:
         for sock in sockets:
             sock.close(linger=0)
+
+
+def test_a_subscriber_over_max_subscribers_gets_an_error_naming_the_cap(mesh: Mesh) -> None:
+    """Refused at once (not a timeout), and the error does not only blame CurveZMQ."""
+    node = mesh.start(mesh.allocate("fewsubs", max_subscribers=1))
+    with node.client() as client, client.subscribe() as first:
+        assert first.recv(timeout_s=0.2) is None  # connected, nothing published
+        wait_until(lambda: client.counters().get("kvstore.subscribers.connected", 0) == 1,
+                   message="the first subscriber connected")
+        started = time.monotonic()
+        with client.subscribe() as second, pytest.raises(KvStoreAuthError,
+                                                         match="at its connection cap"):
+            second.recv(timeout_s=10)
+        assert time.monotonic() - started < 5
+        assert client.counters()["kvstore.subscribers.refused"] >= 1
