@@ -231,6 +231,8 @@ class AsyncSubscription:
     async def recv(self) -> Publication:
         while True:
             data = await self._sock.recv()
+            if data == wire.PUBLICATION_PADDING:  # carries nothing (kvstore/publisher.py)
+                continue
             try:
                 publication = wire.decode_publication(data)
             except wire.DecodeError:

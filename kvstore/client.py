@@ -364,11 +364,13 @@ class Subscription:
             if not self._watch.poll(wait_ms):
                 return None
             data = self._sock.recv()
-            if self._prefix_bytes and self._prefix_bytes not in data:
+            padding = data == wire.PUBLICATION_PADDING  # carries nothing (kvstore/publisher.py)
+            if padding or (self._prefix_bytes and self._prefix_bytes not in data):
                 # Keys travel as plain UTF-8 in the encoding: a message without the prefix's
                 # bytes holds no matching key, so skip it without decoding (a subscriber that
                 # wants one prefix otherwise spends most of its CPU decoding other keys).
-                self.skipped += 1
+                if not padding:
+                    self.skipped += 1
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 continue

@@ -364,15 +364,22 @@ HANDSHAKE_EVENTS = (
 
 
 def handshake_failure(url: str, curve: ClientCurve | None, event: int) -> str:
-    """The one-line error for a client whose handshake with `url` failed."""
+    """The one-line error for a client whose handshake with `url` failed. A connection closed
+    before the handshake ended (EVENT_HANDSHAKE_FAILED_NO_DETAIL) is also what a node at its
+    connection cap does to a newcomer (kvstore/node_conns.py): the message says so."""
+    at_cap = ("or the node is at its connection cap (max_subscribers for a subscription,"
+              " max_clients for requests) and refused this connection")
     if curve is None:
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            return (f"connection refused by {url} during the handshake: the node requires "
+                    f"CurveZMQ (no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}), {at_cap}")
         return (f"authentication refused by {url}: the node requires CurveZMQ; "
                 f"no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}")
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         return f"authentication refused by {url} (key fingerprint {curve.fingerprint})"
     return (f"authentication refused by {url} (key fingerprint {curve.fingerprint}): "
             f"handshake failed; is {SERVER_KEY_ENV} that node's public key, and is the node "
-            "secured?")
+            f"secured? ({at_cap})")
 
 
 def read_handshake_failures(monitor: zmq.Socket[bytes]) -> int | None:

@@ -5,7 +5,8 @@ Sockets:
   for the framing. Peers flood with one-way KEY_SETs carrying the flood path (`node_ids`).
 - publication socket (XPUB, bound at pub_url): every applied delta and every batch of expired keys,
   one `Publication` per frame. XPUB (rather than PUB) tells the node whether anyone subscribes, so
-  no time is spent encoding publications nobody reads.
+  no time is spent encoding publications nobody reads, and lets it subscribe every subscriber to
+  everything (the byte bound per subscriber, `kvstore.publisher`).
 - one DEALER per peer, connected to the peer's command socket: floods, full-sync requests and their
   replies (matched by a correlation-id frame).
 
@@ -54,7 +55,10 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 )
 from kvstore.node_conns import (
     FD_RESERVE,
+    HEARTBEAT_IVL_MS,
+    HEARTBEAT_TIMEOUT_MS,
     ConnectionLimiter,
+    connection_caps,
     fd_limit,
     open_fds,
     prepare_process_limits,
@@ -65,6 +69,7 @@ from kvstore.publisher import (
     Publisher,
     publication_frames,
     subscriber_hwm,
+    subscriber_sndbuf,
 )
 from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
@@ -121,7 +126,6 @@ class KvStoreNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cmd: zmq.Socket[bytes] | None = None
         self._pub: zmq.Socket[bytes] | None = None
-        self._subscriptions = 0
         self.peering: Peering | None = None  # created in start(): it needs the loop
         self.flooding: FloodProtocol | None = None  # the peering's (start())
         self._floods: dict[Path, dict[str, Value]] = {}
@@ -137,6 +141,7 @@ class KvStoreNode:
         self.security = security
         self._keys_checked_at = time.monotonic()
         self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
+        self._cmd_limiter: ConnectionLimiter | None = None  # the command socket's (reaps)
         self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -179,6 +184,11 @@ class KvStoreNode:
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.SNDHWM, cfg.zmq_hwm)
                 sock.setsockopt(zmq.RCVHWM, cfg.zmq_hwm)
+                # A peer that stops answering ZeroMQ's PINGs (gone without a FIN, or a
+                # subscriber that does not read, so never sees the PING) is disconnected: its
+                # descriptor and queue are freed.
+                sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+                sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
                 if self.security is not None:
                     self.security.make_server(sock)
             # Hard guard against huge frames: a bit above the cap, so messages between the cap and
@@ -186,7 +196,9 @@ class KvStoreNode:
             cmd.setsockopt(zmq.MAXMSGSIZE, 2 * cfg.max_message_bytes)
             # Each subscriber's queue is bounded in bytes (kvstore/publisher.py).
             pub.setsockopt(zmq.SNDHWM, subscriber_hwm(cfg.subscriber_queue_bytes))
+            pub.setsockopt(zmq.SNDBUF, subscriber_sndbuf(cfg.subscriber_queue_bytes))
             pub.setsockopt(zmq.XPUB_NODROP, 1)
+            pub.setsockopt(zmq.XPUB_MANUAL, 1)
             cmd.setsockopt(zmq.ROUTER_MANDATORY, 1)
             cmd.setsockopt(zmq.ROUTER_HANDOVER, 1)
             cmd.bind(cfg.cmd_url)
@@ -203,10 +215,14 @@ class KvStoreNode:
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         counters = self.counters
         handshakes = self._handshake_failed if self.security is not None else None
+        max_clients, max_subscribers = connection_caps(cfg, fd_limit())
+        self._cmd_limiter = ConnectionLimiter(
+            cmd, max_clients, counters, "kvstore.clients", "max_clients", handshakes,
+            reap_idlest=True, before_reap=self._on_cmd_readable,
+        )
         self._limiters = [
-            ConnectionLimiter(cmd, cfg.max_clients, counters, "kvstore.clients", "max_clients",
-                              handshakes),
-            ConnectionLimiter(pub, cfg.max_subscribers, counters, "kvstore.subscribers",
+            self._cmd_limiter,
+            ConnectionLimiter(pub, max_subscribers, counters, "kvstore.subscribers",
                               "max_subscribers", handshakes),
         ]
         for limiter in self._limiters:
@@ -323,6 +339,7 @@ class KvStoreNode:
                 loop.remove_reader(limiter.fileno())
             limiter.close()
         self._limiters = []
+        self._cmd_limiter = None
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub):
@@ -373,19 +390,16 @@ class KvStoreNode:
             return
         handled = 0
         secured = self.security is not None
-        recv_frames = wire.recv_frames
+        limiter = self._cmd_limiter
         try:
             while handled < DRAIN_LIMIT:
-                if secured:
-                    received = _recv_frames_user(sock)
-                    if received is None:
-                        break
-                    frames, identity = received[0], self._identity(received[1])
-                else:
-                    plain = recv_frames(sock)
-                    if plain is None:
-                        break
-                    frames, identity = plain, INSECURE_IDENTITY
+                received = _recv_frames_from(sock, secured)
+                if received is None:
+                    break
+                frames, user_id, fd = received
+                if limiter is not None:
+                    limiter.touch(fd)  # the connection is not idle: reaped last
+                identity = self._identity(user_id) if secured else INSECURE_IDENTITY
                 handled += 1
                 self._handle_command(frames, identity)
         finally:
@@ -734,7 +748,7 @@ class KvStoreNode:
             out.update(self.security.counters())
         for limiter in self._limiters:
             out.update(limiter.gauges())
-        out["kvstore.subscriptions"] = self._subscriptions
+        out["kvstore.subscriptions"] = self._publisher.subscriptions if self._publisher else 0
         out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
         for name, value in out.items():
             if not I64_MIN <= value <= I64_MAX:
@@ -748,27 +762,15 @@ class KvStoreNode:
     # ------------------------------------------------------------------ publications (XPUB)
 
     def _on_pub_readable(self) -> None:
-        sock = self._pub
-        if sock is None:
-            return
-        while True:
-            try:
-                message = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            # XPUB passes the first subscription to a topic and the last unsubscription.
-            if message[:1] == b"\x01":
-                self._subscriptions += 1
-            elif message[:1] == b"\x00":
-                self._subscriptions = max(0, self._subscriptions - 1)
+        if self._pub is not None and self._publisher is not None:
+            self._publisher.drain_subscriptions()
 
     def _publish(self, publication: Publication) -> None:
-        if self._pub is None:
+        if self._pub is None or self._publisher is None:
             return
         self._on_pub_readable()  # a subscription may have arrived without waking us yet
-        if self._subscriptions <= 0:
+        if self._publisher.subscriptions <= 0:
             return
-        assert self._publisher is not None
         try:
             for frame in publication_frames(publication, PUBLICATION_CHUNK_BYTES):
                 self._publisher.send(frame)
@@ -869,21 +871,27 @@ class KvStoreNode:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def _recv_frames_user(sock: zmq.Socket[bytes]) -> tuple[list[bytes], str | None] | None:
-    """`wire.recv_frames`, plus the ZAP User-Id of the message (the sender's z85 public key)."""
+def _recv_frames_from(
+    sock: zmq.Socket[bytes], secured: bool
+) -> tuple[list[bytes], str | None, int] | None:
+    """`wire.recv_frames`, plus who sent the message: the ZAP User-Id (the sender's z85 public
+    key; None unless `secured`) and the descriptor of its connection (for the idle reaper)."""
     try:
         frame = sock.recv(zmq.NOBLOCK, copy=False)
     except zmq.Again:
         return None
+    fd = int(frame.get(zmq.SRCFD))
     frames = [frame.bytes]
     while frame.more:
         frame = sock.recv(zmq.NOBLOCK, copy=False)
         frames.append(frame.bytes)
+    if not secured:
+        return frames, None, fd
     try:
         user_id = frame.get("User-Id")
     except zmq.ZMQError:  # no such property: not authenticated by ZAP
-        return frames, None
-    return frames, user_id if isinstance(user_id, str) else None
+        return frames, None, fd
+    return frames, user_id if isinstance(user_id, str) else None, fd
 
 
 def run_node(

@@ -2,18 +2,29 @@
 
 ZeroMQ accepts every TCP connection and never says how many there are, so a node flooded with
 connections runs out of file descriptors, after which nobody gets an answer. Here a ZeroMQ
-socket monitor reports each accepted and each closed connection; the node counts them and
-refuses a connection beyond the socket's cap by shutting it down (`shutdown(2)` on the accepted
+socket monitor reports each accepted and each closed connection; the node counts them and, once
+a socket has more than its cap, ends one by shutting it down (`shutdown(2)` on the accepted
 descriptor: ZeroMQ sees the connection end and closes the descriptor itself, so it is never
-closed under ZeroMQ's feet). The refused peer's ZeroMQ reconnects later, by itself.
+closed under ZeroMQ's feet). Which one:
+- command socket (`reap_idlest`): the IDLEST other connection, the one whose last request is the
+  oldest (the node reports each request's connection through `touch`; a connection that never
+  sent one counts from its accept). The newcomer is always admitted, so 2000 idle connections
+  cannot lock a client out: its request arrives right after its connection, before it can be
+  the idlest. A reaped client has nothing in flight (it is the idlest); its ZeroMQ reconnects by
+  itself, and its next request is served as a new connection's.
+- publication socket: the NEWEST, at once (a subscriber that sent nothing yet is not idle in any
+  sense the node can see, and long-lived subscribers are the ones to keep).
+The caps are also kept within the open-file limit (`connection_caps`), so the node never runs
+out of descriptors (ZeroMQ can then no longer accept anyone, the newcomer included).
 
 The monitor also shows connections ZeroMQ drops on its own, in particular the one that sent a
 message over the socket's MAXMSGSIZE: such a drop carries no reason, so it is counted with every
 other disconnection (`<prefix>.disconnected`); see docs/kvstore.md.
 
 Counters (prefix `kvstore.clients` for the command socket, `kvstore.subscribers` for the
-publication socket): `.accepted`, `.disconnected`, `.refused` (over the cap), `.accept_failed`
-(the kernel refused an accept, e.g. no descriptor left), `.handshake_failed`; gauge `.connected`.
+publication socket): `.accepted`, `.disconnected`, `.refused` (the newest, over the cap),
+`.reaped` (the idlest, over the cap), `.accept_failed` (the kernel refused an accept, e.g. no
+descriptor left), `.handshake_failed`; gauge `.connected`.
 """
 
 from __future__ import annotations
@@ -23,14 +34,14 @@ import logging
 import os
 import resource
 import socket
-import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from kvstore.config import NodeConfig
+from kvstore.shell import ThrottledWarning
 
 log = logging.getLogger("kvstore.node")
 
@@ -47,8 +58,10 @@ _HANDSHAKE_FAILED = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-# At most one log line per this many seconds for a repeated refusal (a refused peer reconnects).
-_LOG_INTERVAL_S = 5.0
+# ZeroMQ heartbeats on the bound sockets: a PING after this much silence, and a connection that
+# sends nothing (no PONG) for HEARTBEAT_TIMEOUT_MS after a PING is closed by ZeroMQ.
+HEARTBEAT_IVL_MS = 10_000
+HEARTBEAT_TIMEOUT_MS = 30_000
 
 
 class ConnectionLimiter:
@@ -66,16 +79,24 @@ class ConnectionLimiter:
         prefix: str,
         knob: str,
         on_handshake_failed: Callable[[int], None] | None = None,
+        *,
+        reap_idlest: bool = False,
+        before_reap: Callable[[], None] | None = None,
     ) -> None:
         self.cap = cap
         self.on_handshake_failed = on_handshake_failed
         self.connected = 0
+        self.reap_idlest = reap_idlest
+        # Reads the requests already queued, so that their connections are touched first (a
+        # client that just sent one is not reaped with its request unanswered).
+        self._before_reap = before_reap
+        # Open connections by descriptor, the least recently active first (reap_idlest).
+        self._idle_order: OrderedDict[int, None] = OrderedDict()
         self._counters = counters
         self._prefix = prefix
         self._knob = knob
         self._local_port = _bound_port(sock)
-        self._last_log = -_LOG_INTERVAL_S
-        self._unlogged = 0
+        self._warning = ThrottledWarning(log)  # a refused or reaped client reconnects
         self.monitor: zmq.Socket[bytes] = sock.get_monitor_socket(_EVENTS)
         self._socket = sock
 
@@ -99,22 +120,52 @@ class ConnectionLimiter:
             if kind == zmq.EVENT_ACCEPTED:
                 self.connected += 1
                 counters[f"{prefix}.accepted"] += 1
-                if self.connected > self.cap:
-                    self._refuse(int(event["value"]))
+                self._on_accepted(int(event["value"]))
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.connected = max(0, self.connected - 1)
                 counters[f"{prefix}.disconnected"] += 1
+                self._idle_order.pop(int(event["value"]), None)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
                 counters[f"{prefix}.accept_failed"] += 1
-                self._log(f"{prefix}: accept failed: {_errno_text(int(event['value']))}")
+                why = _errno_text(int(event["value"]))
+                self._warning.warn(f"{prefix}: accept failed: {why}")
             elif kind & _HANDSHAKE_FAILED:
                 counters[f"{prefix}.handshake_failed"] += 1
                 if self.on_handshake_failed is not None:
                     self.on_handshake_failed(kind)
 
-    def _refuse(self, fd: int) -> None:
+    def touch(self, fd: int) -> None:
+        """A request came in on connection `fd`: it becomes the last one to reap."""
+        order = self._idle_order
+        if fd in order:
+            order.move_to_end(fd)
+
+    def _on_accepted(self, fd: int) -> None:
+        if not self.reap_idlest:
+            if self.connected <= self.cap:
+                return
+            self._counters[f"{self._prefix}.refused"] += 1
+            self._shut(fd)
+            self._warning.warn(f"{self._prefix}: connection refused: {self.connected - 1} open,"
+                               f" the cap is {self._knob} = {self.cap}")
+            return
+        order = self._idle_order
+        order.pop(fd, None)  # a number reused before its DISCONNECTED event was read
+        order[fd] = None
+        if len(order) <= self.cap:
+            return
+        if self._before_reap is not None:
+            self._before_reap()
+        # Out of the order at once, not when ZeroMQ reports the disconnection: the next
+        # newcomer must reap another connection.
+        idlest, _ = order.popitem(last=False)
+        self._counters[f"{self._prefix}.reaped"] += 1
+        self._shut(idlest)
+        self._warning.warn(f"{self._prefix}: the idlest connection was closed for a new one:"
+                           f" the cap is {self._knob} = {self.cap}")
+
+    def _shut(self, fd: int) -> None:
         """Shut the accepted connection down, if `fd` is still one of ours (same local port)."""
-        self._counters[f"{self._prefix}.refused"] += 1
         try:
             sock = socket.socket(fileno=fd)
         except OSError:
@@ -126,10 +177,6 @@ class ConnectionLimiter:
             pass
         finally:
             sock.detach()  # the descriptor stays ZeroMQ's
-        self._log(
-            f"{self._prefix}: connection refused: {self.connected - 1} open, the cap is"
-            f" {self._knob} = {self.cap}"
-        )
 
     def _ours(self, sock: socket.socket) -> bool:
         """Guards against a descriptor number reused since the event (the connection closed
@@ -138,16 +185,6 @@ class ConnectionLimiter:
             return sock.family == socket.AF_UNIX
         name = sock.getsockname()
         return isinstance(name, tuple) and name[1] == self._local_port
-
-    def _log(self, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last_log < _LOG_INTERVAL_S:
-            self._unlogged += 1
-            return
-        more = f" (and {self._unlogged} more since the last report)" if self._unlogged else ""
-        log.warning("%s%s", message, more)
-        self._last_log = now
-        self._unlogged = 0
 
     def gauges(self) -> dict[str, int]:
         return {f"{self._prefix}.connected": self.connected}
@@ -180,15 +217,43 @@ SPARE_SOCKETS = 64
 
 
 def raise_fd_limit() -> tuple[int, int]:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; returns (soft, hard) after."""
+    """Raise the soft RLIMIT_NOFILE to the hard limit (logged, both); returns (soft, hard)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = soft
     if soft != hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError) as exc:
             log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    log.info("open-file limit: soft %s (was %s), hard %s", _limit_text(soft),
+             _limit_text(before), _limit_text(hard))
     return soft, hard
+
+
+def _limit_text(limit: int) -> str:
+    return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
+
+
+def connection_caps(config: NodeConfig, soft_limit: int) -> tuple[int, int]:
+    """(max_clients, max_subscribers) as enforced: the configured caps, shrunk in proportion
+    when they do not fit in the open-file limit beside FD_RESERVE and the configured peers
+    (reaching a cap must never leave the node without a descriptor to accept a client)."""
+    wanted = config.max_clients + config.max_subscribers
+    if soft_limit == resource.RLIM_INFINITY:
+        return config.max_clients, config.max_subscribers
+    budget = soft_limit - FD_RESERVE - 2 * len(config.peers)
+    if wanted <= budget:
+        return config.max_clients, config.max_subscribers
+    clients = max(1, budget * config.max_clients // wanted)
+    subscribers = max(1, min(config.max_subscribers, budget - clients))
+    log.warning(
+        "open-file limit %d: max_clients %d and max_subscribers %d do not fit (with %d"
+        " descriptors reserved and 2 per configured peer); enforcing %d and %d",
+        soft_limit, config.max_clients, config.max_subscribers, FD_RESERVE, clients,
+        subscribers,
+    )
+    return clients, subscribers
 
 
 def fds_needed(config: NodeConfig) -> int:
@@ -212,7 +277,7 @@ def prepare_process_limits(config: NodeConfig) -> None:
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     wanted = max(context.get(zmq.MAX_SOCKETS), config.max_peers + SPARE_SOCKETS)
     context.set(zmq.MAX_SOCKETS, wanted)
-    log.info("open-file limit %d; up to %d ZeroMQ sockets", soft, context.get(zmq.MAX_SOCKETS))
+    log.info("up to %d ZeroMQ sockets", context.get(zmq.MAX_SOCKETS))
 
 
 def open_fds() -> int:

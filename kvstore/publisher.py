@@ -1,42 +1,64 @@
-"""Publications to local subscribers (the XPUB socket), with a bound per subscriber.
+"""Publications to local subscribers (the XPUB socket), with a bound in BYTES per subscriber.
 
-A subscriber that does not read would otherwise make the node queue everything published for
-it: ZeroMQ bounds a subscriber's queue in MESSAGES (SNDHWM), not bytes. The bound in bytes is
-made of two parts:
+A subscriber that does not read makes the node queue what is published for it. ZeroMQ bounds a
+subscriber's queue (its pipe) in MESSAGES (SNDHWM), whatever their size: with key-values of
+1 MiB, 4096 queued messages pinned 4 GiB. The bound in bytes is made of three parts:
 - every publication goes out in frames of at most PUBLICATION_CHUNK_BYTES (a large delta is
   split by keys into several publications; a single key-value larger than that is one frame),
-- SNDHWM = subscriber_queue_bytes // PUBLICATION_CHUNK_BYTES frames per subscriber.
-So a subscriber's queue holds at most `subscriber_queue_bytes` (plus, only for key-values
-bigger than a chunk, up to SNDHWM of those).
+- a frame of n chunks is followed by n - 1 padding frames (`wire.PUBLICATION_PADDING`, an empty
+  Publication): the frame and its padding take n places in every queue they enter, so a queue
+  of SNDHWM places holds about as many bytes as SNDHWM chunks,
+- SNDHWM = subscriber_queue_bytes // PUBLICATION_CHUNK_BYTES places per subscriber.
+A frame enters a queue only while the queue has a free place; its padding follows it as far as
+there is room. So a queue holds at most `subscriber_queue_bytes` plus one frame (the last one
+admitted, whose padding did not fit). ZeroMQ's I/O thread holds one more frame (the one being
+written), and the kernel's send buffer is set to PUB_SNDBUF_MAX at most (kernel memory, not the
+process's).
+
+The node subscribes every subscriber to everything (XPUB_MANUAL): padding starts with the bytes
+of no particular topic, so a subscriber that asked for a narrower topic would otherwise get the
+large frames without their padding. Each subscriber's own socket filters by its topics.
 
 The socket runs with XPUB_NODROP: a send fails (EAGAIN) when some subscriber's queue is full
 instead of dropping silently. The publication is then sent once more in lossy mode, which
 delivers it to every subscriber with room and drops it for the full ones, and the drop is
-counted (`kvstore.subscribers.dropped_publications`) and logged. A subscriber that missed
-publications must re-read the store (KEY_DUMP), as after any reconnection.
+counted (`kvstore.subscribers.dropped_publications`, `kvstore.send_failure.pub`) and logged. A
+subscriber that missed publications must re-read the store (KEY_DUMP), as after any
+reconnection. Padding is sent in lossy mode: a full queue does not need it.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections import Counter
 
 import zmq
 
 from kvstore import wire
 from kvstore.gen.kvstore_thrift.ttypes import Publication
+from kvstore.shell import ThrottledWarning
 
 log = logging.getLogger("kvstore.node")
 
 PUBLICATION_CHUNK_BYTES = 8 * 1024
-_LOG_INTERVAL_S = 5.0
+# The kernel's send buffer of a subscriber's connection, at most (Linux doubles the value set).
+PUB_SNDBUF_MAX = 1024 * 1024
 
 
 def subscriber_hwm(queue_bytes: int) -> int:
-    """SNDHWM (frames) of the publication socket for a per-subscriber byte budget."""
+    """SNDHWM (places of one chunk each) of the publication socket for a per-subscriber budget."""
     return max(1, queue_bytes // PUBLICATION_CHUNK_BYTES)
+
+
+def subscriber_sndbuf(queue_bytes: int) -> int:
+    """SO_SNDBUF of the publication socket: a quarter of the budget, PUB_SNDBUF_MAX at most."""
+    return max(PUBLICATION_CHUNK_BYTES, min(PUB_SNDBUF_MAX, queue_bytes // 4))
+
+
+def padding_frames(frame_bytes: int) -> int:
+    """Padding frames sent after a frame of `frame_bytes`: one per chunk beyond the first."""
+    return max(0, -(-frame_bytes // PUBLICATION_CHUNK_BYTES) - 1)
 
 
 def publication_frames(publication: Publication, max_bytes: int) -> list[bytes]:
@@ -81,40 +103,69 @@ def _split(
 
 
 class Publisher:
-    """Sends frames on the XPUB socket (XPUB_NODROP set), counting and logging drops."""
+    """The XPUB socket's shell: subscribes every subscriber to everything, sends frames with
+    their padding (XPUB_NODROP set), counts and logs drops."""
 
     def __init__(self, sock: zmq.Socket[bytes], counters: Counter[str]) -> None:
         self._sock = sock
         self._counters = counters
-        self._last_log = -_LOG_INTERVAL_S
-        self._unlogged = 0
+        self._warning = ThrottledWarning(log)
+        # Topics subscribed minus unsubscribed (ZeroMQ reports each one in XPUB_MANUAL mode, and
+        # unsubscribes a subscriber's topics when it leaves): > 0 while anyone listens.
+        self.subscriptions = 0
+
+    def drain_subscriptions(self) -> None:
+        """Read the subscription messages; each subscriber is subscribed to everything."""
+        sock = self._sock
+        while True:
+            try:
+                message = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if message[:1] == b"\x01":
+                self.subscriptions += 1
+                # Applies to the subscriber whose message was just read (XPUB_MANUAL).
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
+            elif message[:1] == b"\x00":
+                self.subscriptions = max(0, self.subscriptions - 1)
 
     def send(self, frame: bytes) -> None:
         sock = self._sock
         try:
             sock.send(frame, zmq.NOBLOCK)
-            return
         except zmq.Again:
-            pass
-        # Some subscriber's queue is full: deliver to the others, drop for it.
+            # Some subscriber's queue is full: deliver to the others, drop for it.
+            self._send_lossy(frame, 1)
+            self._queue_full()
+        padding = padding_frames(len(frame))
+        for sent in range(padding):
+            try:
+                sock.send(wire.PUBLICATION_PADDING, zmq.NOBLOCK)
+            except zmq.Again:
+                # A queue filled up with this frame's padding: the next publications are
+                # dropped for it (ZeroMQ then skips it, without an error, until it reads).
+                self._send_lossy(wire.PUBLICATION_PADDING, padding - sent)
+                self._queue_full()
+                return
+
+    def _send_lossy(self, frame: bytes, times: int) -> None:
+        sock = self._sock
         sock.setsockopt(zmq.XPUB_NODROP, 0)
         try:
-            sock.send(frame, zmq.NOBLOCK)
+            for _ in range(times):
+                sock.send(frame, zmq.NOBLOCK)
         finally:
             sock.setsockopt(zmq.XPUB_NODROP, 1)
-        self._counters["kvstore.subscribers.dropped_publications"] += 1
-        self._log_drop()
 
-    def _log_drop(self) -> None:
-        now = time.monotonic()
-        if now - self._last_log < _LOG_INTERVAL_S:
-            self._unlogged += 1
-            return
-        more = f" ({self._unlogged} more since the last report)" if self._unlogged else ""
-        log.warning(
+    def _queue_full(self) -> None:
+        """Count and log a full queue: ZeroMQ stops offering publications to that subscriber
+        (they are dropped for it without an error) until it has read part of its queue, so this
+        counts the times a queue filled up, not each publication dropped."""
+        counters = self._counters
+        counters["kvstore.subscribers.dropped_publications"] += 1
+        counters["kvstore.send_failures"] += 1
+        counters["kvstore.send_failure.pub"] += 1
+        self._warning.warn(
             "a subscriber is not reading: its queue is full (subscriber_queue_bytes),"
-            " publications to it are dropped%s",
-            more,
+            " publications to it are dropped"
         )
-        self._last_log = now
-        self._unlogged = 0

@@ -1,8 +1,9 @@
-"""What the node's I/O shell modules (`kvstore.node`, `kvstore.node_peers`) share: the clocks
-they pass into the core, and how much one socket wakeup may drain."""
+"""What the node's I/O shell modules (`kvstore.node`, `kvstore.node_peers`, ...) share: the
+clocks they pass into the core, how much one socket wakeup may drain, and throttled warnings."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 # Messages handled per socket wakeup before yielding to timers and other sockets (fairness).
@@ -17,3 +18,24 @@ def monotonic_ms() -> int:
 def wall_ms() -> int:
     """The wire's clock (`timestamp_ms`): wall-clock milliseconds since the epoch."""
     return int(time.time() * 1000)
+
+
+class ThrottledWarning:
+    """A warning repeated by an outsider (a reconnecting client, a subscriber that does not
+    read): logged at most once per `interval_s`, with the number of repeats left out."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 5.0) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._last = -interval_s
+        self._unlogged = 0
+
+    def warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more since the last report)" if self._unlogged else ""
+        self._logger.warning("%s%s", message, more)
+        self._last = now
+        self._unlogged = 0

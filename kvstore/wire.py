@@ -104,6 +104,12 @@ def error_response(code: str, message: str) -> bytes:
 
 OK_RESPONSE = encode(Response())
 
+# A publication frame that carries nothing: the node sends these after a large publication so
+# that a subscriber's queue (bounded in messages) is also bounded in bytes (kvstore/publisher.py).
+# An empty Publication (key_vals={}), so a subscriber that decodes it anyway sees no change; the
+# client libraries skip it without decoding.
+PUBLICATION_PADDING = encode(Publication(key_vals={}))
+
 _NOBLOCK = zmq.NOBLOCK
 
 

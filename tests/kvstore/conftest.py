@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.curve import ClientCurve, generate, load_key_pair, load_public_key
@@ -277,6 +278,17 @@ def mesh(tmp_path: Path) -> Iterator[Mesh]:
         yield m
     finally:
         m.close()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    """A ZeroMQ context of its own for a test's raw sockets (many: MAX_SOCKETS 8192)."""
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, 8192)
+    try:
+        yield context
+    finally:
+        context.destroy(linger=0)
 
 
 @pytest.fixture
