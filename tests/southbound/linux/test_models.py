@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from southbound.linux import addr, keys
 from southbound.linux.errors import InvalidValueError
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.route_model import gateway_in_address, parse_route
+from southbound.linux.models.interface import parse_interface
+from southbound.linux.models.route import gateway_in_address, parse_route
 
 
 def invalid_fields(parse, key, value) -> dict[str, str]:

@@ -8,8 +8,8 @@ import pytest
 
 from scheduler import KVScheduler, TransactionError, ValueOrigin, ValueState
 from southbound.linux import NamespaceNotFoundError, register
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.route_model import parse_route
+from southbound.linux.models.interface import parse_interface
+from southbound.linux.models.route import parse_route
 from tests.netns import list_netns, netns_available, unique_netns_name
 from tests.util import wait_until
 

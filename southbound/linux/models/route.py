@@ -1,0 +1,302 @@
+"""The ``linux/route/<table>/<dst cidr>/<dev>`` model: IPv4/IPv6 unicast routes.
+
+One module (see ``southbound.modelspec``): the pydantic model (``LinuxRoute``), its canonical
+spec (``RouteSpec``, what ``parse_route`` returns and Retrieve reports), the descriptor and
+``MODEL``.
+
+The key carries the route's identity (table, destination, device); the value may repeat those
+fields (they must then agree with the key) and adds ``gateway``, ``metric`` and ``scope``.
+Canonical defaults (what the kernel does, so Retrieve reports the same thing): ``metric`` 0 for
+IPv4 and 1024 for IPv6 (the kernel turns an IPv6 metric of 0 into 1024); ``scope`` ``link`` for an
+IPv4 route without gateway and ``universe`` otherwise (IPv6 routes only have ``universe``).
+
+Dependencies: the device (a kvmesh interface or a host link) and, for a route with a gateway,
+an address of the device whose subnet contains the gateway (AnyOf over the derived address keys
+``linux/interface/<dev>/address/*`` and ``linux/interface/host/<dev>/address/*``): the kernel
+refuses a gateway it cannot reach, so the route waits (PENDING) instead of failing.
+
+Routes are created with kvmesh's route protocol number (``context.KVMESH_ROUTE_PROTO``);
+Retrieve reports only those, so routes made by the kernel or by others are never touched.
+A change of gateway or scope is an in-place replace; a change of metric re-creates the route
+(the metric is part of the kernel's identity of a route).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from scheduler import Dependency, Descriptor, ValueOrigin
+from southbound.linux import keys
+from southbound.linux.addr import Cidr, parse_address, parse_cidr, parse_network
+from southbound.linux.context import PluginContext
+from southbound.linux.errors import InvalidValueError, is_retriable_failure
+from southbound.linux.fields import (
+    U32_MAX,
+    InterfaceName,
+    IPAddress,
+    Network,
+    Table,
+    interface_name_problem,
+)
+from southbound.linux.interface import link_dependency
+from southbound.linux.memo import ParseCache
+from southbound.linux.models.interface import NAME as INTERFACE_DESCRIPTOR
+from southbound.linux.records import Route
+from southbound.modelspec import ModelSpec
+from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
+
+NAME = "linux-route"
+SCOPES = {"universe": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
+
+
+# -- model ------------------------------------------------------------------------------------
+
+
+class LinuxRoute(StrictModel):
+    """``linux/route/<table>/<dst cidr>/<dev>``: a route kvmesh owns. The key carries table,
+    destination and device; the value may repeat them (they must then agree with the key).
+    Defaults as the kernel's: metric 0 (IPv4) or 1024 (IPv6); scope ``link`` for an IPv4 route
+    without gateway, else ``universe``."""
+
+    dst: Network | None = Field(None, description="destination (as in the key)")
+    dev: InterfaceName | None = Field(None, description="outgoing device (as in the key)")
+    gateway: IPAddress | None = Field(None, description="next hop, same family as dst")
+    metric: int | None = Field(None, ge=0, le=U32_MAX, description="route metric (priority)")
+    table: Table | None = Field(None, description="routing table (as in the key)")
+    scope: Literal["universe", "site", "link", "host", "nowhere"] | None = Field(
+        None, description="route scope (IPv6: universe only)")
+
+    @model_validator(mode="after")
+    def _agrees_with_key(self, info: ValidationInfo) -> LinuxRoute:
+        context = info.context or {}
+        network: Cidr | None = context.get("network")
+        table: int | None = context.get("table")
+        problems: dict[str, str] = {}
+        if table is not None and self.table is not None:
+            expected: object = keys.table_in_key(table) if isinstance(self.table, str) else table
+            if self.table != expected:
+                problems["table"] = f"must match the key ({expected})"
+        dev = context.get("dev")
+        if dev is not None and self.dev is not None and self.dev != dev:
+            problems["dev"] = f"must match the key ({dev})"
+        if network is not None:
+            if self.dst is not None and self.dst != network.text:
+                problems["dst"] = f"must match the key ({network.text})"
+            if self.gateway is not None and parse_address(self.gateway)[0] != network.version:
+                problems["gateway"] = f"must be an IPv{network.version} address like the " \
+                                      "destination"
+            if network.version == 6 and self.scope not in (None, "universe"):
+                problems["scope"] = "IPv6 routes only support 'universe'"
+        if self.gateway is not None and self.scope in ("link", "host", "nowhere"):
+            problems.setdefault("scope", "a route with a gateway must have scope 'universe' "
+                                         "or 'site'")
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+
+# -- canonical spec -------------------------------------------------------------------------
+
+
+SCOPE_NAMES = {number: name for name, number in SCOPES.items()}
+MAIN_TABLE = keys.TABLE_NAMES["main"]
+TABLE_NAMES = keys.TABLE_NAMES
+table_in_key = keys.table_in_key
+TABLE_RANGE = (1, 2**32 - 1)
+METRIC_RANGE = (0, 2**32 - 1)
+IPV6_DEFAULT_METRIC = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    table: int
+    dst: str
+    dev: str
+    gateway: str | None
+    metric: int
+    scope: str
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "dst": self.dst,
+            "dev": self.dev,
+            "gateway": self.gateway,
+            "metric": self.metric,
+            "table": self.table,
+            "scope": self.scope,
+        }
+
+    def identity(self) -> tuple[Any, ...]:
+        """What the kernel identifies a route by (besides dev): changing it means re-create."""
+        return (self.table, self.dst, self.dev, self.metric)
+
+
+def default_metric(version: int) -> int:
+    return IPV6_DEFAULT_METRIC if version == 6 else 0
+
+
+def default_scope(version: int, gateway: str | None) -> str:
+    return "link" if version == 4 and gateway is None else "universe"
+
+
+def parse_route(key: str, value: object) -> RouteSpec:
+    """Validate a route value (``models.LinuxRoute``) against its key; raise
+    ``InvalidValueError`` listing every bad field."""
+    parsed = keys.parse_route_key(key)
+    if parsed is None:
+        raise InvalidValueError(key, {KEY_FIELD: "must be 'linux/route/<table>/<dst cidr>/<dev>'"})
+    table, network, problem = _key_table(parsed.table), None, None
+    if table is None:
+        problem = (f"table must be one of {', '.join(TABLE_NAMES)} or an integer "
+                   f"{TABLE_RANGE[0]}..{TABLE_RANGE[1]}")
+    elif table_in_key(table) != parsed.table:
+        problem, table = f"write table {parsed.table} as {table_in_key(table)!r}", None
+    try:
+        network = parse_network(parsed.dst)
+    except ValueError:
+        problem = problem or "destination must be a network in CIDR notation with host bits zero"
+    if network is not None and network.text != parsed.dst:
+        # Retrieve reports routes under the canonical key: another spelling would never match.
+        problem, network = problem or f"write the destination {parsed.dst} as {network.text}", None
+    dev_problem = interface_name_problem(parsed.dev)
+    problem = problem or (f"device {dev_problem}" if dev_problem else None)
+    model = validate(LinuxRoute, key, value,
+                     key_problems={KEY_FIELD: problem} if problem else None,
+                     context={"table": table, "network": network, "dev": parsed.dev},
+                     error=InvalidValueError)
+    assert network is not None and table is not None
+    metric = model.metric
+    if metric is None or (network.version == 6 and metric == 0):
+        metric = default_metric(network.version)
+    return RouteSpec(
+        table=table,
+        dst=network.text,
+        dev=parsed.dev,
+        gateway=model.gateway,
+        metric=metric,
+        scope=model.scope or default_scope(network.version, model.gateway),
+    )
+
+
+def _key_table(text: str) -> int | None:
+    if text in TABLE_NAMES:
+        return TABLE_NAMES[text]
+    if not text.isdigit() or not TABLE_RANGE[0] <= int(text) <= TABLE_RANGE[1]:
+        return None
+    return int(text)
+
+
+def gateway_in_address(gateway: str, cidr: str) -> bool:
+    """Whether an interface address (``10.0.0.1/24``) puts ``gateway`` in a connected subnet."""
+    try:
+        return parse_cidr(cidr).contains(parse_address(gateway)[1])
+    except ValueError:
+        return False
+
+
+# -- descriptor ---------------------------------------------------------------------------
+
+
+class RouteDescriptor:
+    name = NAME
+
+    def __init__(self, context: PluginContext) -> None:
+        self.ctx = context
+        self.specs: ParseCache[RouteSpec] = ParseCache(parse_route)
+
+    @staticmethod
+    def key_selector(key: str) -> bool:
+        return key.startswith(keys.ROUTE_PREFIX)
+
+    def dependencies(self, key: str, value: Any) -> list[Dependency]:
+        spec = self.specs.try_get(key, value)
+        if spec is None:
+            return []
+        result = [link_dependency(f"interface {spec.dev}", spec.dev)]
+        if spec.gateway is not None:
+            gateway = spec.gateway
+            prefixes = (keys.address_prefix(spec.dev), keys.host_address_prefix(spec.dev))
+
+            def reaches_gateway(candidate: str) -> bool:
+                parsed = keys.parse_address_key(candidate) or keys.parse_host_address_key(
+                    candidate)
+                return parsed is not None and gateway_in_address(gateway, parsed[1])
+
+            result.append(Dependency(label=f"address of {spec.dev} in the subnet of {gateway}",
+                                     any_of=reaches_gateway, key_prefixes=prefixes))
+        return result
+
+    def _route(self, spec: RouteSpec, oif: int | None) -> Route:
+        return Route(table=spec.table, dst=spec.dst, oif=oif, gateway=spec.gateway,
+                     metric=spec.metric, scope=SCOPES[spec.scope],
+                     proto=self.ctx.ownership.route_proto)
+
+    def create(self, key: str, value: Any) -> None:
+        spec = self.specs.get(key, value)
+        purpose = f"add route {key}"
+        self.ctx.links.with_index(
+            spec.dev, purpose,
+            lambda oif: self.ctx.client.add_route(self._route(spec, oif), purpose))
+
+    def update(self, key: str, old: Any, new: Any, metadata: Any) -> None:
+        spec = self.specs.get(key, new)
+        purpose = f"replace route {key}"
+        self.ctx.links.with_index(
+            spec.dev, purpose,
+            lambda oif: self.ctx.client.replace_route(self._route(spec, oif), purpose))
+
+    def update_with_recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
+        previous, spec = self.specs.try_get(key, old), self.specs.try_get(key, new)
+        return previous is None or spec is None or previous.identity() != spec.identity()
+
+    def delete(self, key: str, value: Any, metadata: Any) -> None:
+        spec = self.specs.try_get(key, value)
+        if spec is None:
+            return
+        oif = self.ctx.links.lookup(spec.dev)
+        if oif is None:
+            return  # the device is gone, and the kernel removed its routes with it
+        self.ctx.client.delete_route(self._route(spec, oif), f"delete route {key}")
+
+    def retrieve(self, correlate: Sequence[tuple[str, Any, Any]]
+                 ) -> list[tuple[str, Any, Any, ValueOrigin]]:
+        names = self.ctx.snapshot().names
+        result = []
+        for route in self.ctx.client.dump_routes(proto=self.ctx.ownership.route_proto):
+            dev = names.get(route.oif) if route.oif is not None else None
+            if dev is None:
+                continue
+            scope = SCOPE_NAMES.get(route.scope, str(route.scope))
+            spec = RouteSpec(table=route.table, dst=route.dst, dev=dev, gateway=route.gateway,
+                             metric=route.metric, scope=scope)
+            key = keys.route_key(route.table, route.dst, dev)
+            value = spec.to_value()
+            if scope in SCOPES:
+                self.specs.put(key, value, spec)  # spares the scheduler's calls a re-parse
+            result.append((key, value, None, ValueOrigin.FROM_NB))
+        return result
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+def descriptors(context: PluginContext) -> list[Descriptor]:
+    routes = RouteDescriptor(context)
+    return [Descriptor(
+        name=routes.name, key_selector=routes.key_selector, validate=routes.specs.validate,
+        create=routes.create, delete=routes.delete, update=routes.update,
+        update_with_recreate=routes.update_with_recreate, retrieve=routes.retrieve,
+        dependencies=routes.dependencies, value_comparator=routes.specs.equivalent,
+        is_retriable_failure=is_retriable_failure, retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
+    )]
+
+
+MODEL: ModelSpec[PluginContext] = ModelSpec(
+    "linux/route", "linux/route/<table>/<dst cidr>/<dev>",
+    re.compile(r"linux/route/.+"), LinuxRoute, parse_route, descriptors=descriptors,
+)
