@@ -24,7 +24,7 @@ A change of gateway or scope is an in-place replace; a change of metric re-creat
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,7 +46,7 @@ from southbound.linux.fields import (
 from southbound.linux.interface import link_dependency
 from southbound.linux.memo import ParseCache
 from southbound.linux.models.interface import NAME as INTERFACE_DESCRIPTOR
-from southbound.linux.records import Route
+from southbound.linux.records import NextHop, Route, sorted_nexthops
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 
@@ -57,19 +57,42 @@ SCOPES = {"universe": 0, "site": 200, "link": 253, "host": 254, "nowhere": 255}
 # -- model ------------------------------------------------------------------------------------
 
 
+ROUTE_TYPES = {"unicast": 1, "blackhole": 6, "unreachable": 7, "prohibit": 8}
+MAX_WEIGHT = 256  # the kernel keeps weight - 1 in a byte (rtnh_hops)
+
+
+class NextHopSection(StrictModel):
+    """One next hop of a multipath (ECMP) route."""
+
+    gateway: IPAddress | None = Field(None, description="next hop address, same family as dst "
+                                                        "(required for IPv6)")
+    dev: InterfaceName = Field(description="outgoing device (kvmesh interface or host link)")
+    weight: int = Field(1, ge=1, le=MAX_WEIGHT, description="relative share of the traffic")
+
+
 class LinuxRoute(StrictModel):
     """``linux/route/<table>/<dst cidr>/<dev>``: a route kvmesh owns. The key carries table,
-    destination and device; the value may repeat them (they must then agree with the key).
-    Defaults as the kernel's: metric 0 (IPv4) or 1024 (IPv6); scope ``link`` for an IPv4 route
-    without gateway, else ``universe``."""
+    destination and device; the value may repeat them (they must then agree with the key). A
+    route without one device (``type`` other than ``unicast``, or ``nexthops`` over several
+    devices) has ``-`` as the key's device: ``linux/route/main/203.0.113.0/24/-``. Defaults as
+    the kernel's: metric 0 (IPv4) or 1024 (IPv6); scope ``link`` for an IPv4 route without
+    gateway or next hops, else ``universe``."""
 
     dst: Network | None = Field(None, description="destination (as in the key)")
-    dev: InterfaceName | None = Field(None, description="outgoing device (as in the key)")
+    dev: InterfaceName | None = Field(None, description="outgoing device (as in the key; `-`: "
+                                                        "none)")
     gateway: IPAddress | None = Field(None, description="next hop, same family as dst")
     metric: int | None = Field(None, ge=0, le=U32_MAX, description="route metric (priority)")
     table: Table | None = Field(None, description="routing table (as in the key)")
     scope: Literal["universe", "site", "link", "host", "nowhere"] | None = Field(
         None, description="route scope (IPv6: universe only)")
+    type: Literal["unicast", "blackhole", "unreachable", "prohibit"] = Field(
+        "unicast", description="route type; the others drop traffic and have no device")
+    src: IPAddress | None = Field(None, description="preferred source address (an address "
+                                                    "configured on some link)")
+    nexthops: list[NextHopSection] = Field(
+        default_factory=list, description="multipath (ECMP) next hops, at least two; instead "
+                                          "of gateway")
 
     @model_validator(mode="after")
     def _agrees_with_key(self, info: ValidationInfo) -> LinuxRoute:
@@ -87,23 +110,74 @@ class LinuxRoute(StrictModel):
         if network is not None:
             if self.dst is not None and self.dst != network.text:
                 problems["dst"] = f"must match the key ({network.text})"
-            if self.gateway is not None and parse_address(self.gateway)[0] != network.version:
-                problems["gateway"] = f"must be an IPv{network.version} address like the " \
-                                      "destination"
-            if network.version == 6 and self.scope not in (None, "universe"):
-                problems["scope"] = "IPv6 routes only support 'universe'"
+            self._family_problems(network.version, problems)
         if self.gateway is not None and self.scope in ("link", "host", "nowhere"):
             problems.setdefault("scope", "a route with a gateway must have scope 'universe' "
                                          "or 'site'")
+        if dev is not None:
+            self._shape_problems(dev, problems)
         if problems:
             raise FieldProblems(problems)
         return self
+
+    def _family_problems(self, version: int, problems: dict[str, str]) -> None:
+        family = f"must be an IPv{version} address like the destination"
+        if self.gateway is not None and parse_address(self.gateway)[0] != version:
+            problems["gateway"] = family
+        if self.src is not None and parse_address(self.src)[0] != version:
+            problems["src"] = family
+        for position, hop in enumerate(self.nexthops):
+            if hop.gateway is not None and parse_address(hop.gateway)[0] != version:
+                problems[f"nexthops[{position}].gateway"] = family
+            elif hop.gateway is None and version == 6:
+                problems[f"nexthops[{position}].gateway"] = "is required for an IPv6 next hop"
+        if version == 6 and self.scope not in (None, "universe"):
+            problems["scope"] = "IPv6 routes only support 'universe'"
+
+    def _shape_problems(self, dev: str, problems: dict[str, str]) -> None:
+        """Typed routes, multipath routes and the key's device agree (see the class doc)."""
+        if self.type != "unicast":
+            for name in ("gateway", "src", "nexthops"):
+                if getattr(self, name):
+                    problems[name] = f"not allowed with type '{self.type}'"
+            if self.scope not in (None, "universe"):
+                problems["scope"] = f"must be 'universe' with type '{self.type}'"
+            if dev != keys.NO_DEVICE:
+                problems[KEY_FIELD] = f"the device of a '{self.type}' route must be " \
+                                      f"'{keys.NO_DEVICE}'"
+            return
+        if not self.nexthops:
+            if dev == keys.NO_DEVICE:
+                problems[KEY_FIELD] = f"device '{keys.NO_DEVICE}' needs a type other than " \
+                                      "'unicast' or nexthops over several devices"
+            return
+        if self.gateway is not None:
+            problems["gateway"] = "not allowed with nexthops (give each next hop its gateway)"
+        if len(self.nexthops) < 2:
+            problems["nexthops"] = "needs at least two next hops (one: use gateway and the " \
+                                   "key's device)"
+        seen: set[tuple[str, str | None]] = set()
+        for position, hop in enumerate(self.nexthops):
+            if (hop.dev, hop.gateway) in seen:
+                problems[f"nexthops[{position}]"] = "duplicate next hop"
+            seen.add((hop.dev, hop.gateway))
+        expected = multipath_device({hop.dev for hop in self.nexthops})
+        if dev != expected:
+            problems[KEY_FIELD] = f"the device of this multipath route must be '{expected}'" + (
+                " (its next hops use several devices)" if expected == keys.NO_DEVICE else
+                " (the device of every next hop)")
+
+
+def multipath_device(devices: set[str]) -> str:
+    """The key's device of a multipath route: the one device of all its next hops, else '-'."""
+    return next(iter(devices)) if len(devices) == 1 else keys.NO_DEVICE
 
 
 # -- canonical spec -------------------------------------------------------------------------
 
 
 SCOPE_NAMES = {number: name for name, number in SCOPES.items()}
+TYPE_NAMES = {number: name for name, number in ROUTE_TYPES.items()}
 MAIN_TABLE = keys.TABLE_NAMES["main"]
 TABLE_NAMES = keys.TABLE_NAMES
 table_in_key = keys.table_in_key
@@ -113,13 +187,26 @@ IPV6_DEFAULT_METRIC = 1024
 
 
 @dataclass(frozen=True, slots=True)
+class NextHopSpec:
+    dev: str
+    gateway: str | None
+    weight: int
+
+    def to_value(self) -> dict[str, Any]:
+        return {"gateway": self.gateway, "dev": self.dev, "weight": self.weight}
+
+
+@dataclass(frozen=True, slots=True)
 class RouteSpec:
     table: int
     dst: str
-    dev: str
+    dev: str  # keys.NO_DEVICE for a typed route or a multipath route over several devices
     gateway: str | None
     metric: int
     scope: str
+    type: str = "unicast"
+    src: str | None = None
+    nexthops: tuple[NextHopSpec, ...] = ()  # sorted: see sorted_hops
 
     def to_value(self) -> dict[str, Any]:
         return {
@@ -129,19 +216,43 @@ class RouteSpec:
             "metric": self.metric,
             "table": self.table,
             "scope": self.scope,
+            "type": self.type,
+            "src": self.src,
+            "nexthops": [hop.to_value() for hop in self.nexthops],
         }
 
     def identity(self) -> tuple[Any, ...]:
-        """What the kernel identifies a route by (besides dev): changing it means re-create."""
+        """What the kernel identifies a route by (besides dev): changing it means re-create.
+        Everything else (gateway, scope, type, src, next hops) is replaced in place."""
         return (self.table, self.dst, self.dev, self.metric)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The links the route goes out of (none for a typed route)."""
+        if self.nexthops:
+            return tuple(sorted({hop.dev for hop in self.nexthops}))
+        return () if self.dev == keys.NO_DEVICE else (self.dev,)
+
+    @property
+    def gateways(self) -> tuple[tuple[str, str], ...]:
+        """(device, gateway) of every next hop with a gateway."""
+        if self.nexthops:
+            return tuple((hop.dev, hop.gateway) for hop in self.nexthops
+                         if hop.gateway is not None)
+        return ((self.dev, self.gateway),) if self.gateway is not None else ()
+
+
+def sorted_hops(hops: Iterable[NextHopSpec]) -> tuple[NextHopSpec, ...]:
+    """Next hops in one order (by device, then gateway): the kernel's order is not the model's."""
+    return tuple(sorted(hops, key=lambda hop: (hop.dev, hop.gateway or "", hop.weight)))
 
 
 def default_metric(version: int) -> int:
     return IPV6_DEFAULT_METRIC if version == 6 else 0
 
 
-def default_scope(version: int, gateway: str | None) -> str:
-    return "link" if version == 4 and gateway is None else "universe"
+def default_scope(version: int, gateway: str | None, multipath: bool = False) -> str:
+    return "link" if version == 4 and gateway is None and not multipath else "universe"
 
 
 def parse_route(key: str, value: object) -> RouteSpec:
@@ -163,7 +274,7 @@ def parse_route(key: str, value: object) -> RouteSpec:
     if network is not None and network.text != parsed.dst:
         # Retrieve reports routes under the canonical key: another spelling would never match.
         problem, network = problem or f"write the destination {parsed.dst} as {network.text}", None
-    dev_problem = interface_name_problem(parsed.dev)
+    dev_problem = None if parsed.dev == keys.NO_DEVICE else interface_name_problem(parsed.dev)
     problem = problem or (f"device {dev_problem}" if dev_problem else None)
     model = validate(LinuxRoute, key, value,
                      key_problems={KEY_FIELD: problem} if problem else None,
@@ -173,13 +284,19 @@ def parse_route(key: str, value: object) -> RouteSpec:
     metric = model.metric
     if metric is None or (network.version == 6 and metric == 0):
         metric = default_metric(network.version)
+    hops = sorted_hops(NextHopSpec(dev=hop.dev, gateway=hop.gateway, weight=hop.weight)
+                       for hop in model.nexthops)
     return RouteSpec(
         table=table,
         dst=network.text,
         dev=parsed.dev,
         gateway=model.gateway,
         metric=metric,
-        scope=model.scope or default_scope(network.version, model.gateway),
+        scope=model.scope or default_scope(network.version, model.gateway, bool(hops)
+                                           or model.type != "unicast"),
+        type=model.type,
+        src=model.src,
+        nexthops=hops,
     )
 
 
@@ -197,6 +314,11 @@ def gateway_in_address(gateway: str, cidr: str) -> bool:
         return parse_cidr(cidr).contains(parse_address(gateway)[1])
     except ValueError:
         return False
+
+
+def address_is(address: str, cidr: str) -> bool:
+    """Whether an interface address (``10.0.0.1/24``) is ``address`` (canonical text)."""
+    return cidr.partition("/")[0] == address
 
 
 # -- descriptor ---------------------------------------------------------------------------
@@ -217,38 +339,36 @@ class RouteDescriptor:
         spec = self.specs.try_get(key, value)
         if spec is None:
             return []
-        result = [link_dependency(f"interface {spec.dev}", spec.dev)]
-        if spec.gateway is not None:
-            gateway = spec.gateway
-            prefixes = (keys.address_prefix(spec.dev), keys.host_address_prefix(spec.dev))
-
-            def reaches_gateway(candidate: str) -> bool:
-                parsed = keys.parse_address_key(candidate) or keys.parse_host_address_key(
-                    candidate)
-                return parsed is not None and gateway_in_address(gateway, parsed[1])
-
-            result.append(Dependency(label=f"address of {spec.dev} in the subnet of {gateway}",
-                                     any_of=reaches_gateway, key_prefixes=prefixes))
+        result = [link_dependency(f"interface {dev}", dev) for dev in spec.devices]
+        for dev, gateway in spec.gateways:
+            result.append(_gateway_dependency(dev, gateway))
+        if spec.src is not None:
+            result.append(_source_dependency(spec.src))
         return result
 
-    def _route(self, spec: RouteSpec, oif: int | None) -> Route:
+    def _route(self, spec: RouteSpec, oif: int | None, purpose: str) -> Route:
+        hops = sorted_nexthops(
+            NextHop(oif=self.ctx.links.require(hop.dev, purpose), gateway=hop.gateway,
+                    weight=hop.weight) for hop in spec.nexthops)
         return Route(table=spec.table, dst=spec.dst, oif=oif, gateway=spec.gateway,
                      metric=spec.metric, scope=SCOPES[spec.scope],
-                     proto=self.ctx.ownership.route_proto)
+                     proto=self.ctx.ownership.route_proto, type=ROUTE_TYPES[spec.type],
+                     src=spec.src, nexthops=hops)
+
+    def _apply(self, spec: RouteSpec, purpose: str, write: Callable[[Route, str], object]
+               ) -> None:
+        if spec.nexthops or spec.dev == keys.NO_DEVICE:
+            write(self._route(spec, None, purpose), purpose)
+            return
+        self.ctx.links.with_index(
+            spec.dev, purpose, lambda oif: write(self._route(spec, oif, purpose), purpose))
 
     def create(self, key: str, value: Any) -> None:
-        spec = self.specs.get(key, value)
-        purpose = f"add route {key}"
-        self.ctx.links.with_index(
-            spec.dev, purpose,
-            lambda oif: self.ctx.client.add_route(self._route(spec, oif), purpose))
+        self._apply(self.specs.get(key, value), f"add route {key}", self.ctx.client.add_route)
 
     def update(self, key: str, old: Any, new: Any, metadata: Any) -> None:
-        spec = self.specs.get(key, new)
-        purpose = f"replace route {key}"
-        self.ctx.links.with_index(
-            spec.dev, purpose,
-            lambda oif: self.ctx.client.replace_route(self._route(spec, oif), purpose))
+        self._apply(self.specs.get(key, new), f"replace route {key}",
+                    self.ctx.client.replace_route)
 
     def update_with_recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
         previous, spec = self.specs.try_get(key, old), self.specs.try_get(key, new)
@@ -258,28 +378,80 @@ class RouteDescriptor:
         spec = self.specs.try_get(key, value)
         if spec is None:
             return
-        oif = self.ctx.links.lookup(spec.dev)
-        if oif is None:
-            return  # the device is gone, and the kernel removed its routes with it
-        self.ctx.client.delete_route(self._route(spec, oif), f"delete route {key}")
+        oif = None
+        if spec.dev != keys.NO_DEVICE and not spec.nexthops:
+            oif = self.ctx.links.lookup(spec.dev)
+            if oif is None:
+                return  # the device is gone, and the kernel removed its routes with it
+        # Matched on table, destination, metric, type, protocol (and device): next hops and
+        # the source are not needed to find it.
+        route = Route(table=spec.table, dst=spec.dst, oif=oif, gateway=None,
+                      metric=spec.metric, scope=SCOPES[spec.scope],
+                      proto=self.ctx.ownership.route_proto, type=ROUTE_TYPES[spec.type])
+        self.ctx.client.delete_route(route, f"delete route {key}")
 
     def retrieve(self, correlate: Sequence[tuple[str, Any, Any]]
                  ) -> list[tuple[str, Any, Any, ValueOrigin]]:
         names = self.ctx.snapshot().names
         result = []
         for route in self.ctx.client.dump_routes(proto=self.ctx.ownership.route_proto):
-            dev = names.get(route.oif) if route.oif is not None else None
-            if dev is None:
-                continue
-            scope = SCOPE_NAMES.get(route.scope, str(route.scope))
-            spec = RouteSpec(table=route.table, dst=route.dst, dev=dev, gateway=route.gateway,
-                             metric=route.metric, scope=scope)
-            key = keys.route_key(route.table, route.dst, dev)
+            spec = observed_route(route, names)
+            if spec is None:
+                continue  # a device kvmesh cannot name (gone meanwhile): not a model value
+            key = keys.route_key(route.table, route.dst, spec.dev)
             value = spec.to_value()
-            if scope in SCOPES:
+            if spec.scope in SCOPES:
                 self.specs.put(key, value, spec)  # spares the scheduler's calls a re-parse
             result.append((key, value, None, ValueOrigin.FROM_NB))
         return result
+
+
+def observed_route(route: Route, names: Mapping[int, str]) -> RouteSpec | None:
+    """The kernel's version of a kvmesh route, in the model's canonical shape."""
+    kind = TYPE_NAMES.get(route.type, str(route.type))
+    scope = SCOPE_NAMES.get(route.scope, str(route.scope))
+    hops = []
+    for hop in route.nexthops:
+        hop_dev = names.get(hop.oif)
+        if hop_dev is None:
+            return None
+        hops.append(NextHopSpec(dev=hop_dev, gateway=hop.gateway, weight=hop.weight))
+    if hops:
+        dev: str | None = multipath_device({hop.dev for hop in hops})
+    elif kind != "unicast":
+        dev = keys.NO_DEVICE
+    else:
+        dev = names.get(route.oif) if route.oif is not None else None
+    if dev is None:
+        return None
+    return RouteSpec(table=route.table, dst=route.dst, dev=dev, gateway=route.gateway,
+                     metric=route.metric, scope=scope, type=kind, src=route.src,
+                     nexthops=sorted_hops(hops))
+
+
+def _gateway_dependency(dev: str, gateway: str) -> Dependency:
+    """An address of ``dev`` whose subnet contains ``gateway`` (the kernel refuses a gateway
+    it cannot reach): AnyOf over the derived address keys of that link."""
+    prefixes = (keys.address_prefix(dev), keys.host_address_prefix(dev))
+
+    def reaches_gateway(candidate: str) -> bool:
+        parsed = keys.parse_address_key(candidate) or keys.parse_host_address_key(candidate)
+        return parsed is not None and gateway_in_address(gateway, parsed[1])
+
+    return Dependency(label=f"address of {dev} in the subnet of {gateway}",
+                      any_of=reaches_gateway, key_prefixes=prefixes)
+
+
+def _source_dependency(src: str) -> Dependency:
+    """The preferred source configured on some link, kvmesh's or a host link (the kernel
+    refuses a source address it does not have): AnyOf over every derived address key."""
+
+    def is_source(candidate: str) -> bool:
+        parsed = keys.parse_address_key(candidate) or keys.parse_host_address_key(candidate)
+        return parsed is not None and address_is(src, parsed[1])
+
+    return Dependency(label=f"address {src} on some link", any_of=is_source,
+                      key_prefixes=(keys.INTERFACE_PREFIX,))
 
 
 # -- registration ---------------------------------------------------------------------------
