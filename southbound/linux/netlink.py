@@ -228,10 +228,11 @@ class NetlinkClient:
     def dump_addresses(self) -> list[Address]:
         return self._read("dump addresses", self._reader.addresses)
 
-    def add_address(self, index: int, cidr: str, description: str) -> bool:
-        """Add an address; False when it already existed (idempotent)."""
+    def add_address(self, index: int, cidr: str, description: str, proto: int = 0) -> bool:
+        """Add an address (marked with address protocol ``proto`` if given); False when it
+        already existed (idempotent: an address someone else added keeps its marker)."""
         interface = ipaddress.ip_interface(cidr)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"proto": proto} if proto else {}
         if interface.version == 6:
             # No duplicate address detection: the address is usable at once (and routes via it
             # can be added immediately) instead of staying "tentative" for a second or more.

@@ -39,6 +39,7 @@ class Address:
     index: int
     cidr: str  # "10.0.0.1/24", normalised
     scope: int
+    proto: int = 0  # IFA_PROTO: who added it (kvmesh marks its own, see context.Ownership)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ IFLA_TUN_TYPE = 3  # after IFLA_TUN_OWNER, IFLA_TUN_GROUP
 IFF_TAP = 2
 MACVLAN_MODES = {1: "private", 2: "vepa", 4: "bridge", 8: "passthru", 16: "source"}
 # if_addr.h
-IFA_ADDRESS, IFA_LOCAL = 1, 2
+IFA_ADDRESS, IFA_LOCAL, IFA_PROTO = 1, 2, 11
 # rtnetlink.h
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
 RTA_MULTIPATH, RTA_TABLE = 9, 15
@@ -214,7 +214,8 @@ def parse_address(data: memoryview, offset: int, length: int) -> Address | None:
     if where is None:
         return None
     cidr = f"{_ip(data, where)}/{prefixlen}"
-    return Address(index=index, cidr=cidr, scope=scope)
+    proto = data[attrs[IFA_PROTO][0]] if IFA_PROTO in attrs else 0
+    return Address(index=index, cidr=cidr, scope=scope, proto=proto)
 
 
 def parse_route(data: memoryview, offset: int, length: int,

@@ -48,6 +48,7 @@ from southbound.linux.errors import (
     OwnershipError,
     is_retriable_failure,
 )
+from southbound.linux.existing import ExistingLinks, existing_dependency
 from southbound.linux.fields import (
     InterfaceAddresses,
     InterfaceName,
@@ -68,7 +69,8 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 log = logging.getLogger(__name__)
 
 NAME = "linux-interface"
-INTERFACE_TYPES = ("veth", "bridge", "tap", "vxlan", "macvlan")
+INTERFACE_TYPES = ("veth", "bridge", "tap", "vxlan", "macvlan")  # each with its section
+EXISTING = "existing"  # a link kvmesh did not create and only configures
 MACVLAN_MODES = ("private", "vepa", "bridge", "passthru", "source")
 VXLAN_DEFAULT_PORT = 4789
 Correlate = Sequence[tuple[str, Any, Any]]
@@ -131,10 +133,13 @@ class BridgeSection(StrictModel):
 
 class LinuxInterface(StrictModel):
     """``linux/interface/<name>``: a Linux link kvmesh owns. ``mtu`` and ``mac`` unset (null)
-    leave the kernel's choice alone; the section matching ``type`` carries its parameters."""
+    leave the kernel's choice alone; the section matching ``type`` carries its parameters.
+    Type ``existing``: a link kvmesh did not create (e.g. ``eth0``); kvmesh waits for it, sets
+    its addresses, MTU, state and master, and on delete removes only what it added (restoring
+    the MTU, state and master it found) and never the link."""
 
-    type: Literal["veth", "bridge", "tap", "vxlan", "macvlan"] = Field(
-        description="link type")
+    type: Literal["veth", "bridge", "tap", "vxlan", "macvlan", "existing"] = Field(
+        description="link type (`existing`: a link kvmesh did not create)")
     enabled: bool = Field(True, description="administratively up")
     mtu: int | None = Field(None, ge=68, le=65535, description="MTU (unset: kernel's choice)")
     mac: Mac | None = Field(None, description="MAC address (unset: kernel's choice)")
@@ -168,6 +173,9 @@ class LinuxInterface(StrictModel):
             elif self.veth.peer == keys.HOST_NAME:
                 problems["veth.peer"] = f"interface name '{keys.HOST_NAME}' is reserved " \
                                         "for host links"
+        if self.type == EXISTING and self.mac is not None:
+            problems["mac"] = "not managed for type 'existing' (kvmesh leaves the MAC of a " \
+                              "link it did not create alone)"
         if self.type == "vxlan" and self.vxlan is None:
             problems["vxlan"] = "is required for type 'vxlan': {\"vni\": <0..16777215>, ...}"
         if self.type == "macvlan":
@@ -359,6 +367,7 @@ class InterfaceDescriptor:
     def __init__(self, context: PluginContext) -> None:
         self.ctx = context
         self.specs: ParseCache[InterfaceSpec] = ParseCache(parse_interface)
+        self.existing = ExistingLinks(context)
         # veth ends created as the peer of another end, not configured yet: name -> (ifindex,
         # the end that created it). Lets the second end skip the create request.
         self._unconfigured_peers: dict[str, tuple[int, str]] = {}
@@ -379,6 +388,8 @@ class InterfaceDescriptor:
         spec = self.specs.try_get(key, value)
         if spec is None:
             return []
+        if spec.type == EXISTING:
+            return [existing_dependency(spec.name)]
         result = []
         if spec.veth is not None:
             result.append(Dependency(label=f"veth peer {spec.veth.peer}",
@@ -392,8 +403,10 @@ class InterfaceDescriptor:
         spec = self.specs.try_get(key, value)
         if spec is None:
             return []
+        # On a link kvmesh did not create, only the addresses kvmesh added are removed.
+        mark = {"existing": True} if spec.type == EXISTING else {}
         derived: list[tuple[str, Any]] = [
-            (keys.address_key(spec.name, cidr), {"interface": spec.name, "address": cidr})
+            (keys.address_key(spec.name, cidr), {"interface": spec.name, "address": cidr, **mark})
             for cidr in spec.addresses
         ]
         if spec.master is not None:
@@ -405,6 +418,8 @@ class InterfaceDescriptor:
 
     def create(self, key: str, value: Any) -> dict[str, Any]:
         spec = self.specs.get(key, value)
+        if spec.type == EXISTING:
+            return {"index": self.existing.create(spec)}
         self.ctx.ownership.claim(spec.name)
         try:
             index = self._create(spec)
@@ -417,6 +432,8 @@ class InterfaceDescriptor:
     def update(self, key: str, old: Any, new: Any, metadata: Any) -> dict[str, Any]:
         spec = self.specs.get(key, new)
         previous = self.specs.try_get(key, old)
+        if spec.type == EXISTING:
+            return {"index": self.existing.update(spec)}
         purpose = f"update interface {spec.name}"
         if previous is None or _settable(previous) != _settable(spec):
             self.ctx.links.with_index(spec.name, purpose, lambda i: self._apply_settable(i, spec))
@@ -431,6 +448,10 @@ class InterfaceDescriptor:
     def delete(self, key: str, value: Any, metadata: Any) -> None:
         name = keys.parse_interface_key(key) or key
         spec = self.specs.try_get(key, value)
+        if spec is not None and spec.type == EXISTING:
+            self.existing.delete(spec)  # never the link itself
+            self.ctx.links.forget(name)
+            return
         try:
             link = self.ctx.client.get_link(name)
             if link is None:
@@ -457,20 +478,27 @@ class InterfaceDescriptor:
             spec = self.specs.try_get(key, value)
             if spec is not None:
                 desired[spec.name] = spec
-        result = []
+        result: list[tuple[str, Any, Any, ValueOrigin]] = []
         for link in snapshot.links:
             if link.group != self.ctx.ownership.link_group:
+                wanted = desired.get(link.name)
+                if wanted is not None and wanted.type == EXISTING:
+                    self._report(result, link, self.existing.observe(link, snapshot, wanted))
                 continue
             observed = interface_spec(link, addresses.get(link.index, ()), names,
                                       desired.get(link.name))
             if observed is None:
                 continue
             self.ctx.ownership.claim(link.name)
-            key = keys.interface_key(link.name)
-            value = observed.to_value()
-            self.specs.put(key, value, observed)  # spares the scheduler's calls a re-parse
-            result.append((key, value, {"index": link.index}, ValueOrigin.FROM_NB))
+            self._report(result, link, observed)
         return result
+
+    def _report(self, result: list[tuple[str, Any, Any, ValueOrigin]], link: Link,
+                observed: InterfaceSpec) -> None:
+        key = keys.interface_key(link.name)
+        value = observed.to_value()
+        self.specs.put(key, value, observed)  # spares the scheduler's calls a re-parse
+        result.append((key, value, {"index": link.index}, ValueOrigin.FROM_NB))
 
     # -- netlink ------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from scheduler import KVScheduler, ValueState
+from scheduler import KVScheduler, TxnRecord, TxnType, ValueState
 from southbound.linux import LinuxPlugin, register
 from tests.netns import Netns
 
@@ -29,9 +29,16 @@ def sb_values(scheduler: KVScheduler, prefix: str = "linux/") -> dict[str, Any]:
     return {item.key: item.value for item in scheduler.dump(key_prefix=prefix, view="SB")}
 
 
+def last_record(scheduler: KVScheduler) -> TxnRecord:
+    """The last NB transaction or resync (not an SB notification: the watcher reports changes
+    to host links, e.g. the ones kvmesh makes to an existing link, at any time)."""
+    return [record for record in scheduler.transaction_history()
+            if record.txn_type is not TxnType.SB_NOTIFICATION][-1]
+
+
 def last_ops(scheduler: KVScheduler, key: str) -> list[tuple[str, bool]]:
-    """(operation, re-create?) of ``key`` in the last transaction."""
-    return [(str(op.op), op.recreate) for op in scheduler.transaction_history()[-1].executed
+    """(operation, re-create?) of ``key`` in the last NB transaction or resync."""
+    return [(str(op.op), op.recreate) for op in last_record(scheduler).executed
             if op.key == key]
 
 
@@ -54,7 +61,7 @@ def assert_warm_restart_writes_nothing(ns: Netns, values: dict[str, Any]) -> Non
     before = ns.dump()
     with agent(ns) as (second, plugin):
         second.resync(values, kind="full")
-        assert not second.transaction_history()[-1].executed
+        assert not last_record(second).executed
         assert plugin.client.generation == 0, "a change request was sent"
         assert all(state(second, key) is ValueState.CONFIGURED for key in values)
     assert ns.dump() == before

@@ -14,6 +14,7 @@ from tests.southbound.linux.harness import (
     assert_warm_restart_writes_nothing,
     commit,
     last_ops,
+    last_record,
     sb_values,
     state,
 )
@@ -114,7 +115,7 @@ def test_ecmp_route_waits_for_every_next_hop_and_goes_before_them(linux) -> None
     assert hops(kernel_route(ns, "default", "100"))[0] == ("a0", "10.0.0.2", 5)
     # One next hop's device goes: the route is removed first, then waits.
     commit(scheduler, {"linux/interface/b0": None})
-    executed = [op.key for op in scheduler.transaction_history()[-1].executed]
+    executed = [op.key for op in last_record(scheduler).executed]
     assert executed.index(ECMP) < executed.index("linux/interface/b0")
     assert state(scheduler, ECMP) is PENDING and state(scheduler, ECMP6) is PENDING
     assert kernel_route(ns, "default", "100") == {} and kernel_route(ns, "fd99::/64") == {}
@@ -194,9 +195,9 @@ def test_drift_of_new_route_kinds_is_repaired_by_downstream_resync(linux) -> Non
     assert ns.dump() != before
     scheduler.resync(kind="downstream")
     assert ns.dump() == before
-    assert scheduler.transaction_history()[-1].executed
+    assert last_record(scheduler).executed
     scheduler.resync(kind="downstream")
-    assert not scheduler.transaction_history()[-1].executed
+    assert not last_record(scheduler).executed
 
 
 def test_warm_restart_makes_no_southbound_write(ns) -> None:
@@ -273,7 +274,7 @@ def test_plan_shows_what_apply_does_and_nothing_for_an_unchanged_state(ns) -> No
         assert sorted(planned) == [("UPDATE", ECMP),
                                    ("UPDATE", "linux/route/main/10.90.0.0/16/a0")]
         commit(first, changed)
-        executed = [(str(op.op), op.key) for op in first.transaction_history()[-1].executed]
+        executed = [(str(op.op), op.key) for op in last_record(first).executed]
         assert sorted(executed) == sorted(planned)
     # After a restart, the same desired state plans to nothing (the kernel's state reads back
     # exactly as the model's canonical values).
