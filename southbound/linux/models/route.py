@@ -285,7 +285,7 @@ def parse_route(key: str, value: object) -> RouteSpec:
     if metric is None or (network.version == 6 and metric == 0):
         metric = default_metric(network.version)
     hops = sorted_hops(NextHopSpec(dev=hop.dev, gateway=hop.gateway, weight=hop.weight)
-                       for hop in model.nexthops)
+                       for hop in model.nexthops) if model.nexthops else ()
     return RouteSpec(
         table=table,
         dst=network.text,
