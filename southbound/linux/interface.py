@@ -11,6 +11,10 @@ from __future__ import annotations
 from scheduler import Dependency
 from southbound.linux import keys
 
+# The interface model's descriptor (``southbound/linux/models/interface.py``): a model whose
+# Retrieve reuses the link dump names it in ``retrieve_dependencies``.
+NAME = "linux-interface"
+
 
 def link_dependency(label: str, name: str) -> Dependency:
     """Satisfied by a kvmesh interface or a host link of that name."""

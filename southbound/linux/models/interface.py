@@ -58,7 +58,7 @@ from southbound.linux.fields import (
     sort_addresses,
 )
 from southbound.linux.host import HostAddressDescriptor, HostInterfaceDescriptor
-from southbound.linux.interface import link_dependency
+from southbound.linux.interface import NAME, link_dependency
 from southbound.linux.master import MasterDescriptor
 from southbound.linux.memo import ParseCache
 from southbound.linux.netlink import CreatedLink
@@ -68,7 +68,6 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 
 log = logging.getLogger(__name__)
 
-NAME = "linux-interface"
 INTERFACE_TYPES = ("veth", "bridge", "tap", "vxlan", "macvlan")  # each with its section
 EXISTING = "existing"  # a link kvmesh did not create and only configures
 MACVLAN_MODES = ("private", "vepa", "bridge", "passthru", "source")
