@@ -102,6 +102,24 @@ def test_master_is_set_and_the_original_master_restored(linux) -> None:
     assert link_state(ns)[2] == "hostbr"
 
 
+def test_a_type_change_restores_the_link_and_never_takes_it_over(linux) -> None:
+    ns, scheduler, _plugin = linux
+    host_link(ns, "10.70.0.9/24")
+    wait_until(lambda: state(scheduler, "linux/interface/host/e0") is ValueState.OBTAINED,
+               timeout=15)
+    commit(scheduler, {E0: existing(mtu=1400, addresses=["10.70.0.1/24"])})
+    index = link_state(ns)[3]
+    # Another type re-creates: the existing link is restored, and a kvmesh bridge of that name
+    # is refused while the host link has it.
+    with pytest.raises(TransactionError):
+        commit(scheduler, {E0: {"type": "bridge"}})
+    assert [op for op, _ in last_ops(scheduler, E0)] == ["DELETE", "CREATE"]
+    assert link_state(ns) == (1500, False, None, index)
+    assert ns.addresses("e0") == ["10.70.0.9/24"]
+    status = scheduler.get_value_status(E0)
+    assert "not owned by kvmesh" in str(status.error)
+
+
 def test_drift_on_an_existing_link_is_repaired_and_its_own_addresses_kept(linux) -> None:
     ns, scheduler, _plugin = linux
     host_link(ns, "10.40.0.9/24")

@@ -179,7 +179,10 @@ def test_a_host_links_address_satisfies_the_source(linux) -> None:
 def _everything() -> dict:
     return {**links(), BLACKHOLE: {"type": "blackhole"}, UNREACHABLE6: {"type": "unreachable"},
             ECMP: ecmp(weight=2), ECMP6: ecmp6(),
-            "linux/route/main/10.90.0.0/16/a0": {"gateway": "10.0.0.2", "src": "10.1.0.1"}}
+            "linux/route/main/10.90.0.0/16/a0": {"gateway": "10.0.0.2", "src": "10.1.0.1"},
+            # IPv4 next hops may be devices only (scope universe, as `ip route` makes them).
+            "linux/route/main/10.77.0.0/16/-": {"nexthops": [{"dev": "a0"},
+                                                             {"dev": "b0", "weight": 2}]}}
 
 
 def test_drift_of_new_route_kinds_is_repaired_by_downstream_resync(linux) -> None:
