@@ -162,6 +162,38 @@ def test_unchanged_export_plans_to_nothing(cli: Cli) -> None:
     assert applied.returncode == 0 and applied.stdout.strip() == "no changes"
 
 
+ROUTES: dict[str, dict] = {
+    "linux/route/main/203.0.113.0/24/-": {"type": "blackhole"},
+    "linux/route/main/10.8.0.0/24/veth0": {"gateway": "10.0.12.2", "src": "10.0.12.1"},
+    "linux/route/main/10.6.0.0/24/veth0": {"nexthops": [
+        {"gateway": "10.0.12.2", "dev": "veth0"},
+        {"gateway": "10.0.12.3", "dev": "veth0", "weight": 2}]},
+}
+
+
+def test_new_route_kinds_plan_exactly_what_apply_does(cli: Cli) -> None:
+    path = cli.state_file({"n2": {**VETH, **ROUTES}})
+    plan = json.loads(cli.run("--json", "plan", "-f", path).stdout)["n2"]
+    assert plan["added"] == sorted(ROUTES) and plan["changed"] == {}
+    operations = [(op["operation"], op["key"]) for op in plan["scheduler"]["operations"]]
+    assert sorted(operations) == sorted(("CREATE", key) for key in ROUTES)
+    applied = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "60")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert {row["key"]: row["result"] for row in json.loads(applied.stdout)} == dict.fromkeys(
+        ROUTES, "applied")
+    assert {"203.0.113.0/24", "10.8.0.0/24", "10.6.0.0/24"} <= cli.routes("n2")
+    history = json.loads(cli.run("--json", "history", "--node", "n2").stdout)
+    executed = [(op["operation"], op["key"]) for txn in history if txn["type"] != "RETRY"
+                and any(v["key"] in ROUTES for v in txn["values"]) for op in txn["executed"]]
+    assert sorted(executed) == sorted(operations)
+    # The same file again: nothing to do.
+    again = cli.run("plan", "-f", path, "--detailed-exitcode")
+    assert again.returncode == 0 and again.stdout.strip() == "no changes"
+    back = cli.run("apply", "-f", cli.state_file({"n2": VETH}), "--replace", "--wait")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert not {"203.0.113.0/24", "10.8.0.0/24", "10.6.0.0/24"} & cli.routes("n2")
+
+
 def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
     changed = {**VETH,
                "linux/interface/veth0": {**VETH["linux/interface/veth0"], "mtu": 1400},

@@ -55,3 +55,20 @@ def test_diff_adds_changes_and_removes_only_with_replace() -> None:
 def test_field_changes_compare_lists_whole() -> None:
     assert field_changes({"l": [1, 2]}, {"l": [2, 1]}) == [FieldChange("l", [1, 2], [2, 1])]
     assert field_changes(1, 2) == [FieldChange("(value)", 1, 2)]
+
+
+def test_an_unchanged_state_of_the_new_route_kinds_plans_to_nothing() -> None:
+    text = """
+nodes:
+  n2:
+    linux/route/main/203.0.113.0/24/-: {type: blackhole}
+    linux/route/100/0.0.0.0/0/-:
+      nexthops: [{gateway: 10.0.0.2, dev: a0, weight: 2}, {gateway: 10.1.0.2, dev: b0}]
+    linux/route/main/fd90::/64/a0: {gateway: "fd00:a::2", src: "fd00:7::7"}
+"""
+    state = parse_state(text, "router.yaml")
+    from kvmesh.agent.models import invalid_values
+
+    assert not invalid_values(state["n2"])
+    assert parse_state(export_state(state, "yaml")) == state
+    assert diff_state(state, parse_state(text))["n2"].empty

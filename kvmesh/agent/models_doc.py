@@ -10,7 +10,8 @@ from kvmesh.agent.models import MODELS, json_schema
 
 HEADER = """# Configuration models reference
 
-Generated from the models (`southbound/linux/models.py`, `southbound/vpp/models.py`) by
+Generated from the model registries (`southbound/linux/registry.py`, `southbound/vpp/registry.py`;
+one module per model under `southbound/<plane>/models/`) by
 `python -m kvmesh.agent.models_doc > docs/models.md`; do not edit by hand. The same content as
 JSON Schema: `kvmesh model schema [MODEL]` or the agent's `GET /info/configuration/jsonschema`.
 Conventions (strict types, unknown fields refused, `null` = absent) and the workflow:

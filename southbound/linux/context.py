@@ -1,11 +1,13 @@
 """State shared by the descriptors of one plugin: ownership rules and the name -> ifindex cache.
 
 Ownership: kvmesh marks every link it creates with a link *group* (``KVMESH_LINK_GROUP``, set
-atomically in the creating netlink request) and every route with a route *protocol*
-(``KVMESH_ROUTE_PROTO``). Retrieve reports only marked objects as kvmesh values; every other link
+atomically in the creating netlink request), every route with a route *protocol*
+(``KVMESH_ROUTE_PROTO``) and every address it adds with the same number as address protocol
+(``IFA_PROTO``). Retrieve reports only marked links and routes as kvmesh values; every other link
 (``lo``, physical NICs, links made by hand or by other software) is a *host* link, reported as an
-OBTAINED ``linux/interface/host/<name>`` value and never modified or deleted. Both markers survive
-an agent restart, so kvmesh recognises its own objects after a crash.
+OBTAINED ``linux/interface/host/<name>`` value and never deleted (a host link named by a
+``"type": "existing"`` value is configured, and loses only the addresses kvmesh marked). The
+markers survive an agent restart, so kvmesh recognises its own objects after a crash.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Ownership:
                  route_proto: int = KVMESH_ROUTE_PROTO) -> None:
         self.link_group = link_group
         self.route_proto = route_proto
+        self.address_proto = route_proto & 0xFF  # IFA_PROTO is one byte
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
 
@@ -121,6 +124,7 @@ class Snapshot:
 
     links: list[Link]
     addresses: dict[int, list[str]]  # by ifindex
+    marked: frozenset[tuple[int, str]]  # (ifindex, cidr) of the addresses kvmesh added
     names: dict[int, str]  # ifindex -> name
     generation: int
     taken: float
@@ -153,9 +157,13 @@ class PluginContext:
             generation = self.client.generation
             links = self.client.dump_links()
             addresses: dict[int, list[str]] = {}
+            marked = set()
             for address in self.client.dump_addresses():
                 addresses.setdefault(address.index, []).append(address.cidr)
-            current = Snapshot(links, addresses, {link.index: link.name for link in links},
+                if address.proto == self.ownership.address_proto:
+                    marked.add((address.index, address.cidr))
+            current = Snapshot(links, addresses, frozenset(marked),
+                               {link.index: link.name for link in links},
                                generation, time.monotonic())
             self._snapshot = current
             self.links.replace_all({link.name: link.index for link in links})

@@ -5,7 +5,8 @@
     linux/interface/<name>/master                 derived: enslaving the interface to its bridge
     linux/interface/host/<name>                   OBTAINED: a link kvmesh does not own
     linux/interface/host/<name>/address/<cidr>    derived from a host link: one per address
-    linux/route/<table>/<dst cidr>/<dev>          route (NB); table: main/local/default/number
+    linux/route/<table>/<dst cidr>/<dev>          route (NB); table: main/local/default/number;
+                                                  dev "-": no single device (typed, multipath)
 
 Interface names never contain "/" (the kernel forbids it), so the first component after
 ``linux/interface/`` is always the name. The name ``host`` is reserved for the host-link subtree.
@@ -21,6 +22,7 @@ INTERFACE_PREFIX = "linux/interface/"
 HOST_PREFIX = "linux/interface/host/"
 ROUTE_PREFIX = "linux/route/"
 HOST_NAME = "host"  # reserved: kvmesh interfaces may not use it
+NO_DEVICE = "-"  # the device of a route that has none (blackhole...) or several (multipath)
 
 
 def interface_key(name: str) -> str:

@@ -228,10 +228,11 @@ class NetlinkClient:
     def dump_addresses(self) -> list[Address]:
         return self._read("dump addresses", self._reader.addresses)
 
-    def add_address(self, index: int, cidr: str, description: str) -> bool:
-        """Add an address; False when it already existed (idempotent)."""
+    def add_address(self, index: int, cidr: str, description: str, proto: int = 0) -> bool:
+        """Add an address (marked with address protocol ``proto`` if given); False when it
+        already existed (idempotent: an address someone else added keeps its marker)."""
         interface = ipaddress.ip_interface(cidr)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"proto": proto} if proto else {}
         if interface.version == 6:
             # No duplicate address detection: the address is usable at once (and routes via it
             # can be added immediately) instead of staying "tentative" for a second or more.
@@ -260,7 +261,8 @@ class NetlinkClient:
     # -- routes -------------------------------------------------------------------------------
 
     def dump_routes(self, proto: int | None = None) -> list[Route]:
-        """Unicast routes of every table (only those of protocol ``proto`` if given)."""
+        """Routes of the modelled types of every table (only those of protocol ``proto`` if
+        given)."""
         return self._read("dump routes", lambda: self._reader.routes(proto))
 
     def _route_arguments(self, route: Route) -> dict[str, Any]:
@@ -273,11 +275,19 @@ class NetlinkClient:
             "priority": route.metric,
             "proto": route.proto,
             "scope": route.scope,
+            "type": route.type,
         }
         if route.oif is not None:
             arguments["oif"] = route.oif
         if route.gateway is not None:
             arguments["gateway"] = route.gateway
+        if route.src is not None:
+            arguments["prefsrc"] = route.src
+        if route.nexthops:
+            arguments["multipath"] = [
+                {"oif": hop.oif, "hops": hop.weight - 1,
+                 **({"gateway": hop.gateway} if hop.gateway is not None else {})}
+                for hop in route.nexthops]
         return arguments
 
     def add_route(self, route: Route, description: str) -> bool:
@@ -300,13 +310,17 @@ class NetlinkClient:
         return True
 
     def replace_route(self, route: Route, description: str) -> None:
-        """Change gateway/scope of a route in place (same table, destination and metric)."""
+        """Change a route in place (same table, destination and metric): gateway, scope, type,
+        preferred source, next hops."""
         self._call(description, self._ipr.route, "replace", **self._route_arguments(route))
 
     def delete_route(self, route: Route, description: str) -> bool:
-        """Delete a route (matched on table, dst, metric, oif and protocol); False if absent."""
+        """Delete a route (matched on table, dst, metric, type, protocol and oif if it has one);
+        False if absent."""
         arguments = self._route_arguments(route)
-        arguments.pop("gateway", None)
+        for detail in ("gateway", "prefsrc", "multipath"):
+            # Matched on identity (and type, protocol, device) only, as `ip route del` does.
+            arguments.pop(detail, None)
         arguments["scope"] = RT_SCOPE_NOWHERE  # "any scope", as `ip route del` does
         try:
             self._call(description, self._ipr.route, "del", **arguments)
@@ -330,4 +344,5 @@ def _netlink_detail(exc: NetlinkError) -> str:
 
 def _describe_route(route: Route) -> str:
     via = f" via {route.gateway}" if route.gateway else ""
-    return f"{route.dst}{via} oif #{route.oif} proto {route.proto}"
+    hops = "".join(f" nexthop via {hop.gateway} oif #{hop.oif}" for hop in route.nexthops)
+    return f"type {route.type} {route.dst}{via} oif #{route.oif}{hops} proto {route.proto}"

@@ -1,4 +1,5 @@
-"""The Linux plugin: wires the descriptors and the watcher of one namespace to a scheduler."""
+"""The Linux plugin: registers the descriptors of every Linux model (``southbound.linux.registry``)
+and runs the host-link watcher of one namespace."""
 
 from __future__ import annotations
 
@@ -7,20 +8,14 @@ import threading
 from typing import Any
 
 from scheduler import Descriptor, KVScheduler, SchedulerClosedError
-from southbound.linux.address import AddressDescriptor
 from southbound.linux.context import (
     KVMESH_LINK_GROUP,
     KVMESH_ROUTE_PROTO,
     Ownership,
     PluginContext,
 )
-from southbound.linux.errors import is_retriable_failure
-from southbound.linux.host import HostAddressDescriptor, HostInterfaceDescriptor
-from southbound.linux.interface import InterfaceDescriptor
-from southbound.linux.master import MasterDescriptor
 from southbound.linux.netlink import NetlinkClient
 from southbound.linux.registry import REGISTRY
-from southbound.linux.route import RouteDescriptor
 from southbound.linux.watcher import HostInterfaceWatcher
 
 log = logging.getLogger(__name__)
@@ -40,12 +35,6 @@ class LinuxPlugin:
         self.ownership = Ownership(link_group, route_proto)
         self.client = NetlinkClient(netns)  # raises NamespaceNotFoundError
         self.context = PluginContext(self.client, self.ownership)
-        self.interfaces = InterfaceDescriptor(self.context)
-        self.addresses = AddressDescriptor(self.context)
-        self.masters = MasterDescriptor(self.context)
-        self.routes = RouteDescriptor(self.context)
-        self.hosts = HostInterfaceDescriptor(self.context)
-        self.host_addresses = HostAddressDescriptor()
         self._closed = False
         self._close_lock = threading.Lock()
         self.watcher: HostInterfaceWatcher | None = None
@@ -60,48 +49,8 @@ class LinuxPlugin:
             raise
 
     def descriptors(self) -> list[Descriptor]:
-        retriable = is_retriable_failure
-        interfaces, routes, hosts = self.interfaces, self.routes, self.hosts
-        return [
-            Descriptor(
-                name=hosts.name, key_selector=hosts.key_selector, key_label=hosts.key_label,
-                validate=hosts.validate, retrieve=hosts.retrieve,
-                derived_values=hosts.derived_values, is_retriable_failure=retriable,
-            ),
-            Descriptor(name=self.host_addresses.name,
-                       key_selector=self.host_addresses.key_selector),
-            Descriptor(
-                name=interfaces.name, key_selector=interfaces.key_selector,
-                key_label=interfaces.key_label, validate=interfaces.specs.validate,
-                create=interfaces.create, delete=interfaces.delete, update=interfaces.update,
-                update_with_recreate=interfaces.update_with_recreate,
-                retrieve=interfaces.retrieve, is_retriable_failure=retriable,
-                derived_values=interfaces.derived_values,
-                dependencies=interfaces.dependencies,
-                value_comparator=interfaces.specs.equivalent, with_metadata=True,
-                # Host links first: their Retrieve takes the dump the others reuse.
-                retrieve_dependencies=(hosts.name,),
-            ),
-            Descriptor(
-                name=self.addresses.name, key_selector=self.addresses.key_selector,
-                create=self.addresses.create, delete=self.addresses.delete,
-                is_retriable_failure=retriable,
-            ),
-            Descriptor(
-                name=self.masters.name, key_selector=self.masters.key_selector,
-                create=self.masters.create, update=self.masters.update,
-                delete=self.masters.delete, dependencies=self.masters.dependencies,
-                is_retriable_failure=retriable,
-            ),
-            Descriptor(
-                name=routes.name, key_selector=routes.key_selector, validate=routes.specs.validate,
-                create=routes.create, delete=routes.delete, update=routes.update,
-                update_with_recreate=routes.update_with_recreate, retrieve=routes.retrieve,
-                dependencies=routes.dependencies, value_comparator=routes.specs.equivalent,
-                is_retriable_failure=retriable, retrieve_dependencies=(interfaces.name,),
-            ),
-            *REGISTRY.descriptors(self.context),
-        ]
+        """Every descriptor of every Linux model (``southbound.linux.registry``)."""
+        return REGISTRY.descriptors(self.context)
 
     def _notify(self, key: str, value: dict[str, Any] | None) -> None:
         try:

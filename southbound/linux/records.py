@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -38,6 +39,19 @@ class Address:
     index: int
     cidr: str  # "10.0.0.1/24", normalised
     scope: int
+    proto: int = 0  # IFA_PROTO: who added it (kvmesh marks its own, see context.Ownership)
+
+
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """One next hop of a multipath route."""
+
+    oif: int
+    gateway: str | None
+    weight: int  # 1..256 (the kernel's rtnh_hops + 1)
+
+
+RTN_UNICAST = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +63,15 @@ class Route:
     metric: int
     scope: int
     proto: int
+    type: int = RTN_UNICAST  # RTN_* (rtnetlink.h): unicast, blackhole, unreachable, prohibit
+    src: str | None = None  # preferred source (RTA_PREFSRC)
+    nexthops: tuple[NextHop, ...] = ()  # multipath (RTA_MULTIPATH), sorted by (oif, gateway)
 
     @property
     def family(self) -> int:
         return socket.AF_INET6 if ":" in self.dst else socket.AF_INET
+
+
+def sorted_nexthops(nexthops: Iterable[NextHop]) -> tuple[NextHop, ...]:
+    """The one order of next hops, whether built by kvmesh or decoded from the kernel."""
+    return tuple(sorted(nexthops, key=lambda hop: (hop.oif, hop.gateway or "", hop.weight)))

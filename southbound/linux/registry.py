@@ -2,22 +2,18 @@
 
 The plugin registers ``REGISTRY.descriptors(context)``; the agent, the CLI's validation,
 ``kvmesh model schema`` and ``docs/models.md`` read ``REGISTRY``. Adding a model: write its module
-under ``southbound/linux/models/`` and add its ``MODEL`` here.
+under ``southbound/linux/models/`` and add its ``MODEL`` here. Order matters: it is the order
+the descriptors are registered in (the interface model first: its host-link Retrieve takes the
+dump the others reuse).
 """
 
 from __future__ import annotations
 
-import re
-
 from southbound.linux.context import PluginContext
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.models import LinuxInterface, LinuxRoute
-from southbound.linux.route_model import parse_route
-from southbound.modelspec import ModelRegistry, ModelSpec
+from southbound.linux.models import interface, route
+from southbound.modelspec import ModelRegistry
 
 REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
-    ModelSpec("linux/interface", "linux/interface/<name>",
-              re.compile(r"linux/interface/(?!host/)[^/]+"), LinuxInterface, parse_interface),
-    ModelSpec("linux/route", "linux/route/<table>/<dst cidr>/<dev>",
-              re.compile(r"linux/route/.+"), LinuxRoute, parse_route),
+    interface.MODEL,
+    route.MODEL,
 ))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from southbound.linux.errors import NetlinkOperationError
-from southbound.linux.records import Address, Link, Route, VxlanInfo
+from southbound.linux.records import Address, Link, NextHop, Route, VxlanInfo, sorted_nexthops
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -57,10 +57,14 @@ IFLA_TUN_TYPE = 3  # after IFLA_TUN_OWNER, IFLA_TUN_GROUP
 IFF_TAP = 2
 MACVLAN_MODES = {1: "private", 2: "vepa", 4: "bridge", 8: "passthru", 16: "source"}
 # if_addr.h
-IFA_ADDRESS, IFA_LOCAL = 1, 2
+IFA_ADDRESS, IFA_LOCAL, IFA_PROTO = 1, 2, 11
 # rtnetlink.h
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_MULTIPATH, RTA_TABLE = 1, 4, 5, 6, 9, 15
-RTN_UNICAST = 1
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
+RTA_MULTIPATH, RTA_TABLE = 9, 15
+RTN_UNICAST, RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT = 1, 6, 7, 8
+# The route types the route model covers; others (local, broadcast, anycast...) are the kernel's.
+ROUTE_TYPES = frozenset({RTN_UNICAST, RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT})
+RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 
 RECEIVE_BUFFER = 1 << 20
 DUMP_ATTEMPTS = 3
@@ -210,21 +214,21 @@ def parse_address(data: memoryview, offset: int, length: int) -> Address | None:
     if where is None:
         return None
     cidr = f"{_ip(data, where)}/{prefixlen}"
-    return Address(index=index, cidr=cidr, scope=scope)
+    proto = data[attrs[IFA_PROTO][0]] if IFA_PROTO in attrs else 0
+    return Address(index=index, cidr=cidr, scope=scope, proto=proto)
 
 
 def parse_route(data: memoryview, offset: int, length: int,
                 proto: int | None = None) -> Route | None:
-    """Decode a unicast IPv4/IPv6 route (None for other routes, or another protocol)."""
+    """Decode an IPv4/IPv6 route of a modelled type (unicast, single or multipath; blackhole,
+    unreachable, prohibit); None for other routes, or another protocol."""
     family, dst_len, _src, _tos, table, protocol, scope, kind, _flags = RTMSG.unpack_from(
         data, offset + 16)
     if proto is not None and protocol != proto:
         return None
-    if family not in (socket.AF_INET, socket.AF_INET6) or kind != RTN_UNICAST:
+    if family not in (socket.AF_INET, socket.AF_INET6) or kind not in ROUTE_TYPES:
         return None
     attrs = attributes(data, offset + 16 + RTMSG.size, offset + length)
-    if RTA_MULTIPATH in attrs:
-        return None
     if RTA_DST in attrs:
         dst = _ip(data, attrs[RTA_DST])
     else:
@@ -232,15 +236,36 @@ def parse_route(data: memoryview, offset: int, length: int,
     if RTA_DST in attrs and dst_len < (32 if family == socket.AF_INET else 128):
         # The kernel keeps destinations network-aligned; normalise defensively all the same.
         dst = str(ipaddress.ip_network(f"{dst}/{dst_len}", strict=False).network_address)
+    nexthops = _nexthops(data, attrs[RTA_MULTIPATH]) if RTA_MULTIPATH in attrs else ()
+    single = kind == RTN_UNICAST and not nexthops
     return Route(
         table=_u32(data, attrs[RTA_TABLE]) if RTA_TABLE in attrs else table,
         dst=f"{dst}/{dst_len}",
-        oif=_u32(data, attrs[RTA_OIF]) if RTA_OIF in attrs else None,
-        gateway=_ip(data, attrs[RTA_GATEWAY]) if RTA_GATEWAY in attrs else None,
+        # A typed IPv6 route reports the loopback as its device: not part of the route.
+        oif=_u32(data, attrs[RTA_OIF]) if single and RTA_OIF in attrs else None,
+        gateway=_ip(data, attrs[RTA_GATEWAY]) if single and RTA_GATEWAY in attrs else None,
         metric=_u32(data, attrs[RTA_PRIORITY]) if RTA_PRIORITY in attrs else 0,
         scope=scope,
         proto=protocol,
+        type=kind,
+        src=_ip(data, attrs[RTA_PREFSRC]) if RTA_PREFSRC in attrs else None,
+        nexthops=nexthops,
     )
+
+
+def _nexthops(data: memoryview, where: tuple[int, int]) -> tuple[NextHop, ...]:
+    """The ``struct rtnexthop`` entries of an RTA_MULTIPATH attribute."""
+    found = []
+    position, end = where[0], where[0] + where[1]
+    while position + RTNEXTHOP.size <= end:
+        size, _flags, hops, index = RTNEXTHOP.unpack_from(data, position)
+        if size < RTNEXTHOP.size:
+            break
+        nested = attributes(data, position + RTNEXTHOP.size, position + size)
+        gateway = _ip(data, nested[RTA_GATEWAY]) if RTA_GATEWAY in nested else None
+        found.append(NextHop(oif=index, gateway=gateway, weight=hops + 1))
+        position += _align(size)
+    return sorted_nexthops(found)
 
 
 class RtnlReader:

@@ -22,8 +22,8 @@ import atheris
 
 FUZZ_DIR = Path(__file__).resolve().parent
 MODEL_MODULES = (
-    "southbound.linux.interface_model",
-    "southbound.linux.route_model",
+    "southbound.linux.models.interface",
+    "southbound.linux.models.route",
     "southbound.vpp.models",
 )
 

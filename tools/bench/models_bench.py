@@ -27,8 +27,8 @@ from typing import Any
 # Measure this work tree's code, whatever the venv's editable install points at.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.route_model import parse_route
+from southbound.linux.models.interface import parse_interface
+from southbound.linux.models.route import parse_route
 from southbound.vpp.models import normalize_interface, normalize_route
 
 

@@ -7,9 +7,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netns import list_netns, netns_available, netns_fixture
+from scheduler import KVScheduler
+from southbound.linux import LinuxPlugin, register
+from tests.netns import Netns, list_netns, netns_available, netns_fixture
 
 ns = netns_fixture("kvlx")
+
+
+@pytest.fixture
+def linux(ns: Netns) -> Iterator[tuple[Netns, KVScheduler, LinuxPlugin]]:
+    """A namespace, a scheduler and the Linux plugin registered on it for that namespace."""
+    scheduler = KVScheduler()
+    plugin = None
+    try:
+        plugin = register(scheduler, ns.name)
+        yield ns, scheduler, plugin
+    finally:
+        if plugin is not None:
+            plugin.close()
+        scheduler.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

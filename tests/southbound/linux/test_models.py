@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from southbound.linux import addr, keys
 from southbound.linux.errors import InvalidValueError
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.route_model import gateway_in_address, parse_route
+from southbound.linux.models.interface import parse_interface
+from southbound.linux.models.route import gateway_in_address, parse_route
 
 
 def invalid_fields(parse, key, value) -> dict[str, str]:
@@ -131,7 +131,8 @@ def test_non_mapping_values_are_invalid() -> None:
 def test_route_canonical_defaults() -> None:
     v4 = parse_route("linux/route/main/10.1.0.0/16/v0", {"gateway": "10.0.0.2"})
     assert v4.to_value() == {"dst": "10.1.0.0/16", "dev": "v0", "gateway": "10.0.0.2",
-                             "metric": 0, "table": 254, "scope": "universe"}
+                             "metric": 0, "table": 254, "scope": "universe", "type": "unicast",
+                             "src": None, "nexthops": []}
     connected = parse_route("linux/route/100/10.2.0.0/16/v0", {})
     assert (connected.scope, connected.table, connected.gateway) == ("link", 100, None)
     v6 = parse_route("linux/route/main/fd01::/64/v0", {"gateway": "FD00::2", "metric": 0})

@@ -8,9 +8,15 @@ import pytest
 
 from scheduler import KVScheduler, TransactionError, ValueOrigin, ValueState
 from southbound.linux import NamespaceNotFoundError, register
-from southbound.linux.interface_model import parse_interface
-from southbound.linux.route_model import parse_route
+from southbound.linux.models.interface import parse_interface
+from southbound.linux.models.route import parse_route
 from tests.netns import list_netns, netns_available, unique_netns_name
+from tests.southbound.linux.harness import (
+    assert_warm_restart_writes_nothing,
+    commit,
+    sb_values,
+    state,
+)
 from tests.util import wait_until
 
 pytestmark = pytest.mark.netns
@@ -19,36 +25,8 @@ CONFIGURED = ValueState.CONFIGURED
 PENDING = ValueState.PENDING
 
 
-@pytest.fixture
-def linux(ns):
-    scheduler = KVScheduler()
-    plugin = None
-    try:
-        plugin = register(scheduler, ns.name)
-        yield ns, scheduler, plugin
-    finally:
-        if plugin is not None:
-            plugin.close()
-        scheduler.close()
-
-
-def commit(scheduler, values: dict, **options) -> int:
-    txn = scheduler.start_txn()
-    for key, value in values.items():
-        txn.set_value(key, value)
-    return txn.commit(**options)
-
-
-def state(scheduler, key: str) -> ValueState:
-    return scheduler.get_value_status(key).state
-
-
 def veth(peer: str, **fields) -> dict:
     return {"type": "veth", "veth": {"peer": peer}, **fields}
-
-
-def sb_values(scheduler, prefix: str = "linux/") -> dict:
-    return {item.key: item.value for item in scheduler.dump(key_prefix=prefix, view="SB")}
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -426,23 +404,7 @@ def test_deleted_link_and_bridge_membership_are_restored(linux) -> None:
 
 
 def test_restart_adopts_existing_state_without_changes(ns) -> None:
-    values = _pair_with_route()
-    with KVScheduler() as first:
-        plugin = register(first, ns.name)
-        try:
-            commit(first, values)
-        finally:
-            plugin.close()
-    before = ns.dump()
-    with KVScheduler() as second:
-        plugin = register(second, ns.name)
-        try:
-            second.resync(values, kind="full")
-            assert not second.transaction_history()[-1].executed
-            assert all(state(second, key) is CONFIGURED for key in values)
-        finally:
-            plugin.close()
-    assert ns.dump() == before
+    assert_warm_restart_writes_nothing(ns, _pair_with_route())
 
 
 # -- transactions ---------------------------------------------------------------------------
