@@ -11,7 +11,7 @@ import re
 
 from southbound.linux.context import PluginContext
 from southbound.linux.interface_model import parse_interface
-from southbound.linux.models import LinuxInterface, LinuxRoute
+from southbound.linux.models import LinuxInterface, LinuxRoute, neighbor, rule, sysctl
 from southbound.linux.route_model import parse_route
 from southbound.modelspec import ModelRegistry, ModelSpec
 
@@ -20,4 +20,7 @@ REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
               re.compile(r"linux/interface/(?!host/)[^/]+"), LinuxInterface, parse_interface),
     ModelSpec("linux/route", "linux/route/<table>/<dst cidr>/<dev>",
               re.compile(r"linux/route/.+"), LinuxRoute, parse_route),
+    neighbor.MODEL,
+    rule.MODEL,
+    sysctl.MODEL,
 ))
