@@ -132,8 +132,13 @@ def test_entries_kvmesh_did_not_make_are_never_deleted(ns) -> None:
         assert "not kvmesh's" in str(scheduler.get_value_status(taken).error)
         assert neighbors(ns)[("n0", "10.9.0.50")]["lladdr"] == "02:00:00:00:00:50"
         # Deleting it leaves the foreign entry alone.
-        commit(scheduler, {taken: None, V4: None})
+        commit(scheduler, {taken: None})
         assert ("n0", "10.9.0.50") in neighbors(ns)
+        # kvmesh's entry taken over by another owner (protocol 4): deleting leaves it alone.
+        ns.ip("neigh", "replace", "10.9.0.2", "lladdr", MAC, "dev", "n0", "nud", "permanent",
+              "proto", "4")
+        commit(scheduler, {V4: None})
+        assert neighbors(ns)[("n0", "10.9.0.2")]["protocol"] == "static"
         assert kvmesh_neighbors(ns) == {}
 
 

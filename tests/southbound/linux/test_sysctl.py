@@ -103,16 +103,31 @@ def test_a_full_resync_restores_what_is_no_longer_desired(ns, tmp_path) -> None:
 
 
 def test_downstream_resync_repairs_drift(ns, tmp_path) -> None:
+    name = "net.ipv4.conf.all.rp_filter"
+    sysctl_write(ns, name, "0")
     with linux_plugin(ns.name, state_dir=str(tmp_path)) as (scheduler, _plugin):
-        commit(scheduler, {FORWARD: {"value": "1"}})
-        sysctl_write(ns, "net.ipv4.ip_forward", "0")
+        commit(scheduler, {f"linux/sysctl/{name}": {"value": "2"}})
+        sysctl_write(ns, name, "1")
         scheduler.resync(kind="downstream")
-        assert sysctl(ns, "net.ipv4.ip_forward") == "1"
+        assert sysctl(ns, name) == "2"
         scheduler.resync(kind="downstream")
         assert last_writes(scheduler) == 0
         # The drift did not overwrite the original: delete still restores the first value.
+        commit(scheduler, {f"linux/sysctl/{name}": None})
+        assert sysctl(ns, name) == "0"
+
+
+def test_originals_of_another_namespace_are_discarded(ns, tmp_path) -> None:
+    # Left by a namespace of the same name that was deleted since (another identity).
+    stale = tmp_path / f"sysctl-originals-{ns.name}.json"
+    stale.write_text(json.dumps({"format": 1, "netns_id": "0:1",
+                                 "originals": {"net.ipv4.ip_forward": "1"}}))
+    with linux_plugin(ns.name, state_dir=str(tmp_path)) as (scheduler, _plugin):
+        scheduler.resync({}, kind="full")
+        assert last_writes(scheduler) == 0
+        commit(scheduler, {FORWARD: {"value": "1"}})
         commit(scheduler, {FORWARD: None})
-        assert sysctl(ns, "net.ipv4.ip_forward") == "0"
+    assert sysctl(ns, "net.ipv4.ip_forward") == "0"
 
 
 def test_per_link_names_wait_for_the_link(ns, tmp_path) -> None:
