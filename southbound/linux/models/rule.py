@@ -36,7 +36,7 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 NAME = "linux-rule"
 PREFIX = "linux/rule/"
 SHAPE = "linux/rule/<ipv4|ipv6>/<priority>"
-FAMILIES = {"ipv4": socket.AF_INET, "ipv6": socket.AF_INET6}
+FAMILIES: dict[str, int] = {"ipv4": socket.AF_INET, "ipv6": socket.AF_INET6}
 FAMILY_NAMES = {number: name for name, number in FAMILIES.items()}
 # FR_ACT_* of linux/fib_rules.h
 ACTIONS = {"lookup": 1, "blackhole": 6, "unreachable": 7, "prohibit": 8}

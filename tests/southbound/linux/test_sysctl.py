@@ -46,6 +46,7 @@ def originals(state_dir: Path) -> dict[str, str]:
 def test_a_helper_thread_reads_and_writes_the_namespaces_own_sysctls(ns) -> None:
     path = sysctl_path("net.ipv4.ip_forward")
     host = ProcSys(None).read([path])[path]
+    assert host is not None
     inside = "0" if host == "1" else "1"
     sysctl_write(ns, "net.ipv4.ip_forward", inside)
     assert ProcSys(ns.name).read([path]) == {path: inside}
