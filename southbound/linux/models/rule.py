@@ -46,14 +46,6 @@ ALL_MARK_BITS = U32_MAX
 Action = Literal["lookup", "blackhole", "unreachable", "prohibit"]
 
 
-def _selector(text: str) -> str:
-    try:
-        return parse_cidr(text).text
-    except ValueError:
-        raise ValueError(f"must be a network in CIDR notation, e.g. '10.1.0.0/16', "
-                         f"got {text!r}") from None
-
-
 class LinuxRule(StrictModel):
     """``linux/rule/<ipv4|ipv6>/<priority>``: a policy routing rule kvmesh owns. ``from``/``to``
     unset match any source/destination; ``fwmark`` matches under ``fwmask`` (default all bits);
@@ -177,8 +169,9 @@ def parse_rule(key: str, value: object) -> RuleSpec:
         fwmask = model.fwmask if model.fwmask is not None else ALL_MARK_BITS
     return RuleSpec(
         family=family, priority=int(priority),
-        src=_selector(model.from_) if model.from_ is not None else None,
-        dst=_selector(model.to) if model.to is not None else None,
+        # Checked by the model's validator: canonical form only.
+        src=parse_cidr(model.from_).text if model.from_ is not None else None,
+        dst=parse_cidr(model.to).text if model.to is not None else None,
         iif=model.iif, oif=model.oif, fwmark=model.fwmark, fwmask=fwmask, table=table,
         action=model.action)
 
