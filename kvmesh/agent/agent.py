@@ -85,6 +85,7 @@ class AgentConfig:
     kv_url: str
     linux_netns: str | None = None
     linux: bool = False
+    linux_state_dir: str | None = None  # None: the plugin's default (/var/lib/kvmesh/linux)
     vpp_socket: str | None = None
     http: tuple[str, int] | None = None
     # REST API TLS and bearer token (kvmesh.agent.http_server; docs/security.md).
@@ -266,8 +267,9 @@ class Agent:
         if cfg.linux or cfg.linux_netns is not None:
             import southbound.linux
 
+            state = {"state_dir": cfg.linux_state_dir} if cfg.linux_state_dir else {}
             self.add_device("linux", lambda: southbound.linux.register(
-                self.scheduler, netns=cfg.linux_netns))
+                self.scheduler, netns=cfg.linux_netns, **state))
             # A namespace that exists is ready: reconcile it now.
             self._connect_device("linux")
         if cfg.vpp_socket is not None:

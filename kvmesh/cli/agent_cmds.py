@@ -68,8 +68,8 @@ def agent_group() -> None:
 @click.option("--node-url", default=None, help="Command URL of the local KvStore [--url].")
 @agent_options
 def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
-              vpp_socket: str | None, http: str | None, http_cert: str | None,
-              http_key: str | None, http_token_file: str | None,
+              linux_state_dir: str | None, vpp_socket: str | None, http: str | None,
+              http_cert: str | None, http_key: str | None, http_token_file: str | None,
               downstream_resync_s: float, assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvmesh.agent.agent import AgentConfig, run_agent
@@ -79,7 +79,8 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
         validate_node_name(name)
         settings = AgentConfig(
             node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
-            linux=linux, vpp_socket=vpp_socket, http=parse_http(http),
+            linux=linux, linux_state_dir=linux_state_dir, vpp_socket=vpp_socket,
+            http=parse_http(http),
             downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
             http_token_file=http_token_file, assume_current=assume_current,
             parent_pid=parent_pid_from_env())

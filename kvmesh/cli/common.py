@@ -104,6 +104,10 @@ def agent_options(fn: Any) -> Any:
         click.option("--linux-netns", default=None, help="Enable the Linux southbound in NS."),
         click.option("--linux", is_flag=True, help="Enable the Linux southbound in the agent's "
                      "own namespace."),
+        click.option("--linux-state-dir", default=None, type=click.Path(file_okay=False),
+                     help="Where the Linux southbound keeps what must survive the agent (the "
+                     "sysctls' original values) [/var/lib/kvmesh/linux; node run: "
+                     "DATA_DIR/agent]."),
         click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
         click.option("--http", default=None, help="Serve the REST API on ADDR:PORT (loopback "
                      "unless --http-cert, --http-key and --http-token-file are given)."),

@@ -110,6 +110,7 @@ def node_run(
     insecure_any_address: bool,
     linux_netns: str | None,
     linux: bool,
+    linux_state_dir: str | None,
     vpp_socket: str | None,
     http: str | None,
     http_cert: str | None,
@@ -124,7 +125,7 @@ def node_run(
 
     agent_args: list[str] = []
     for flag, given in (("--linux-netns", linux_netns), ("--vpp-socket", vpp_socket),
-                        ("--http", http)):
+                        ("--http", http), ("--linux-state-dir", linux_state_dir)):
         if given is not None:
             agent_args += [flag, given]
     for flag, on in (("--linux", linux), ("--assume-current", assume_current)):
@@ -132,8 +133,8 @@ def node_run(
             agent_args.append(flag)
     agent_args += ["--downstream-resync-s", str(downstream_resync_s)]
     if not agent and len(agent_args) > 2:
-        fail("agent options (--linux, --linux-netns, --vpp-socket, --http, --assume-current) "
-             "need --agent", code=2)
+        fail("agent options (--linux, --linux-netns, --linux-state-dir, --vpp-socket, --http, "
+             "--assume-current) need --agent", code=2)
     if http is not None:
         parse_http(http)  # reject a bad ADDR:PORT before anything starts
     agent_args += http_security_args(http, http_cert, http_key, http_token_file)
@@ -156,6 +157,9 @@ def node_run(
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
+    if linux_state_dir is None and config.data_dir:
+        # The agent's durable state lives with the node's (kept by `cluster down`).
+        agent_args += ["--linux-state-dir", str(Path(config.data_dir) / "agent")]
     security = node_security(config, node_key_file, authorized_keys, insecure,
                              insecure_any_address)
     if not agent:

@@ -138,9 +138,13 @@ class PluginContext:
     # nothing since and it is this fresh. That is the same as all three dumping at once.
     SNAPSHOT_REUSE_SECONDS = 1.0
 
-    def __init__(self, client: NetlinkClient, ownership: Ownership) -> None:
+    def __init__(self, client: NetlinkClient, ownership: Ownership,
+                 state_dir: str | None = None) -> None:
         self.client = client
         self.ownership = ownership
+        # Where models keep what must survive the agent (the sysctls' originals); None: their
+        # default.
+        self.state_dir = state_dir
         self.links = LinkIndex(client)
         self._snapshot: Snapshot | None = None
         self._snapshot_lock = threading.Lock()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from southbound.linux.errors import (
     OwnershipError,
     UnsupportedLinkTypeError,
 )
-from southbound.linux.records import Address, Link, Route
+from southbound.linux.records import Address, Link, Neighbor, Route, Rule
 from southbound.linux.rtnl import RtnlReader
 
 NETNS_DIR = "/run/netns"  # where `ip netns` and pyroute2 keep named namespaces
@@ -116,10 +117,20 @@ class NetlinkClient:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _call(self, operation: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A change request (counted in ``generation``)."""
+        return self._request(operation, True, function, *args, **kwargs)
+
+    def _query(self, operation: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A read through pyroute2 (a dump or get): changes nothing, so no ``generation``."""
+        return self._request(operation, False, function, *args, **kwargs)
+
+    def _request(self, operation: str, change: bool, function: Callable[..., T], *args: Any,
+                 **kwargs: Any) -> T:
         with self._lock:
             self._keep_thread_event_loop()
             self.calls += 1
-            self.generation += 1
+            if change:
+                self.generation += 1
             try:
                 return function(*args, **kwargs)
             except NetlinkError as exc:
@@ -333,6 +344,77 @@ class NetlinkClient:
     def find_routes(self, table: int, dst: str, metric: int) -> list[Route]:
         return [r for r in self.dump_routes() if (r.table, r.dst, r.metric) == (table, dst, metric)]
 
+    # -- neighbors (appended for linux/neighbor) ----------------------------------------------
+
+    def dump_neighbors(self) -> list[Neighbor]:
+        """Every IPv4 and IPv6 neighbor entry of the namespace (any state, any owner)."""
+        messages = self._query("dump neighbors", self._ipr.neigh, "dump")
+        return [n for n in (_neighbor(message) for message in messages) if n is not None]
+
+    def get_neighbor(self, index: int, ip: str) -> Neighbor | None:
+        """The neighbor entry of ``ip`` on link ``index``, or None."""
+        try:
+            messages = self._query(f"get neighbor {ip}", self._ipr.neigh, "get", dst=ip,
+                                  ifindex=index, family=_family(ip))
+        except NetlinkOperationError as exc:
+            if self._absent_ok(exc):
+                return None
+            raise
+        for message in messages:
+            found = _neighbor(message)
+            if found is not None:
+                return found
+        return None
+
+    def set_neighbor(self, neighbor: Neighbor, description: str, *, replace: bool) -> None:
+        """Add (``replace`` False: EEXIST when the entry exists) or add-or-replace a neighbor."""
+        self._call(description, self._ipr.neigh, "replace" if replace else "add",
+                   dst=neighbor.ip, lladdr=neighbor.mac, ifindex=neighbor.index,
+                   state=neighbor.state, family=neighbor.family, NDA_PROTOCOL=neighbor.proto)
+
+    def delete_neighbor(self, index: int, ip: str, description: str) -> bool:
+        """Delete a neighbor entry; False when it (or its link) was already gone."""
+        try:
+            self._call(description, self._ipr.neigh, "del", dst=ip, ifindex=index,
+                       family=_family(ip))
+        except NetlinkOperationError as exc:
+            if self._absent_ok(exc):
+                return False
+            raise
+        return True
+
+    # -- policy routing rules (appended for linux/rule) ---------------------------------------
+
+    def dump_rules(self, proto: int | None = None) -> list[Rule]:
+        """IPv4 and IPv6 rules (only those of protocol ``proto`` if given)."""
+        messages = self._query("dump rules", self._ipr.rule, "dump")
+        rules = [r for r in (_rule(message) for message in messages) if r is not None]
+        return [r for r in rules if proto is None or r.proto == proto]
+
+    def add_rule(self, rule: Rule, description: str) -> bool:
+        """Add a rule; False when an identical rule already exists."""
+        try:
+            self._call(description, self._ipr.rule, "add", **_rule_arguments(rule))
+        except NetlinkOperationError as exc:
+            if exc.code != errno.EEXIST:
+                raise
+            if rule in self.dump_rules(rule.proto):
+                return False
+            raise OwnershipError(description, "an identical rule of another owner exists "
+                                              f"at priority {rule.priority}") from exc
+        return True
+
+    def delete_rule(self, rule: Rule, description: str) -> bool:
+        """Delete the rule matching every attribute of ``rule`` (protocol included, so only
+        kvmesh's own); False when there is none."""
+        try:
+            self._call(description, self._ipr.rule, "del", **_rule_arguments(rule))
+        except NetlinkOperationError as exc:
+            if self._absent_ok(exc):
+                return False
+            raise
+        return True
+
 
 # -- message conversion ---------------------------------------------------------------------
 
@@ -346,3 +428,61 @@ def _describe_route(route: Route) -> str:
     via = f" via {route.gateway}" if route.gateway else ""
     hops = "".join(f" nexthop via {hop.gateway} oif #{hop.oif}" for hop in route.nexthops)
     return f"type {route.type} {route.dst}{via} oif #{route.oif}{hops} proto {route.proto}"
+
+
+def _family(ip: str) -> int:
+    return socket.AF_INET6 if ":" in ip else socket.AF_INET
+
+
+def _neighbor(message: Any) -> Neighbor | None:
+    if message.get("event") != "RTM_NEWNEIGH" or message.get("family") not in (
+            socket.AF_INET, socket.AF_INET6):
+        return None
+    dst = message.get_attr("NDA_DST")
+    if dst is None:
+        return None
+    mac = message.get_attr("NDA_LLADDR")
+    return Neighbor(index=message["ifindex"], ip=str(ipaddress.ip_address(dst)),
+                    mac=mac.lower() if isinstance(mac, str) else None,
+                    state=message["state"], proto=message.get_attr("NDA_PROTOCOL") or 0)
+
+
+def _prefix(address: Any, length: int) -> str | None:
+    if address is None:
+        return None
+    return str(ipaddress.ip_network(f"{address}/{length}", strict=False))
+
+
+def _rule(message: Any) -> Rule | None:
+    if message.get("event") != "RTM_NEWRULE" or message.get("family") not in (
+            socket.AF_INET, socket.AF_INET6):
+        return None
+    fwmark = message.get_attr("FRA_FWMARK")
+    return Rule(
+        family=message["family"], priority=message.get_attr("FRA_PRIORITY") or 0,
+        src=_prefix(message.get_attr("FRA_SRC"), message["src_len"]),
+        dst=_prefix(message.get_attr("FRA_DST"), message["dst_len"]),
+        iif=message.get_attr("FRA_IIFNAME"), oif=message.get_attr("FRA_OIFNAME"),
+        fwmark=fwmark, fwmask=message.get_attr("FRA_FWMASK") if fwmark is not None else None,
+        table=message.get_attr("FRA_TABLE") or message["table"], action=message["action"],
+        proto=message.get_attr("FRA_PROTOCOL") or 0)
+
+
+def _rule_arguments(rule: Rule) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"family": rule.family, "priority": rule.priority,
+                                 "action": rule.action, "FRA_PROTOCOL": rule.proto}
+    if rule.table:
+        arguments["table"] = rule.table
+    for name, network in (("src", rule.src), ("dst", rule.dst)):
+        if network is not None:
+            parsed = ipaddress.ip_network(network)
+            arguments[name] = str(parsed.network_address)
+            arguments[f"{name}_len"] = parsed.prefixlen
+    if rule.iif is not None:
+        arguments["iifname"] = rule.iif
+    if rule.oif is not None:
+        arguments["oifname"] = rule.oif
+    if rule.fwmark is not None:
+        arguments["fwmark"] = rule.fwmark
+        arguments["fwmask"] = rule.fwmask if rule.fwmask is not None else 0xFFFFFFFF
+    return arguments

@@ -29,12 +29,13 @@ class LinuxPlugin:
 
     def __init__(self, scheduler: KVScheduler, netns: str | None = None, *,
                  link_group: int = KVMESH_LINK_GROUP, route_proto: int = KVMESH_ROUTE_PROTO,
-                 watch: bool = True, watcher_timeout: float = 30.0) -> None:
+                 watch: bool = True, watcher_timeout: float = 30.0,
+                 state_dir: str | None = None) -> None:
         self.scheduler = scheduler
         self.netns = netns
         self.ownership = Ownership(link_group, route_proto)
         self.client = NetlinkClient(netns)  # raises NamespaceNotFoundError
-        self.context = PluginContext(self.client, self.ownership)
+        self.context = PluginContext(self.client, self.ownership, state_dir)
         self._closed = False
         self._close_lock = threading.Lock()
         self.watcher: HostInterfaceWatcher | None = None
@@ -89,5 +90,7 @@ def register(scheduler: KVScheduler, netns: str | None = None, **options: Any) -
 
     Raises ``NamespaceNotFoundError`` when the namespace does not exist: kvmesh never creates
     one. ``options``: ``link_group``/``route_proto`` (ownership markers), ``watch`` (False: no
-    watcher thread), ``watcher_timeout`` (seconds to wait for the initial host-link dump)."""
+    watcher thread), ``watcher_timeout`` (seconds to wait for the initial host-link dump),
+    ``state_dir`` (where the sysctls' originals are kept across restarts; default
+    ``/var/lib/kvmesh/linux``)."""
     return LinuxPlugin(scheduler, netns, **options)

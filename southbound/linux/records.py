@@ -75,3 +75,36 @@ class Route:
 def sorted_nexthops(nexthops: Iterable[NextHop]) -> tuple[NextHop, ...]:
     """The one order of next hops, whether built by kvmesh or decoded from the kernel."""
     return tuple(sorted(nexthops, key=lambda hop: (hop.oif, hop.gateway or "", hop.weight)))
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbor:
+    """A neighbor (ARP/NDP) entry: ``state`` is the kernel's NUD bit set, ``proto`` its
+    NDA_PROTOCOL (0 when none: learned by the kernel or added without one)."""
+
+    index: int
+    ip: str  # canonical
+    mac: str | None  # lower case; None for an entry without link-layer address (incomplete)
+    state: int
+    proto: int
+
+    @property
+    def family(self) -> int:
+        return socket.AF_INET6 if ":" in self.ip else socket.AF_INET
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A policy routing rule (``ip rule``); networks are canonical CIDRs or None (any)."""
+
+    family: int
+    priority: int
+    src: str | None
+    dst: str | None
+    iif: str | None
+    oif: str | None
+    fwmark: int | None
+    fwmask: int | None
+    table: int  # 0 for the actions that look up no table
+    action: int  # FR_ACT_*
+    proto: int

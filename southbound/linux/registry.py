@@ -10,10 +10,13 @@ dump the others reuse).
 from __future__ import annotations
 
 from southbound.linux.context import PluginContext
-from southbound.linux.models import interface, route
+from southbound.linux.models import interface, neighbor, route, rule, sysctl
 from southbound.modelspec import ModelRegistry
 
 REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
     interface.MODEL,
     route.MODEL,
+    neighbor.MODEL,
+    rule.MODEL,
+    sysctl.MODEL,
 ))

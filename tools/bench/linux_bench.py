@@ -2,6 +2,7 @@
 """Benchmark of the Linux southbound: the scheduler + descriptors versus raw pyroute2.
 
     python tools/bench/linux_bench.py [--quick] [--json] [--pairs N] [--runs R]
+                                      [--only all|pairs|models|neighbors|rules]
 
 Workload (each in a fresh network namespace): N veth pairs with both ends configured and up,
 one IPv4 address per pair (on the first end) and one route per pair via a gateway in that
@@ -15,6 +16,15 @@ address's subnet; every link carries kvmesh's ownership group and every route it
 * ``ip_batch_s``: the same configuration through ``ip -n <ns> -batch`` (reference only).
 * ``resync_noop_s``: a full resync with the same desired state right after the transaction
   (Retrieve of links, addresses, routes + diff; nothing to change).
+
+Models of issue 18, each against its own raw pyroute2 baseline in the same rounds:
+
+* ``neighbors_1000_s``: 1000 static neighbors (``linux/neighbor/<dev>/<ip>``, half IPv4, half
+  IPv6, permanent) on one link made by hand (an OBTAINED host link), one transaction; baseline
+  ``neighbors_raw_pyroute2_s``: the same ``neigh add`` requests (kvmesh's NDA_PROTOCOL
+  included) made directly.
+* ``rules_500_s``: 500 policy rules (``linux/rule/ipv4/<priority>``, from a /24 to one of ten
+  tables), one transaction; baseline ``rules_raw_pyroute2_s``: the same ``rule add`` requests.
 
 Each round runs the three variants back to back (order alternating between rounds); the table
 shows medians over the rounds, and ``ratio_vs_raw_pyroute2`` is the median of the per-round
@@ -45,6 +55,12 @@ from pyroute2 import IPRoute
 
 from scheduler import KVScheduler
 from southbound.linux import KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO, register
+from southbound.linux.models.neighbor import NUD_PERMANENT
+from southbound.linux.models.rule import ACTIONS
+
+NEIGHBORS = 1000
+RULES = 500
+NEIGHBOR_LINK = "nb0"
 
 
 @contextmanager
@@ -92,18 +108,23 @@ def count_state(netns: str) -> tuple[int, int]:
     return links, routes
 
 
+def timed_commit(scheduler: KVScheduler, values: dict[str, Any]) -> float:
+    """Seconds the commit of one transaction of ``values`` takes (filling it is not timed)."""
+    txn = scheduler.start_txn()
+    for key, value in values.items():
+        txn.set_value(key, value)
+    start = time.perf_counter()
+    txn.commit()
+    return time.perf_counter() - start
+
+
 def run_scheduler(pairs: list[Pair]) -> tuple[float, float]:
     values = desired_state(pairs)
     with fresh_netns() as netns:
         scheduler = KVScheduler()  # as the agent runs it (history recorded)
         plugin = register(scheduler, netns)
         try:
-            txn = scheduler.start_txn()
-            for key, value in values.items():
-                txn.set_value(key, value)
-            start = time.perf_counter()
-            txn.commit()
-            txn_s = time.perf_counter() - start
+            txn_s = timed_commit(scheduler, values)
             start = time.perf_counter()
             scheduler.resync(values, kind="full")
             resync_s = time.perf_counter() - start
@@ -167,6 +188,107 @@ def check(netns: str, pairs: list[Pair]) -> None:
                          f"{(links, routes)}, expected {expected}")
 
 
+# -- neighbors and rules (issue 18) -----------------------------------------------------------
+
+
+def neighbor_address(i: int) -> str:
+    if i % 2:
+        return str(ipaddress.IPv6Address("fd00:18::") + i)
+    return str(ipaddress.IPv4Address("10.180.0.0") + i)
+
+
+def neighbor_mac(i: int) -> str:
+    return "02:18:" + ":".join(f"{byte:02x}" for byte in i.to_bytes(4, "big"))
+
+
+def neighbor_values(count: int) -> dict[str, Any]:
+    return {f"linux/neighbor/{NEIGHBOR_LINK}/{neighbor_address(i)}": {"mac": neighbor_mac(i)}
+            for i in range(count)}
+
+
+def with_neighbor_link(netns: str) -> None:
+    """The link the neighbors are on, made by hand (kvmesh sees a host link). Left down:
+    permanent entries do not need it up, and a link coming up starts kernel work (IPv6
+    autoconfiguration, multicast joins) that would overlap the measured phase unevenly."""
+    subprocess.run(["ip", "-n", netns, "link", "add", NEIGHBOR_LINK, "type", "veth", "peer",
+                    "name", "nb1"], check=True)
+
+
+def rule_values(count: int) -> dict[str, Any]:
+    return {f"linux/rule/ipv4/{1000 + i}": {
+        "from": str(ipaddress.IPv4Network((int(ipaddress.IPv4Address("10.0.0.0")) + 256 * i,
+                                           24))),
+        "table": 100 + i % 10} for i in range(count)}
+
+
+def count_models(netns: str) -> tuple[int, int]:
+    """(kvmesh neighbors, kvmesh rules) in the namespace."""
+    with IPRoute(netns=netns, flags=0) as ipr:
+        neighbors = sum(1 for n in ipr.neigh("dump")
+                        if n.get_attr("NDA_PROTOCOL") == KVMESH_ROUTE_PROTO)
+        rules = sum(1 for r in ipr.rule("dump")
+                    if r.get_attr("FRA_PROTOCOL") == KVMESH_ROUTE_PROTO)
+    return neighbors, rules
+
+
+def check_models(netns: str, expected: tuple[int, int]) -> None:
+    found = count_models(netns)
+    if found != expected:
+        raise SystemExit(f"benchmark sanity check failed in {netns}: (neighbors, rules) = "
+                         f"{found}, expected {expected}")
+
+
+def run_scheduler_values(values: dict[str, Any], expected: tuple[int, int],
+                         prepare: Callable[[str], None] | None = None) -> float:
+    with fresh_netns() as netns:
+        if prepare is not None:
+            prepare(netns)
+        scheduler = KVScheduler()
+        plugin = register(scheduler, netns)
+        try:
+            elapsed = timed_commit(scheduler, values)
+        finally:
+            plugin.close()
+            scheduler.close()
+        check_models(netns, expected)
+    return elapsed
+
+
+def run_raw_neighbors(count: int) -> float:
+    with fresh_netns() as netns:
+        with_neighbor_link(netns)
+        ipr = IPRoute(netns=netns, flags=0, nlm_echo=True, ext_ack=True)
+        try:
+            index = ipr.link_lookup(ifname=NEIGHBOR_LINK)[0]
+            start = time.perf_counter()
+            for i in range(count):
+                address = neighbor_address(i)
+                ipr.neigh("add", dst=address, lladdr=neighbor_mac(i), ifindex=index,
+                          state=NUD_PERMANENT, family=10 if ":" in address else 2,
+                          NDA_PROTOCOL=KVMESH_ROUTE_PROTO)
+            elapsed = time.perf_counter() - start
+        finally:
+            ipr.close()
+        check_models(netns, (count, 0))
+    return elapsed
+
+
+def run_raw_rules(count: int) -> float:
+    with fresh_netns() as netns:
+        ipr = IPRoute(netns=netns, flags=0, nlm_echo=True, ext_ack=True)
+        try:
+            start = time.perf_counter()
+            for i in range(count):
+                ipr.rule("add", family=2, priority=1000 + i, action=ACTIONS["lookup"],
+                         FRA_PROTOCOL=KVMESH_ROUTE_PROTO, table=100 + i % 10,
+                         src=str(ipaddress.IPv4Address("10.0.0.0") + 256 * i), src_len=24)
+            elapsed = time.perf_counter() - start
+        finally:
+            ipr.close()
+        check_models(netns, (0, count))
+    return elapsed
+
+
 def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
@@ -177,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--pairs", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--only", default="all",
+                        choices=("all", "pairs", "models", "neighbors", "rules"),
+                        help="measure only these workloads, each with its baseline (models: "
+                        "neighbors and rules)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("linux_bench needs root (network namespaces)", file=sys.stderr)
@@ -184,40 +310,76 @@ def main(argv: list[str] | None = None) -> int:
     count = args.pairs or (200 if args.quick else 1000)
     runs = args.runs or (3 if args.quick else 5)
     pairs = [Pair(i) for i in range(count)]
-    samples: dict[str, list[float]] = {"scheduler": [], "resync": [], "raw": [], "batch": []}
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("raw", lambda: samples["raw"].append(run_raw(pairs))),
-        ("scheduler", lambda: _record_scheduler(samples, pairs)),
-        ("batch", lambda: samples["batch"].append(run_ip_batch(pairs))),
-    ]
+    samples: dict[str, list[float]] = {"scheduler": [], "resync": [], "raw": [], "batch": [],
+                                       "neighbors": [], "neighbors_raw": [], "rules": [],
+                                       "rules_raw": []}
+    steps: list[tuple[str, Callable[[], None]]] = []
+    if args.only in ("all", "pairs"):
+        steps += [
+            ("raw", lambda: samples["raw"].append(run_raw(pairs))),
+            ("scheduler", lambda: _record_scheduler(samples, pairs)),
+            ("batch", lambda: samples["batch"].append(run_ip_batch(pairs))),
+        ]
+    if args.only in ("all", "models", "neighbors"):
+        neighbors = neighbor_values(NEIGHBORS)
+        steps += [
+            ("neighbors_raw", lambda: samples["neighbors_raw"].append(
+                run_raw_neighbors(NEIGHBORS))),
+            ("neighbors", lambda: samples["neighbors"].append(run_scheduler_values(
+                neighbors, (NEIGHBORS, 0), with_neighbor_link))),
+        ]
+    if args.only in ("all", "models", "rules"):
+        rules = rule_values(RULES)
+        steps += [
+            ("rules_raw", lambda: samples["rules_raw"].append(run_raw_rules(RULES))),
+            ("rules", lambda: samples["rules"].append(run_scheduler_values(
+                rules, (0, RULES)))),
+        ]
     for round_number in range(runs):
         # Alternate the order so a slow phase of the (shared) machine does not hit one side only.
         order = steps if round_number % 2 == 0 else list(reversed(steps))
         for _name, step in order:
             step()
-    result = {
-        "pairs": count,
-        "values": 3 * count,
-        "runs": runs,
-        "scheduler_txn_s": round(median(samples["scheduler"]), 4),
-        "raw_pyroute2_s": round(median(samples["raw"]), 4),
-        "ip_batch_s": round(median(samples["batch"]), 4),
-        "resync_noop_s": round(median(samples["resync"]), 4),
-    }
-    # Each round measures both sides back to back: the median of the per-round ratios is far
-    # less sensitive to a shared machine's load swings than the ratio of the medians.
-    paired = [s / r for s, r in zip(samples["scheduler"], samples["raw"], strict=True)]
-    result["ratio_vs_raw_pyroute2"] = round(median(paired), 3)
-    result["ratio_of_medians_vs_raw_pyroute2"] = round(
-        result["scheduler_txn_s"] / result["raw_pyroute2_s"], 3)
-    result["ratio_vs_ip_batch"] = round(result["scheduler_txn_s"] / result["ip_batch_s"], 3)
-    result["target_ratio_vs_raw_pyroute2"] = 1.2
+    result: dict[str, Any] = {"runs": runs}
+    if samples["scheduler"]:
+        result.update({
+            "pairs": count,
+            "values": 3 * count,
+            "scheduler_txn_s": round(median(samples["scheduler"]), 4),
+            "raw_pyroute2_s": round(median(samples["raw"]), 4),
+            "ip_batch_s": round(median(samples["batch"]), 4),
+            "resync_noop_s": round(median(samples["resync"]), 4),
+        })
+        # Each round measures both sides back to back: the median of the per-round ratios is
+        # far less sensitive to a shared machine's load swings than the ratio of the medians.
+        result["ratio_vs_raw_pyroute2"] = paired_ratio(samples["scheduler"], samples["raw"])
+        result["ratio_of_medians_vs_raw_pyroute2"] = round(
+            result["scheduler_txn_s"] / result["raw_pyroute2_s"], 3)
+        result["ratio_vs_ip_batch"] = round(result["scheduler_txn_s"] / result["ip_batch_s"], 3)
+        result["target_ratio_vs_raw_pyroute2"] = 1.2
+    if samples["neighbors"]:
+        result[f"neighbors_{NEIGHBORS}_s"] = round(median(samples["neighbors"]), 4)
+        result["neighbors_raw_pyroute2_s"] = round(median(samples["neighbors_raw"]), 4)
+        result["neighbors_ratio_vs_raw_pyroute2"] = paired_ratio(samples["neighbors"],
+                                                                 samples["neighbors_raw"])
+    if samples["rules"]:
+        result[f"rules_{RULES}_s"] = round(median(samples["rules"]), 4)
+        result["rules_raw_pyroute2_s"] = round(median(samples["rules_raw"]), 4)
+        result["rules_ratio_vs_raw_pyroute2"] = paired_ratio(samples["rules"],
+                                                             samples["rules_raw"])
+    if samples["neighbors"] or samples["rules"]:
+        result["target_models_ratio_vs_raw_pyroute2"] = 1.3
     result["samples"] = {name: [round(x, 4) for x in values] for name, values in samples.items()}
     if args.json:
         print(json.dumps(result))
     else:
         print_table(result)
     return 0
+
+
+def paired_ratio(measured: list[float], baseline: list[float]) -> float:
+    """Median of the per-round ratios (each round measures both sides back to back)."""
+    return round(median([m / b for m, b in zip(measured, baseline, strict=True)]), 3)
 
 
 def _record_scheduler(samples: dict[str, list[float]], pairs: list[Pair]) -> None:
@@ -227,10 +389,29 @@ def _record_scheduler(samples: dict[str, list[float]], pairs: list[Pair]) -> Non
 
 
 def print_table(result: dict[str, Any]) -> None:
-    rows = [
+    rows = [("runs (medians below)", f"{result['runs']}")]
+    if "scheduler_txn_s" in result:
+        rows += pair_rows(result)
+    for model, count in (("neighbors", NEIGHBORS), ("rules", RULES)):
+        if f"{model}_{count}_s" in result:
+            rows += [
+                (f"{model}_{count}_s", f"{result[f'{model}_{count}_s']:.3f}"),
+                (f"{model}_raw_pyroute2_s (same netlink calls)",
+                 f"{result[f'{model}_raw_pyroute2_s']:.3f}"),
+                (f"{model}_ratio_vs_raw_pyroute2 (median of per-round ratios; target <= 1.3)",
+                 f"{result[f'{model}_ratio_vs_raw_pyroute2']:.3f}"),
+            ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'metric'.ljust(width)}  value")
+    print(f"{'-' * width}  -----")
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+
+
+def pair_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
         ("veth pairs (both ends) + address + route", f"{result['pairs']}"),
         ("scheduler values in the transaction", f"{result['values']}"),
-        ("runs (medians below)", f"{result['runs']}"),
         ("scheduler_txn_s", f"{result['scheduler_txn_s']:.3f}"),
         ("raw_pyroute2_s (same netlink calls)", f"{result['raw_pyroute2_s']:.3f}"),
         ("ratio_vs_raw_pyroute2 (median of per-round ratios; target <= 1.2)",
@@ -241,11 +422,6 @@ def print_table(result: dict[str, Any]) -> None:
         ("ratio_vs_ip_batch", f"{result['ratio_vs_ip_batch']:.3f}"),
         ("resync_noop_s (full resync, nothing to change)", f"{result['resync_noop_s']:.3f}"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'metric'.ljust(width)}  value")
-    print(f"{'-' * width}  -----")
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
 
 
 if __name__ == "__main__":

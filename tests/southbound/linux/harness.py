@@ -1,4 +1,4 @@
-"""Helpers of the Linux southbound tests that drive a real KVScheduler with the Linux plugin
+"""A scheduler + Linux plugin over a test namespace, and the helpers the model tests share
 (the ``linux`` fixture of ``conftest.py`` gives a namespace, a scheduler and the plugin)."""
 
 from __future__ import annotations
@@ -10,6 +10,20 @@ from typing import Any
 from scheduler import KVScheduler, TxnRecord, TxnType, ValueState
 from southbound.linux import LinuxPlugin, register
 from tests.netns import Netns
+
+
+@contextlib.contextmanager
+def linux_plugin(netns: str, **options: Any) -> Iterator[tuple[KVScheduler, LinuxPlugin]]:
+    """A fresh scheduler with the plugin registered in ``netns``; both closed on exit."""
+    scheduler = KVScheduler()
+    plugin = None
+    try:
+        plugin = register(scheduler, netns, **options)
+        yield scheduler, plugin
+    finally:
+        if plugin is not None:
+            plugin.close()
+        scheduler.close()
 
 
 def commit(scheduler: KVScheduler, values: dict[str, Any], **options: Any) -> int:
@@ -65,3 +79,14 @@ def assert_warm_restart_writes_nothing(ns: Netns, values: dict[str, Any]) -> Non
         assert plugin.client.generation == 0, "a change request was sent"
         assert all(state(second, key) is ValueState.CONFIGURED for key in values)
     assert ns.dump() == before
+
+
+def veth_pair(a: str, b: str, **fields: Any) -> dict[str, Any]:
+    """Both ends of a kvmesh veth pair, up (``fields`` apply to ``a``)."""
+    return {f"linux/interface/{a}": {"type": "veth", "veth": {"peer": b}, **fields},
+            f"linux/interface/{b}": {"type": "veth", "veth": {"peer": a}}}
+
+
+def last_writes(scheduler: KVScheduler) -> int:
+    """Southbound writes of the last transaction."""
+    return scheduler.transaction_history()[-1].southbound_writes
