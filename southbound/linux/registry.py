@@ -12,6 +12,7 @@ import re
 from southbound.linux.context import PluginContext
 from southbound.linux.interface_model import parse_interface
 from southbound.linux.models import LinuxInterface, LinuxRoute
+from southbound.linux.models.nftables import MODEL as NFTABLES
 from southbound.linux.route_model import parse_route
 from southbound.modelspec import ModelRegistry, ModelSpec
 
@@ -20,4 +21,5 @@ REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
               re.compile(r"linux/interface/(?!host/)[^/]+"), LinuxInterface, parse_interface),
     ModelSpec("linux/route", "linux/route/<table>/<dst cidr>/<dev>",
               re.compile(r"linux/route/.+"), LinuxRoute, parse_route),
+    NFTABLES,
 ))
