@@ -106,10 +106,9 @@ class Nft:
             raise NftError(operation, error_reason(result.stderr.decode(errors="replace")))
         return result.stdout
 
-    def apply(self, commands: Sequence[dict[str, Any]], operation: str) -> None:
-        """Run ``{"nftables": commands}`` as one nftables transaction (``nft -j -f -``): all
-        of it is committed, or none of it."""
-        document = json.dumps({"nftables": list(commands)}, separators=(",", ":"))
+    def apply(self, document: str, operation: str) -> None:
+        """Run an ``{"nftables": [...]}`` document as one nftables transaction
+        (``nft -j -f -``): all of it is committed, or none of it."""
         self._run(operation, ["-f", "-"], document.encode())
 
     def query(self, *what: str) -> list[dict[str, Any]]:

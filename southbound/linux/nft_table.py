@@ -19,10 +19,11 @@ the expressions.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic_core import to_json
 
 FAMILIES = ("ip", "ip6", "inet", "arp", "bridge", "netdev")
 MARKER_CHAIN = "kvmesh-owner"
@@ -35,25 +36,54 @@ _TABLE_ITEMS = ("chain", "set", "map", "rule", "counter", "quota", "limit", "ct 
 Obj = dict[str, Any]
 
 
+# The fields of each kind of object in a fixed order (unknown ones follow, sorted): the digest
+# does not depend on the order an operator wrote them in.
+CHAIN_FIELDS = ("name", "type", "hook", "prio", "policy", "dev")
+SET_FIELDS = ("name", "type", "policy", "flags", "elem", "timeout", "gc-interval", "size")
+RULE_FIELDS = ("chain", "expr", "comment")
+
+
+def _json(data: object) -> str:
+    """Compact JSON (pydantic-core's serialiser: several times faster than ``json`` on a table
+    of thousands of rules)."""
+    return to_json(data).decode()
+
+
 def digest(data: object) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _hash(_json(data))
+
+
+def _hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _element(item: Mapping[str, Any]) -> Obj:
-    """A chain/set/rule without what the key implies (and without null = absent fields)."""
-    return {name: value for name, value in item.items()
-            if value is not None and name not in _IMPLIED}
+def _element(item: Mapping[str, Any], order: Sequence[str]) -> Obj:
+    """A chain/set/rule without what the key implies and without null (= absent) fields, its
+    fields in a fixed order."""
+    result = {name: item[name] for name in order if item.get(name) is not None}
+    if len(result) < len(item):
+        result.update((name, item[name]) for name in sorted(item)
+                      if name not in result and name not in _IMPLIED
+                      and item[name] is not None)
+    return result
 
 
 @dataclass(frozen=True)
 class TableSpec:
+    """A table's canonical form. Equal specs mean equal tables (dict equality: key order does
+    not matter); ``digest`` is what the marker records."""
+
     family: str
     name: str
     chains: tuple[Obj, ...]
     sets: tuple[Obj, ...]
     rules: tuple[Obj, ...]
-    digest: str
+    # Of ``body``. Keys inside expressions and set elements keep the order they were written
+    # in: the same table written with those keys in another order has another digest.
+    digest: str = field(compare=False)
+    # The nft commands adding the chains, sets and rules, as JSON text (the items of a JSON
+    # array): serialised once, for the digest and for every transaction that applies the spec.
+    body: str = field(compare=False, repr=False)
 
     def to_value(self) -> Obj:
         return {"family": self.family, "name": self.name, "chains": list(self.chains),
@@ -71,22 +101,30 @@ class TableSpec:
 
 def table_spec(family: str, name: str, value: Mapping[str, Any]) -> TableSpec:
     """The canonical form of a table value (already validated, or read back from the kernel)."""
-    chains = sorted((_element(chain) for chain in value.get("chains") or ()),
+    chains = sorted((_element(chain, CHAIN_FIELDS) for chain in value.get("chains") or ()),
                     key=lambda chain: str(chain.get("name")))
-    sets = sorted((_element(item) for item in value.get("sets") or ()),
+    sets = sorted((_element(item, SET_FIELDS) for item in value.get("sets") or ()),
                   key=lambda item: str(item.get("name")))
     # Rules keep their order within a chain; the order between chains means nothing to nftables.
-    rules = sorted((_element(rule) for rule in value.get("rules") or ()),
+    rules = sorted((_element(rule, RULE_FIELDS) for rule in value.get("rules") or ()),
                    key=lambda rule: str(rule.get("chain")))
-    body = {"family": family, "name": name, "chains": chains, "sets": sets, "rules": rules}
-    return TableSpec(family, name, tuple(chains), tuple(sets), tuple(rules), digest(body))
+    where = {"family": family, "table": name}
+    # Chains and sets before the rules that name them.
+    commands = [{"add": {"chain": {**where, **chain}}} for chain in chains]
+    commands += [{"add": {"set": {**where, **item}}} for item in sets]
+    commands += [{"add": {"rule": {**where, **rule}}} for rule in rules]
+    text = _json(commands)
+    return TableSpec(family, name, tuple(chains), tuple(sets), tuple(rules), _hash(text),
+                     text[1:-1])
 
 
 # -- writing ----------------------------------------------------------------------------------
 
 
-def _in_table(spec_family: str, table: str, item: Mapping[str, Any]) -> Obj:
-    return {"family": spec_family, "table": table, **item}
+def document(*parts: Sequence[Obj] | str) -> str:
+    """An ``nft -j -f`` document of command lists and/or ``TableSpec.body`` texts, in order."""
+    items = [part if isinstance(part, str) else _json(list(part))[1:-1] for part in parts]
+    return '{"nftables":[' + ",".join(item for item in items if item) + "]}"
 
 
 def marker_comment(desired: str, baseline: str | None = None) -> str:
@@ -101,39 +139,37 @@ def _marker_rule(family: str, table: str, comment: str, handle: int | None = Non
     return rule
 
 
-def replace_commands(spec: TableSpec, *, fresh: bool = False) -> list[Obj]:
-    """One nftables transaction making the table exactly ``spec`` (with its marker).
+def replace_commands(spec: TableSpec, *, fresh: bool = False) -> str:
+    """One nftables transaction (an ``nft -j -f`` document) making the table exactly ``spec``,
+    with its marker.
 
     ``fresh``: the table must not exist yet (``create`` fails on an existing one, so a table
     someone else made is never replaced by accident); otherwise add-delete-add replaces it
     whether it exists or not."""
     table = {"family": spec.family, "name": spec.name}
     if fresh:
-        commands: list[Obj] = [{"create": {"table": table}}]
+        head: list[Obj] = [{"create": {"table": table}}]
     else:
-        commands = [{"add": {"table": table}}, {"delete": {"table": table}},
-                    {"add": {"table": table}}]
-    family, name = spec.family, spec.name
-    commands += [{"add": {"chain": _in_table(family, name, chain)}} for chain in spec.chains]
-    commands += [{"add": {"chain": _in_table(family, name, {"name": MARKER_CHAIN})}},
-                 {"add": {"rule": _marker_rule(family, name, marker_comment(spec.digest))}}]
-    commands += [{"add": {"set": _in_table(family, name, item)}} for item in spec.sets]
-    commands += [{"add": {"rule": _in_table(family, name, rule)}} for rule in spec.rules]
-    return commands
+        head = [{"add": {"table": table}}, {"delete": {"table": table}}, {"add": {"table": table}}]
+    marker = [{"add": {"chain": {"family": spec.family, "table": spec.name,
+                                 "name": MARKER_CHAIN}}},
+              {"add": {"rule": _marker_rule(spec.family, spec.name,
+                                            marker_comment(spec.digest))}}]
+    return document(head, spec.body, marker)
 
 
-def delete_commands(family: str, name: str) -> list[Obj]:
+def delete_commands(family: str, name: str) -> str:
     """One transaction deleting the table only if it carries kvmesh's marker: flushing a chain
     that does not exist fails (ENOENT), and with it the whole transaction."""
-    return [{"flush": {"chain": {"family": family, "table": name, "name": MARKER_CHAIN}}},
-            {"delete": {"table": {"family": family, "name": name}}}]
+    return document([{"flush": {"chain": {"family": family, "table": name,
+                                          "name": MARKER_CHAIN}}},
+                     {"delete": {"table": {"family": family, "name": name}}}])
 
 
-def record_baseline_command(family: str, name: str, marker: Marker, baseline: str) -> Obj:
+def record_baseline_command(family: str, name: str, marker: Marker, baseline: str) -> str:
     """Replace the marker rule (by handle) with one that also carries the baseline."""
-    return {"replace": {"rule": _marker_rule(family, name,
-                                             marker_comment(marker.desired, baseline),
-                                             marker.handle)}}
+    return document([{"replace": {"rule": _marker_rule(
+        family, name, marker_comment(marker.desired, baseline), marker.handle)}}])
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -228,8 +264,9 @@ def readback_value(family: str, name: str, objects: Sequence[Mapping[str, Any]])
     """A listed table as a value of the model (what Retrieve reports for a table that differs
     from what kvmesh applied)."""
     found: dict[str, list[Obj]] = {"chain": [], "set": [], "rule": []}
+    order = {"chain": CHAIN_FIELDS, "set": SET_FIELDS, "rule": RULE_FIELDS}
     for kind, body in stable_objects(objects):
         if kind in found:
-            found[kind].append(_element(body))
+            found[kind].append(_element(body, order[kind]))
     return {"family": family, "name": name, "chains": found["chain"], "sets": found["set"],
             "rules": found["rule"]}

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.linux.context import PluginContext
@@ -62,9 +62,22 @@ Family = Literal["ip", "ip6", "inet", "arp", "bridge", "netdev"]
 NftName = Annotated[str, Field(
     pattern=_NAME_RE.pattern, min_length=1, max_length=255,
     description="an nftables name: a letter or '_', then letters, digits, '_', '-', '.'")]
-Expression = Annotated[dict[str, Any], Field(
-    min_length=1, max_length=1,
-    description="one nftables JSON expression, e.g. {\"accept\": null} (checked by nft)")]
+
+
+def _expressions(items: list[Any]) -> list[Any]:
+    # A plain check instead of a pydantic dict per expression: a big table has thousands.
+    if not items:
+        raise ValueError("must have at least one expression")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or len(item) != 1 or not isinstance(next(iter(item)), str):
+            raise ValueError(f"expression {index} must be a JSON object with exactly one key "
+                             f"(e.g. {{\"accept\": null}}), got {item!r}"[:200])
+    return items
+
+
+Expressions = Annotated[list[Any], AfterValidator(_expressions), WithJsonSchema({
+    "type": "array", "minItems": 1, "items": {"type": "object", "minProperties": 1,
+                                              "maxProperties": 1}})]
 
 
 def table_key(family: str, name: str) -> str:
@@ -143,7 +156,9 @@ class NftRule(_InTable):
     in list order."""
 
     chain: NftName = Field(description="the chain (declared in chains)")
-    expr: list[Expression] = Field(min_length=1, description="the rule's expressions")
+    expr: Expressions = Field(description="the rule's expressions, each one nftables JSON "
+                                          "expression such as {\"accept\": null} (checked by "
+                                          "nft)")
     comment: str | None = Field(None, max_length=128, description="rule comment")
 
 
@@ -204,10 +219,12 @@ def parse_table(key: str, value: object) -> TableSpec:
                    f"'_', '-', '.' only (at most 255), got {parsed[1]!r}")
     else:
         family, table = parsed
-    model = validate(NftTable, key, value, key_problems={KEY_FIELD: problem} if problem else None,
-                     context={"family": family, "table": table}, error=InvalidValueError)
+    validate(NftTable, key, value, key_problems={KEY_FIELD: problem} if problem else None,
+             context={"family": family, "table": table}, error=InvalidValueError)
     assert family is not None and table is not None
-    return table_spec(family, table, model.model_dump(by_alias=True, exclude_none=True))
+    # The value as given (nulls dropped by table_spec): the model has no defaults to fill in.
+    assert isinstance(value, Mapping)
+    return table_spec(family, table, value)
 
 
 class NftablesDescriptor:
@@ -298,8 +315,8 @@ class NftablesDescriptor:
         if objects is None or marker is None or marker.desired != spec.digest:
             return  # deleted or replaced since: the later operation records its own
         if marker.baseline is None:
-            self.nft.apply([record_baseline_command(spec.family, spec.name, marker,
-                                                    baseline_digest(objects))],
+            self.nft.apply(record_baseline_command(spec.family, spec.name, marker,
+                                                   baseline_digest(objects)),
                            f"record baseline of table {spec.family} {spec.name}")
 
     def wait_idle(self, timeout: float | None = None) -> bool:

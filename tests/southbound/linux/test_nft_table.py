@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from southbound.linux.models.nftables import parse_table, parse_table_key
@@ -31,7 +33,11 @@ def test_canonical_form_ignores_what_does_not_matter_and_keeps_rule_order() -> N
                                                        rule("b", "3")]})
     two = table_spec("ip", "t", {"chains": [{"name": "a"}, {"name": "b", "family": "ip"}],
                                  "rules": [rule("a", "2"), rule("b", "1"), rule("b", "3")]})
-    assert one == two
+    assert one == two and one.digest == two.digest
+    reordered = table_spec("ip", "t", {"chains": [{"name": "a"}, {"family": "ip", "name": "b"}],
+                                       "rules": [{"comment": "2", "expr": ACCEPT, "chain": "a"},
+                                                 rule("b", "1"), rule("b", "3")]})
+    assert reordered == one and reordered.digest == one.digest
     swapped = table_spec("ip", "t", {"chains": [{"name": "a"}, {"name": "b"}],
                                      "rules": [rule("a", "2"), rule("b", "3"), rule("b", "1")]})
     assert swapped.digest != one.digest
@@ -43,17 +49,18 @@ def test_replace_is_one_transaction_with_the_marker() -> None:
     spec = table_spec("inet", "f", {"chains": [{"name": "c"}], "sets": [{"name": "s",
                                                                          "type": "ipv4_addr"}],
                                     "rules": [rule("c", "x")]})
-    commands = replace_commands(spec)
+    commands = json.loads(replace_commands(spec))["nftables"]
     table = {"family": "inet", "name": "f"}
     assert commands[:3] == [{"add": {"table": table}}, {"delete": {"table": table}},
                             {"add": {"table": table}}]
     kinds = [next(iter(next(iter(command.values())))) for command in commands[3:]]
-    assert kinds == ["chain", "chain", "rule", "set", "rule"]  # chains and sets before rules
-    assert replace_commands(spec, fresh=True)[0] == {"create": {"table": table}}
-    marker_rule = commands[5]["add"]["rule"]
+    assert kinds == ["chain", "set", "rule", "chain", "rule"]  # chains and sets before rules
+    assert json.loads(replace_commands(spec, fresh=True))["nftables"][0] == {
+        "create": {"table": table}}
+    marker_rule = commands[-1]["add"]["rule"]
     assert marker_rule["chain"] == MARKER_CHAIN and marker_rule["comment"] == \
         f"kvmesh d={spec.digest}"
-    assert delete_commands("inet", "f")[0] == {
+    assert json.loads(delete_commands("inet", "f"))["nftables"][0] == {
         "flush": {"chain": {"family": "inet", "table": "f", "name": MARKER_CHAIN}}}
 
 

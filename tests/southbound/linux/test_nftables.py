@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import KVScheduler, TransactionError, TxnOperation, ValueState
+from scheduler import KVScheduler, RetryPolicy, TransactionError, TxnOperation, ValueState
 from southbound.linux import register
 from southbound.linux.models.nftables import NAME as DESCRIPTOR_NAME
 from southbound.linux.nft_table import MARKER_CHAIN, find_marker
@@ -74,11 +74,11 @@ def baseline_recorded(ns: Netns, family: str, name: str) -> bool:
     return marker is not None and marker.baseline is not None
 
 
-def commit(scheduler: KVScheduler, values: dict[str, Any]) -> None:
+def commit(scheduler: KVScheduler, values: dict[str, Any], **options: Any) -> None:
     txn = scheduler.start_txn()
     for key, value in values.items():
         txn.set_value(key, value)
-    txn.commit()
+    txn.commit(**options)
 
 
 def state(scheduler: KVScheduler, key: str) -> ValueState:
@@ -238,7 +238,7 @@ def test_a_failed_update_leaves_the_previous_table_whole(linux) -> None:
         {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "nosuchfield"}},
                    "right": 1}}, {"drop": None}]})
     with pytest.raises(TransactionError):
-        commit(scheduler, {KEY: broken})
+        commit(scheduler, {KEY: broken}, retry=RetryPolicy(period=60))
     status = scheduler.get_value_status(KEY)
     assert status.state is ValueState.FAILED, status  # not retried: nft said it is wrong
     assert "nft: Unknown tcp field 'nosuchfield'" in str(status.error)
