@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import subprocess
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -91,8 +92,18 @@ class Nft:
     def _run(self, operation: str, args: Sequence[str], stdin: bytes | None = None) -> bytes:
         self.calls += 1
         try:
-            result = subprocess.run(self._argv(args), input=stdin, capture_output=True,
-                                    timeout=self.timeout, check=False)
+            if stdin is None:
+                result = subprocess.run(self._argv(args), stdin=subprocess.DEVNULL,
+                                        capture_output=True, timeout=self.timeout, check=False)
+            else:
+                # From an unlinked file, not a pipe: subprocess feeds a pipe 512 bytes per
+                # Python loop turn, and under another thread's load a big table then waits
+                # for the GIL hundreds of times.
+                with tempfile.TemporaryFile() as source:
+                    source.write(stdin)
+                    source.seek(0)
+                    result = subprocess.run(self._argv(args), stdin=source, capture_output=True,
+                                            timeout=self.timeout, check=False)
         except FileNotFoundError as exc:
             self.errors += 1
             raise NftError(operation, f"cannot run {exc.filename!r}: install nftables "

@@ -328,10 +328,12 @@ def run_nft_scheduler(value: dict[str, Any]) -> tuple[float, float, float]:
 
 
 def run_nft_raw(document: bytes, rules: int) -> float:
-    with fresh_netns() as netns:
+    with fresh_netns() as netns, tempfile.NamedTemporaryFile(suffix=".json") as source:
+        source.write(document)
+        source.flush()
         start = time.perf_counter()
-        subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "nft", "-j", "-f", "-"],
-                       input=document, check=True)
+        subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "nft", "-j", "-f", source.name],
+                       check=True)
         elapsed = time.perf_counter() - start
         if nft_rule_count(netns) != rules:
             raise SystemExit("nftables benchmark sanity check failed (nft -j -f)")
