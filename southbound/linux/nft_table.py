@@ -131,12 +131,9 @@ def marker_comment(desired: str, baseline: str | None = None) -> str:
     return f"{MARKER_TAG} d={desired}" + (f" r={baseline}" if baseline else "")
 
 
-def _marker_rule(family: str, table: str, comment: str, handle: int | None = None) -> Obj:
-    rule: Obj = {"family": family, "table": table, "chain": MARKER_CHAIN,
-                 "expr": [{"return": None}], "comment": comment}
-    if handle is not None:
-        rule["handle"] = handle
-    return rule
+def _marker_rule(family: str, table: str, comment: str) -> Obj:
+    return {"family": family, "table": table, "chain": MARKER_CHAIN, "expr": [{"return": None}],
+            "comment": comment}
 
 
 def replace_commands(spec: TableSpec, *, fresh: bool = False) -> str:
@@ -167,9 +164,12 @@ def delete_commands(family: str, name: str) -> str:
 
 
 def record_baseline_command(family: str, name: str, marker: Marker, baseline: str) -> str:
-    """Replace the marker rule (by handle) with one that also carries the baseline."""
-    return document([{"replace": {"rule": _marker_rule(
-        family, name, marker_comment(marker.desired, baseline), marker.handle)}}])
+    """Swap the marker rule (by handle) for one that also carries the baseline, in one
+    transaction (``delete`` + ``add``: nft needs no rule cache for it, unlike ``replace``)."""
+    where = {"family": family, "table": name, "chain": MARKER_CHAIN}
+    return document([{"delete": {"rule": {**where, "handle": marker.handle}}},
+                     {"add": {"rule": _marker_rule(family, name,
+                                                   marker_comment(marker.desired, baseline))}}])
 
 
 # -- reading ----------------------------------------------------------------------------------
