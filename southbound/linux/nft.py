@@ -154,14 +154,24 @@ class SerialRunner:
         self.deferred_failures = 0
 
     def run(self, operation: Callable[[], T]) -> T:
-        with self._lock:
-            self._drain()
-            return operation()
+        try:
+            with self._lock:
+                self._drain()
+                return operation()
+        finally:
+            self._kick()  # what ``operation`` deferred starts once the lock is free
 
     def defer(self, job: Callable[[], None]) -> None:
         with self._idle:
             self._busy += 1
             self._pending.append(job)
+        if not self._lock.locked():
+            self._kick()  # else the running operation kicks it when it ends
+
+    def _kick(self) -> None:
+        with self._idle:
+            if not self._pending:
+                return
         threading.Thread(target=self.run, args=(lambda: None,), name="nft-deferred",
                          daemon=True).start()
 

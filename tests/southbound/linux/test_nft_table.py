@@ -7,7 +7,7 @@ import json
 import pytest
 
 from southbound.linux.models.nftables import parse_table, parse_table_key
-from southbound.linux.nft import NftError, error_reason
+from southbound.linux.nft import NftError, SerialRunner, error_reason
 from southbound.linux.nft_table import (
     MARKER_CHAIN,
     baseline_digest,
@@ -126,3 +126,20 @@ def test_keys() -> None:
         parse_table("linux/nftables/inet/a/b", {})
     with pytest.raises(FieldsInvalidError, match="table name must start with a letter"):
         parse_table("linux/nftables/inet/9x", {})
+
+
+def test_deferred_jobs_run_after_their_operation_and_before_any_later_one() -> None:
+    runner = SerialRunner()
+    order: list[str] = []
+
+    def first() -> None:
+        order.append("first")
+        runner.defer(lambda: order.append("deferred"))
+        runner.defer(lambda: 1 / 0)  # a failing job is logged and counted, not raised
+
+    runner.run(first)
+    runner.run(lambda: order.append("second"))
+    assert order == ["first", "deferred", "second"]
+    assert runner.wait_idle(10) and runner.deferred_failures == 1
+    runner.defer(lambda: order.append("alone"))  # outside any operation: runs on its own
+    assert runner.wait_idle(10) and order[-1] == "alone"
