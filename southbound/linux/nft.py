@@ -188,9 +188,9 @@ class SerialRunner:
                 job = self._pending.popleft()
             try:
                 job()
-            except Exception:
+            except Exception as exc:  # e.g. the namespace went away meanwhile
                 self.deferred_failures += 1
-                log.exception("deferred nftables job failed")
+                log.warning("deferred nftables job failed: %s", exc)
             finally:
                 with self._idle:
                     self._busy -= 1

@@ -184,27 +184,30 @@ class NftTable(StrictModel):
             problems["family"] = f"must match the key ({family})"
         if table is not None and self.name not in (None, table):
             problems["name"] = f"must match the key ({table})"
-        chains: set[str] = set()
         for section in ("chains", "sets", "rules"):
-            seen: set[str] = set()
             for index, item in enumerate(getattr(self, section)):
-                where = f"{section}[{index}]"
-                if family is not None and item.family not in (None, family):
-                    problems[f"{where}.family"] = f"must match the key ({family})"
-                if table is not None and item.table not in (None, table):
-                    problems[f"{where}.table"] = f"must match the key ({table})"
-                if isinstance(item, NftRule):
-                    if item.chain not in chains:
-                        problems[f"{where}.chain"] = f"no chain {item.chain!r} in chains"
-                    continue
-                if item.name in seen:
-                    problems[f"{where}.name"] = f"{item.name!r} is declared twice"
-                seen.add(item.name)
-            if section == "chains":
-                chains = seen
+                if item.family not in (None, family) and family is not None:
+                    problems[f"{section}[{index}].family"] = f"must match the key ({family})"
+                if item.table not in (None, table) and table is not None:
+                    problems[f"{section}[{index}].table"] = f"must match the key ({table})"
+        chains = _unique_names("chains", self.chains, problems)
+        _unique_names("sets", self.sets, problems)
+        for index, rule in enumerate(self.rules):
+            if rule.chain not in chains:
+                problems[f"rules[{index}].chain"] = f"no chain {rule.chain!r} in chains"
         if problems:
             raise FieldProblems(problems)
         return self
+
+
+def _unique_names(section: str, items: Sequence[NftChain | NftSet],
+                  problems: dict[str, str]) -> set[str]:
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if item.name in seen:
+            problems[f"{section}[{index}].name"] = f"{item.name!r} is declared twice"
+        seen.add(item.name)
+    return seen
 
 
 def parse_table(key: str, value: object) -> TableSpec:
