@@ -3,7 +3,7 @@
 * ``TableSpec``: the canonical form of a ``linux/nftables/<family>/<table>`` value (family and
   table implied by the key and left out of the objects; chains and sets ordered by name; rules
   grouped by chain, in their order) and its ``digest``.
-* ``replace_commands``: the one nftables transaction that replaces the table as a whole.
+* ``replace_transaction``: the one nftables transaction that replaces the table as a whole.
 * The ownership marker: a regular chain ``kvmesh-owner`` holding one inert rule whose comment
   carries ``d=<digest of the desired value>`` and, once recorded, ``r=<digest of the table as the
   kernel lists it>`` (the baseline). A table without it is not kvmesh's. nftables 1.0.6's JSON
@@ -136,7 +136,7 @@ def _marker_rule(family: str, table: str, comment: str) -> Obj:
             "comment": comment}
 
 
-def replace_commands(spec: TableSpec, *, fresh: bool = False) -> str:
+def replace_transaction(spec: TableSpec, *, fresh: bool = False) -> str:
     """One nftables transaction (an ``nft -j -f`` document) making the table exactly ``spec``,
     with its marker.
 
@@ -155,7 +155,7 @@ def replace_commands(spec: TableSpec, *, fresh: bool = False) -> str:
     return document(head, spec.body, marker)
 
 
-def delete_commands(family: str, name: str) -> str:
+def delete_transaction(family: str, name: str) -> str:
     """One transaction deleting the table only if it carries kvmesh's marker: flushing a chain
     that does not exist fails (ENOENT), and with it the whole transaction."""
     return document([{"flush": {"chain": {"family": family, "table": name,
@@ -163,7 +163,7 @@ def delete_commands(family: str, name: str) -> str:
                      {"delete": {"table": {"family": family, "name": name}}}])
 
 
-def record_baseline_command(family: str, name: str, marker: Marker, baseline: str) -> str:
+def baseline_transaction(family: str, name: str, marker: Marker, baseline: str) -> str:
     """Swap the marker rule (by handle) for one that also carries the baseline, in one
     transaction (``delete`` + ``add``: nft needs no rule cache for it, unlike ``replace``)."""
     where = {"family": family, "table": name, "chain": MARKER_CHAIN}

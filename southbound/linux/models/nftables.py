@@ -6,7 +6,7 @@ The value is nftables' own JSON (what ``nft -j list table`` prints inside ``{"nf
 and must then agree). pydantic checks the structure; the expressions are nft's to check.
 
 * Apply: the whole table is replaced in ONE nftables transaction (``nft -j -f -``): nobody ever
-  sees it half-written or missing (``nft_table.replace_commands``).
+  sees it half-written or missing (``nft_table.replace_transaction``).
 * Ownership: the table carries kvmesh's marker (``nft_table.MARKER_CHAIN``). Tables without it
   are OBTAINED ``linux/nftables/host/<family>/<table>`` values, never changed or deleted; a
   declared table that already exists without the marker is refused (retriable, like a foreign
@@ -40,12 +40,12 @@ from southbound.linux.nft_table import (
     MARKER_CHAIN,
     TableSpec,
     baseline_digest,
-    delete_commands,
+    baseline_transaction,
+    delete_transaction,
     find_marker,
     group_tables,
     readback_value,
-    record_baseline_command,
-    replace_commands,
+    replace_transaction,
     table_spec,
 )
 from southbound.modelspec import ModelSpec
@@ -277,7 +277,7 @@ class NftablesDescriptor:
     def _create(self, spec: TableSpec) -> None:
         what = f"create table {spec.family} {spec.name}"
         try:
-            self.nft.apply(replace_commands(spec, fresh=True), what)
+            self.nft.apply(replace_transaction(spec, fresh=True), what)
         except NftError:
             existing = self.nft.list_table(spec.family, spec.name)
             if existing is None:
@@ -285,14 +285,14 @@ class NftablesDescriptor:
             if find_marker(existing) is None:
                 raise OwnershipError(what, f"table {spec.family} {spec.name} exists and was not "
                                            "made by kvmesh: kvmesh leaves it alone") from None
-            self.nft.apply(replace_commands(spec), what)  # kvmesh's own, left from before
+            self.nft.apply(replace_transaction(spec), what)  # kvmesh's own, left from before
         self._record_baseline_later(spec)
 
     def update(self, key: str, old: Any, new: Any, metadata: Any) -> None:
         spec = self.specs.get(key, new)
 
         def replace() -> None:
-            self.nft.apply(replace_commands(spec), f"replace table {spec.family} {spec.name}")
+            self.nft.apply(replace_transaction(spec), f"replace table {spec.family} {spec.name}")
             self._record_baseline_later(spec)
 
         self.serial.run(replace)
@@ -305,7 +305,7 @@ class NftablesDescriptor:
 
         def remove() -> None:
             try:
-                self.nft.apply(delete_commands(family, name), f"delete table {family} {name}")
+                self.nft.apply(delete_transaction(family, name), f"delete table {family} {name}")
             except NftError as exc:
                 if not is_absent(exc):
                     raise
@@ -324,8 +324,8 @@ class NftablesDescriptor:
         if objects is None or marker is None or marker.desired != spec.digest:
             return  # deleted or replaced since: the later operation records its own
         if marker.baseline is None:
-            self.nft.apply(record_baseline_command(spec.family, spec.name, marker,
-                                                   baseline_digest(objects)),
+            self.nft.apply(baseline_transaction(spec.family, spec.name, marker,
+                                                baseline_digest(objects)),
                            f"record baseline of table {spec.family} {spec.name}")
 
     def wait_idle(self, timeout: float | None = None) -> bool:

@@ -11,11 +11,11 @@ from southbound.linux.nft import NftError, SerialRunner, error_reason
 from southbound.linux.nft_table import (
     MARKER_CHAIN,
     baseline_digest,
-    delete_commands,
+    delete_transaction,
     find_marker,
     group_tables,
     readback_value,
-    replace_commands,
+    replace_transaction,
     table_spec,
 )
 from southbound.validation import FieldsInvalidError
@@ -49,18 +49,18 @@ def test_replace_is_one_transaction_with_the_marker() -> None:
     spec = table_spec("inet", "f", {"chains": [{"name": "c"}], "sets": [{"name": "s",
                                                                          "type": "ipv4_addr"}],
                                     "rules": [rule("c", "x")]})
-    commands = json.loads(replace_commands(spec))["nftables"]
+    commands = json.loads(replace_transaction(spec))["nftables"]
     table = {"family": "inet", "name": "f"}
     assert commands[:3] == [{"add": {"table": table}}, {"delete": {"table": table}},
                             {"add": {"table": table}}]
     kinds = [next(iter(next(iter(command.values())))) for command in commands[3:]]
     assert kinds == ["chain", "set", "rule", "chain", "rule"]  # chains and sets before rules
-    assert json.loads(replace_commands(spec, fresh=True))["nftables"][0] == {
+    assert json.loads(replace_transaction(spec, fresh=True))["nftables"][0] == {
         "create": {"table": table}}
     marker_rule = commands[-1]["add"]["rule"]
     assert marker_rule["chain"] == MARKER_CHAIN and marker_rule["comment"] == \
         f"kvmesh d={spec.digest}"
-    assert json.loads(delete_commands("inet", "f"))["nftables"][0] == {
+    assert json.loads(delete_transaction("inet", "f"))["nftables"][0] == {
         "flush": {"chain": {"family": "inet", "table": "f", "name": MARKER_CHAIN}}}
 
 
