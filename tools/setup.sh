@@ -9,7 +9,8 @@ command -v ip >/dev/null || need_apt+=(iproute2)
 command -v thrift >/dev/null || need_apt+=(thrift-compiler)
 command -v dot >/dev/null || need_apt+=(graphviz)
 command -v ping >/dev/null || need_apt+=(iputils-ping)  # traffic during warm restarts (tests)
-command -v nft >/dev/null || need_apt+=(nftables)  # chaos faults (kvmesh/faults.py)
+command -v nft >/dev/null || need_apt+=(nftables)  # the nftables model (libnftables JSON), chaos faults
+command -v nsenter >/dev/null || need_apt+=(util-linux)  # nft run in the plugin's namespace
 command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for the REST API
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from southbound.linux.context import PluginContext
 from southbound.linux.models import interface, neighbor, route, rule, sysctl
+from southbound.linux.models.nftables import MODEL as NFTABLES
 from southbound.modelspec import ModelRegistry
 
 REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
@@ -19,4 +20,5 @@ REGISTRY: ModelRegistry[PluginContext] = ModelRegistry("linux", (
     neighbor.MODEL,
     rule.MODEL,
     sysctl.MODEL,
+    NFTABLES,
 ))

@@ -16,6 +16,9 @@ address's subnet; every link carries kvmesh's ownership group and every route it
 * ``ip_batch_s``: the same configuration through ``ip -n <ns> -batch`` (reference only).
 * ``resync_noop_s``: a full resync with the same desired state right after the transaction
   (Retrieve of links, addresses, routes + diff; nothing to change).
+* ``nft_table_1000_rules_s``: one ``linux/nftables/inet/bench`` table of 1000 rules applied
+  through the scheduler (commit to return), against ``nft_json_baseline_s``: ``nft -j -f -`` of
+  the same table's JSON in the same kind of namespace, same round (``--nft-only``: just these).
 
 Models of issue 18, each against its own raw pyroute2 baseline in the same rounds:
 
@@ -56,6 +59,7 @@ from pyroute2 import IPRoute
 from scheduler import KVScheduler
 from southbound.linux import KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO, register
 from southbound.linux.models.neighbor import NUD_PERMANENT
+from southbound.linux.models.nftables import NAME as NFTABLES_DESCRIPTOR
 from southbound.linux.models.rule import ACTIONS
 
 NEIGHBORS = 1000
@@ -300,13 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--only", default="all",
-                        choices=("all", "pairs", "models", "neighbors", "rules"),
+                        choices=("all", "pairs", "models", "neighbors", "rules", "nft"),
                         help="measure only these workloads, each with its baseline (models: "
                         "neighbors and rules)")
+    parser.add_argument("--nft-only", action="store_true", help="the same as --only nft")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("linux_bench needs root (network namespaces)", file=sys.stderr)
         return 2
+    if args.nft_only or args.only == "nft":
+        nft_result = nft_metrics(args.runs or 7)
+        print(json.dumps(nft_result) if args.json else "\n".join(
+            f"{name}  {value}" for name, value in nft_result.items() if name != "nft_samples"))
+        return 0
     count = args.pairs or (200 if args.quick else 1000)
     runs = args.runs or (3 if args.quick else 5)
     pairs = [Pair(i) for i in range(count)]
@@ -370,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     if samples["neighbors"] or samples["rules"]:
         result["target_models_ratio_vs_raw_pyroute2"] = 1.3
     result["samples"] = {name: [round(x, 4) for x in values] for name, values in samples.items()}
+    if args.only == "all":
+        result.update(nft_metrics(runs))
     if args.json:
         print(json.dumps(result))
     else:
@@ -401,6 +413,13 @@ def print_table(result: dict[str, Any]) -> None:
                 (f"{model}_ratio_vs_raw_pyroute2 (median of per-round ratios; target <= 1.3)",
                  f"{result[f'{model}_ratio_vs_raw_pyroute2']:.3f}"),
             ]
+    if "nft_table_1000_rules_s" in result:
+        rows += [
+            ("nft_table_1000_rules_s (scheduler)", f"{result['nft_table_1000_rules_s']:.3f}"),
+            ("nft_json_baseline_s (nft -j -f, same JSON)",
+             f"{result['nft_json_baseline_s']:.3f}"),
+            ("nft_ratio_vs_nft_json (target <= 1.3)", f"{result['nft_ratio_vs_nft_json']:.3f}"),
+        ]
     width = max(len(name) for name, _ in rows)
     print(f"{'metric'.ljust(width)}  value")
     print(f"{'-' * width}  -----")
@@ -422,6 +441,116 @@ def pair_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("ratio_vs_ip_batch", f"{result['ratio_vs_ip_batch']:.3f}"),
         ("resync_noop_s (full resync, nothing to change)", f"{result['resync_noop_s']:.3f}"),
     ]
+
+
+# -- nftables: one table of 1000 rules --------------------------------------------------------
+
+NFT_RULES = 1000
+
+
+def nft_table_value(rules: int = NFT_RULES) -> dict[str, Any]:
+    return {
+        "chains": [{"name": "input", "type": "filter", "hook": "input", "prio": 0,
+                    "policy": "accept"}],
+        "rules": [{"chain": "input", "expr": [
+            {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                       "right": str(ipaddress.IPv4Address(0x0A000000 + i))}},
+            {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                       "right": 10000 + i}},
+            {"counter": None}, {"drop": None}]} for i in range(rules)],
+    }
+
+
+def nft_document(value: dict[str, Any]) -> bytes:
+    """The same table as one plain ``nft -j -f`` document (what an operator would load)."""
+    where = {"family": "inet", "table": "bench"}
+    commands: list[dict[str, Any]] = [{"add": {"table": {"family": "inet", "name": "bench"}}}]
+    commands += [{"add": {"chain": {**where, **chain}}} for chain in value["chains"]]
+    commands += [{"add": {"rule": {**where, **rule}}} for rule in value["rules"]]
+    return json.dumps({"nftables": commands}).encode()
+
+
+def nft_rule_count(netns: str) -> int:
+    listing = subprocess.run(["ip", "netns", "exec", netns, "nft", "-j", "list", "table", "inet",
+                              "bench"], capture_output=True, check=True).stdout
+    return sum(1 for item in json.loads(listing)["nftables"]
+               if "rule" in item and item["rule"]["chain"] == "input")
+
+
+def run_nft_scheduler(value: dict[str, Any]) -> tuple[float, float, float]:
+    """(commit s, commit + deferred baseline s, no-op full resync s) in a fresh namespace."""
+    key = "linux/nftables/inet/bench"
+    with fresh_netns() as netns:
+        scheduler = KVScheduler()
+        plugin = register(scheduler, netns)
+        try:
+            # The descriptor object behind the registered callbacks (to wait for its baseline).
+            descriptor = next(d for d in scheduler.descriptors() if d.name == NFTABLES_DESCRIPTOR)
+            nftables: Any = descriptor.create.__self__  # type: ignore[union-attr]
+            txn = scheduler.start_txn()
+            txn.set_value(key, value)
+            start = time.perf_counter()
+            txn.commit()
+            txn_s = time.perf_counter() - start
+            if not nftables.wait_idle(60):
+                raise SystemExit("nftables baseline not recorded within 60 s")
+            with_baseline_s = time.perf_counter() - start
+            start = time.perf_counter()
+            scheduler.resync({key: value}, kind="full")
+            resync_s = time.perf_counter() - start
+            if scheduler.transaction_history()[-1].executed:
+                raise SystemExit("nftables: the no-op resync changed something")
+        finally:
+            plugin.close()
+            scheduler.close()
+        if nft_rule_count(netns) != len(value["rules"]):
+            raise SystemExit("nftables benchmark sanity check failed (scheduler)")
+    return txn_s, with_baseline_s, resync_s
+
+
+def run_nft_raw(document: bytes, rules: int) -> float:
+    with fresh_netns() as netns, tempfile.NamedTemporaryFile(suffix=".json") as source:
+        source.write(document)
+        source.flush()
+        start = time.perf_counter()
+        subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "nft", "-j", "-f", source.name],
+                       check=True)
+        elapsed = time.perf_counter() - start
+        if nft_rule_count(netns) != rules:
+            raise SystemExit("nftables benchmark sanity check failed (nft -j -f)")
+    return elapsed
+
+
+def nft_metrics(runs: int) -> dict[str, Any]:
+    value = nft_table_value()
+    document = nft_document(value)
+    samples: dict[str, list[float]] = {"scheduler": [], "with_baseline": [], "resync": [],
+                                       "nft": []}
+    for round_number in range(runs):
+        def scheduler_side() -> None:
+            txn_s, with_baseline_s, resync_s = run_nft_scheduler(value)
+            samples["scheduler"].append(txn_s)
+            samples["with_baseline"].append(with_baseline_s)
+            samples["resync"].append(resync_s)
+
+        def nft_side() -> None:
+            samples["nft"].append(run_nft_raw(document, NFT_RULES))
+
+        sides = [scheduler_side, nft_side]
+        for side in sides if round_number % 2 == 0 else reversed(sides):
+            side()
+    paired = [s / r for s, r in zip(samples["scheduler"], samples["nft"], strict=True)]
+    return {
+        "nft_rules": NFT_RULES,
+        "nft_runs": runs,
+        "nft_table_1000_rules_s": round(median(samples["scheduler"]), 4),
+        "nft_json_baseline_s": round(median(samples["nft"]), 4),
+        "nft_ratio_vs_nft_json": round(median(paired), 3),
+        "nft_target_ratio": 1.3,
+        "nft_with_baseline_s": round(median(samples["with_baseline"]), 4),
+        "nft_resync_noop_s": round(median(samples["resync"]), 4),
+        "nft_samples": {name: [round(x, 4) for x in values] for name, values in samples.items()},
+    }
 
 
 if __name__ == "__main__":
