@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import yaml
 
 from kvmesh import cluster
 from kvmesh.cli.ops_cmds import outcome
+from kvmesh.rest_client import AgentRest, Credentials, RestError
 from tests.netns import netns_available
 from tests.util import wait_until
 
@@ -33,14 +32,15 @@ class Cli:
         self.env = {**os.environ, **env}  # the cluster operator's keys (kvmesh cluster env)
         self.files = 0
 
-    def post(self, node: str, path: str, body: object) -> tuple[int, dict]:
-        request = urllib.request.Request(f"http://{self.http[node]}{path}", method="POST",
-                                         data=json.dumps(body).encode())
+    def post(self, node: str, path: str, body: object,
+             credentials: Credentials | None = None) -> tuple[int, dict]:
+        """POST to `node`'s agent with the token the CLI finds (or `credentials`)."""
+        rest = AgentRest.at(self.http[node], timeout_s=60, credentials=credentials)
         try:
-            with urllib.request.urlopen(request, timeout=60) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            return 200, rest.json("POST", path, body=body)
+        except RestError as exc:
+            assert exc.status is not None, exc
+            return exc.status, exc.answer
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
@@ -310,8 +310,7 @@ def test_metrics_histograms_on_a_real_node(cli: Cli) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     def families() -> dict:
-        with urllib.request.urlopen(f"http://{cli.http['n2']}/metrics", timeout=30) as resp:
-            text = resp.read().decode()
+        text = AgentRest.at(cli.http["n2"]).request("GET", "/metrics").decode()
         return {f.name: {(s.name, s.labels.get("le")): s.value for s in f.samples}
                 for f in text_string_to_metric_families(text)}
 

@@ -109,10 +109,9 @@ class Proc:
         return KvStoreClient(self.cmd_url, timeout_s=5.0)
 
     def agent(self, path: str, method: str = "GET") -> Any:
-        import urllib.request
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", method=method)
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
+        from kvmesh.rest_client import AgentRest
+
+        return AgentRest.at(f"127.0.0.1:{self.http_port}", timeout_s=10).json(method, path)
 
     def record(self, key: str) -> dict[str, Any] | None:
         try:

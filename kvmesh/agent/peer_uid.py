@@ -1,0 +1,56 @@
+"""The local user behind a loopback TCP connection, from the kernel's socket table.
+
+SO_PEERCRED exists for Unix sockets only; for loopback TCP the client's own socket is in the
+same network namespace's table (`/proc/net/tcp`, `/proc/net/tcp6`) with its owner's uid. The
+agent records that uid next to the identity a request's token proves (revisions, logs): it
+says which local account sent a request, not what it may do (the token decides that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import pwd
+import struct
+
+
+def proc_address(host: str, port: int) -> str:
+    """`host:port` as /proc/net/tcp{,6} writes it (each 32-bit word in host byte order, hex)."""
+    packed = ipaddress.ip_address(host).packed
+    words = struct.unpack(f"<{len(packed) // 4}I", packed)
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
+
+
+def find_uid(table: str, local: str, remote: str) -> int | None:
+    """The uid of the socket whose local and remote addresses (proc format) are these."""
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 7 and fields[1] == local and fields[2] == remote:
+            with contextlib.suppress(ValueError):
+                return int(fields[7])
+    return None
+
+
+def loopback_peer_uid(peer: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """The uid owning the client socket `peer` connected to `server` (both loopback), or None."""
+    host = peer[0].removeprefix("::ffff:")
+    try:
+        if not ipaddress.ip_address(host).is_loopback:
+            return None
+        version = ipaddress.ip_address(host).version
+        server_host = server[0].removeprefix("::ffff:")
+        table = "/proc/net/tcp" if version == 4 else "/proc/net/tcp6"
+        with open(table, encoding="ascii") as handle:
+            text = handle.read()
+        return find_uid(text, proc_address(host, peer[1]), proc_address(server_host, server[1]))
+    except (OSError, ValueError):
+        return None
+
+
+def describe_uid(uid: int | None) -> str:
+    if uid is None:
+        return ""
+    try:
+        return f"local uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"local uid {uid}"
