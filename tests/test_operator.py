@@ -272,11 +272,21 @@ def test_post_configuration_is_all_or_nothing(cli: Cli) -> None:
 
 def test_post_configuration_is_recorded_and_not_reapplied(cli: Cli) -> None:
     values = {**cli.desired("n2"), "linux/interface/br21": {"type": "bridge", "mtu": 1280}}
+    before = history(cli, "n2")
+    for wipe in ({"values": {}, "replace": True}, {"values": values}):  # without the token
+        status, body = cli.post("n2", "/configuration", wipe, credentials=Credentials())
+        assert status == 401 and "bearer token is required" in body["error"], body
+    assert history(cli, "n2") == before and "br21" not in cli.links("n2")
     status, body = cli.post("n2", "/configuration", {"values": values, "replace": True})
     assert status == 200 and body["ok"] and body["changed"] == ["linux/interface/br21"], body
     assert "br21" in cli.links("n2")
     assert cli.desired("n2")["linux/interface/br21"] == {"type": "bridge", "mtu": 1280}
     assert history(cli, "n2")[-1]["rev"] == body["revision"]
+    # The revision names what the request proved (the agent's token, from where, which local
+    # account), not the user the agent runs as.
+    who = history(cli, "n2")[-1]["who"]
+    assert who.startswith("the agent's generated operator token from 127.0.0.1:"), who
+    assert f"local uid {os.getuid()}" in who and "REST POST /configuration" in who
     # A later change through the mesh is applied: by then the agent has seen its own write.
     marker = cli.run("config", "set", "n2", "linux/interface/br22", '{"type": "bridge"}')
     assert marker.returncode == 0, marker.stderr

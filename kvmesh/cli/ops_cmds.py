@@ -175,10 +175,11 @@ class PlanCommand(KvCommand):
     """With --detailed-exitcode, 2 means "changes" and nothing else: a usage error exits 1."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        detailed = "--detailed-exitcode" in args  # (parsing consumes `args`)
         try:
             return super().parse_args(ctx, args)
         except click.ClickException as exc:
-            if "--detailed-exitcode" not in args:
+            if not detailed:
                 raise
             raise PlanUsageError(exc.format_message()) from exc
 

@@ -77,7 +77,8 @@ class AgentProc:
         except RestError as exc:
             if exc.status is None:
                 raise OSError(str(exc)) from None
-            return exc.status, str(exc).encode()
+            answer = exc.answer if exc.answer is not None else {"error": str(exc)}
+            return exc.status, json.dumps(answer).encode()
 
     def get_json(self, path: str, method: str = "GET") -> Any:
         status, body = self.get(path, method)
