@@ -45,7 +45,7 @@ from kvmesh.agent.http_wire import (
     parse_request_line,
     render_response,
 )
-from kvmesh.agent.peer_uid import describe_uid, loopback_peer_uid
+from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
 from kvstore.curve import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")

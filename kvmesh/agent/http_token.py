@@ -10,7 +10,8 @@ The token directory is the invoking user's: `/run/kvmesh/agents` for root, else
 `$XDG_RUNTIME_DIR/kvmesh/agents` (or `~/.local/state/kvmesh/agents`). The file is born with its
 final mode — 0600, or 0640 with the group `kvmesh` when that group exists — opened with
 O_CREAT|O_EXCL|O_NOFOLLOW (a planted file or symlink is replaced, never followed), and written
-only once nobody else can open it.
+only once nobody else can open it. The files of agents that were killed (nobody listens on their
+address any more) are swept when the next agent writes its own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import secrets
 import stat
 from pathlib import Path
+
+from kvmesh.agent.proc_net import anyone_listens
 
 ROOT_TOKEN_DIR = Path("/run/kvmesh/agents")
 TOKEN_GROUP = "kvmesh"
@@ -72,6 +75,22 @@ def token_name(host: str, port: int) -> str:
     return f"{netns_id()}-{host}-{port}.token"
 
 
+def sweep_stale(directory: Path) -> list[Path]:
+    """Remove the token files of agents of this network namespace that are gone (killed before
+    they could remove theirs): nobody listens on their address any more. An agent writes its
+    file only once it listens, so a live agent's file is never taken."""
+    prefix = f"{netns_id()}-"
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in directory.glob(f"{prefix}*.token"):
+            host, _sep, port = path.name[len(prefix):-len(".token")].rpartition("-")
+            if port.isdigit() and not anyone_listens(host, int(port)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
 def _group() -> int | None:
     try:
         return grp.getgrnam(TOKEN_GROUP).gr_gid
@@ -105,6 +124,7 @@ def write_token_file(path: Path, token: str) -> None:
     older file of that name (a killed agent's, or planted) is replaced, never followed."""
     gid = _group()
     _private_dir(path.parent, gid)
+    sweep_stale(path.parent)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     try:

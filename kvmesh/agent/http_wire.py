@@ -79,9 +79,9 @@ def body_length(headers: dict[str, str], max_body_bytes: int) -> int:
     if "transfer-encoding" in headers:
         raise HttpError(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, not chunks")
     raw = headers.get("content-length", "0") or "0"
-    if not raw.isdigit():
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw!r}")
-    length = int(raw)
+    if not (raw.isascii() and raw.isdigit()):  # (str.isdigit alone takes "¹" and "٣")
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw[:40]!r}")
+    length = int(raw) if len(raw) <= 18 else max_body_bytes + 1
     if length > max_body_bytes:
         raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {max_body_bytes} bytes")
     return length

@@ -41,6 +41,7 @@ from kvmesh.agent.http_token import (
     token_name,
     write_token_file,
 )
+from kvmesh.agent.proc_net import anyone_listens, describe_uid, loopback_peer_uid
 from kvmesh.rest_client import AgentRest
 from tests.kvstore.conftest import REPO, Mesh, free_port
 from tests.kvstore.conftest import mesh as mesh  # the fixture
@@ -259,7 +260,10 @@ def test_size_limits_answer_json(api_factory: Any) -> None:
 def test_malformed_requests_get_400_json(api_factory: Any) -> None:
     api = api_factory()
     for raw in (b"GET\r\n\r\n", b"GET /x HTTP/1.1\r\nno colon here\r\n\r\n",
-                b"GET /x HTTP/1.1\r\n folded: x\r\n\r\n", b"GET x HTTP/1.1\r\n\r\n"):
+                b"GET /x HTTP/1.1\r\n folded: x\r\n\r\n", b"GET x HTTP/1.1\r\n\r\n",
+                # digits str.isdigit() takes and int() does not (found by fuzzing http_head)
+                b"POST /scheduler/downstream-resync HTTP/1.1\r\nAuthorization: Bearer "
+                + TOKEN.encode() + b"\r\nContent-Length: 9\xb9\r\n\r\n"):
         with socket.create_connection(api.address, timeout=10) as sock:
             sock.sendall(raw)
             answer = b""
@@ -500,3 +504,25 @@ def test_a_planted_token_file_is_replaced_not_followed(tmp_path: Path) -> None:
     directory.chmod(0o777)
     with pytest.raises(TokenFileError, match="writable by group or others"):
         write_token_file(path, "u" * 32)
+
+
+def test_the_socket_table_names_the_local_user_and_the_listeners() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname(), timeout=10) as client:
+            assert loopback_peer_uid(client.getsockname(), server.getsockname()) == os.geteuid()
+        assert anyone_listens(*server.getsockname())
+    assert not anyone_listens("127.0.0.1", free_port())
+    assert describe_uid(0) == "local uid 0 (root)"
+
+
+def test_token_files_of_killed_agents_are_swept(tmp_path: Path) -> None:
+    directory = tmp_path / "agents"
+    directory.mkdir(mode=0o700)
+    stale = directory / token_name("127.0.0.1", free_port())  # nobody listens there
+    other_namespace = directory / "1-127.0.0.1-1.token"
+    for path in (stale, other_namespace):
+        path.write_text("x" * 20)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        fresh = directory / token_name(*server.getsockname())
+        write_token_file(fresh, "f" * 32)  # sweeps on the way
+        assert fresh.exists() and other_namespace.exists() and not stale.exists()
