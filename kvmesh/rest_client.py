@@ -113,12 +113,22 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
                        "agent's token; or give --http-token-file)", ca)
 
 
+def _mine(path: str | os.PathLike[str]) -> bool:
+    """Owned by this user and nobody else may write to it (a run directory someone else made
+    could name any file as "the token" and any certificate as "the CA")."""
+    st = os.lstat(path)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:
     from kvmesh import cluster
 
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        state = cluster.ClusterState.load(run_dir or cluster.DEFAULT_RUN_DIR)
-        if state is None or not state.http_token_file:
+        directory = run_dir or cluster.DEFAULT_RUN_DIR
+        if not _mine(directory) or not _mine(directory / cluster.STATE_FILE):
+            return None
+        state = cluster.ClusterState.load(directory)
+        if state is None or not state.http_token_file or not _mine(state.http_token_file):
             return None
         if not any(info.http == address.text for info in state.nodes.values()):
             return None

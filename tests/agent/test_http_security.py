@@ -526,3 +526,42 @@ def test_token_files_of_killed_agents_are_swept(tmp_path: Path) -> None:
         fresh = directory / token_name(*server.getsockname())
         write_token_file(fresh, "f" * 32)  # sweeps on the way
         assert fresh.exists() and other_namespace.exists() and not stale.exists()
+
+
+def test_the_client_takes_a_cluster_token_only_from_its_own_run_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvmesh.cluster import ClusterState, NodeInfo
+    from kvmesh.rest_client import AgentAddress, credentials_for
+
+    monkeypatch.delenv(HTTP_TOKEN_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    token = run_dir / "http-token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    ClusterState(str(run_dir), "chain", {"n1": NodeInfo("tcp://x:1", "tcp://x:2", None,
+                                                        "198.18.0.1:8080")},
+                 http_cert=str(run_dir / "cert.pem"), http_token_file=str(token)).save()
+    address = AgentAddress("198.18.0.1", 8080, tls=True)
+    found = credentials_for(address, run_dir)
+    assert found.token == TOKEN and found.ca == str(run_dir / "cert.pem")
+    assert credentials_for(AgentAddress("198.18.0.2", 8080), run_dir).token is None
+    run_dir.chmod(0o777)  # another user could have put that cluster.json there
+    assert credentials_for(address, run_dir).token is None
+
+
+def test_a_forged_agent_address_gets_no_generated_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compromised peer can announce any address for an agent; the client then sends no
+    agent-made token anywhere but to the loopback address that token belongs to."""
+    import kvmesh.rest_client as rest_client
+    from kvmesh.rest_client import AgentAddress, credentials_for
+
+    monkeypatch.delenv(HTTP_TOKEN_ENV, raising=False)
+    monkeypatch.setattr(rest_client, "search_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(rest_client, "_cluster_credentials", lambda *_: None)
+    for host, port in (("127.0.0.1", 8080), ("10.9.9.9", 8080)):
+        (tmp_path / token_name(host, port)).write_text(TOKEN + "\n")
+    assert credentials_for(AgentAddress("127.0.0.1", 8080)).token == TOKEN
+    assert credentials_for(AgentAddress("127.0.0.1", 8081)).token is None  # another port
+    assert credentials_for(AgentAddress("10.9.9.9", 8080)).token is None  # not loopback
