@@ -24,12 +24,10 @@ import os
 import secrets
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -337,20 +335,17 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
 
 
 def _http_answers(address: str, state: ClusterState | None = None) -> bool:
-    """Does the agent REST API at `address` answer (over TLS with the token, if the cluster
-    has REST credentials)?"""
-    request = urllib.request.Request(f"http://{address}/scheduler/stats")
-    context = None
-    if state is not None and state.http_token_file and state.http_cert:
-        request = urllib.request.Request(f"https://{address}/scheduler/stats")
-        token = Path(state.http_token_file).read_text().strip()
-        request.add_header("Authorization", f"Bearer {token}")
-        context = ssl.create_default_context(cafile=state.http_cert)
+    """Does the agent REST API at `address` answer, to the token a CLI would find (the
+    cluster's, over TLS, if it has REST credentials; else the agent's own)?"""
+    from kvmesh.rest_client import AgentRest, RestError
+
     try:
-        with urllib.request.urlopen(request, timeout=1, context=context) as resp:
-            return bool(resp.status == 200)
-    except OSError:
+        AgentRest.at(address, tls=bool(state is not None and state.http_cert), timeout_s=1,
+                     run_dir=Path(state.run_dir) if state is not None else None,
+                     ).request("GET", "/scheduler/stats")
+    except RestError:
         return False
+    return True
 
 
 def _netns(*args: str) -> None:

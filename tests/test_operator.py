@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import yaml
 from kvmesh import cluster
 from kvmesh.cli.members import announced_nodes
 from kvmesh.cli.ops_cmds import outcome
+from kvmesh.rest_client import AgentRest, Credentials, RestError
 from tests.netns import netns_available
 from tests.util import wait_until
 
@@ -34,14 +33,15 @@ class Cli:
         self.env = {**os.environ, **env}  # the cluster operator's keys (kvmesh cluster env)
         self.files = 0
 
-    def post(self, node: str, path: str, body: object) -> tuple[int, dict]:
-        request = urllib.request.Request(f"http://{self.http[node]}{path}", method="POST",
-                                         data=json.dumps(body).encode())
+    def post(self, node: str, path: str, body: object,
+             credentials: Credentials | None = None) -> tuple[int, dict]:
+        """POST to `node`'s agent with the token the CLI finds (or `credentials`)."""
+        rest = AgentRest.at(self.http[node], timeout_s=60, credentials=credentials)
         try:
-            with urllib.request.urlopen(request, timeout=60) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            return 200, rest.json("POST", path, body=body)
+        except RestError as exc:
+            assert exc.status is not None, exc
+            return exc.status, exc.answer
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
@@ -332,11 +332,21 @@ def test_post_configuration_is_all_or_nothing(cli: Cli) -> None:
 
 def test_post_configuration_is_recorded_and_not_reapplied(cli: Cli) -> None:
     values = {**cli.desired("n2"), "linux/interface/br21": {"type": "bridge", "mtu": 1280}}
+    before = history(cli, "n2")
+    for wipe in ({"values": {}, "replace": True}, {"values": values}):  # without the token
+        status, body = cli.post("n2", "/configuration", wipe, credentials=Credentials())
+        assert status == 401 and "bearer token is required" in body["error"], body
+    assert history(cli, "n2") == before and "br21" not in cli.links("n2")
     status, body = cli.post("n2", "/configuration", {"values": values, "replace": True})
     assert status == 200 and body["ok"] and body["changed"] == ["linux/interface/br21"], body
     assert "br21" in cli.links("n2")
     assert cli.desired("n2")["linux/interface/br21"] == {"type": "bridge", "mtu": 1280}
     assert history(cli, "n2")[-1]["rev"] == body["revision"]
+    # The revision names what the request proved (the agent's token, from where, which local
+    # account), not the user the agent runs as.
+    who = history(cli, "n2")[-1]["who"]
+    assert who.startswith("the agent's generated operator token from 127.0.0.1:"), who
+    assert f"local uid {os.getuid()}" in who and "REST POST /configuration" in who
     # A later change through the mesh is applied: by then the agent has seen its own write.
     marker = cli.run("config", "set", "n2", "linux/interface/br22", '{"type": "bridge"}')
     assert marker.returncode == 0, marker.stderr
@@ -370,8 +380,7 @@ def test_metrics_histograms_on_a_real_node(cli: Cli) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     def families() -> dict:
-        with urllib.request.urlopen(f"http://{cli.http['n2']}/metrics", timeout=30) as resp:
-            text = resp.read().decode()
+        text = AgentRest.at(cli.http["n2"]).request("GET", "/metrics").decode()
         return {f.name: {(s.name, s.labels.get("le")): s.value for s in f.samples}
                 for f in text_string_to_metric_families(text)}
 

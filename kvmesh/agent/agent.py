@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.core import Metric
@@ -91,7 +92,9 @@ class AgentConfig:
     # REST API TLS and bearer token (kvmesh.agent.http_server; docs/security.md).
     http_cert: str | None = None
     http_key: str | None = None
-    http_token_file: str | None = None
+    http_token_file: str | None = None  # None: the agent makes a token (kvmesh.agent.http_token)
+    http_read_token_file: str | None = None  # a reader's token: reads only
+    http_public_reads: bool = False  # reads without a token (writes always need one)
     coalesce_s: float = 0.05  # longest a change waits for others to join its transaction
     quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
     repair_delay_s: float = 0.2  # drift reported by a southbound is repaired this much later
@@ -158,6 +161,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._initial_load_done = threading.Event()
         self._http: Any = None
+        self._token_file: tuple[Path, str] | None = None  # a token this agent made, to remove
         self._failures: dict[str, int] = {}  # consecutive failed reconciliations per device
         self._repairs_pending: set[str] = set()
         self._unwatch: Callable[[], None] | None = None
@@ -188,23 +192,35 @@ class Agent:
             log.warning("no southbound enabled (--linux, --linux-netns, --vpp-socket)")
             self._spawn("agent-load", self._load_without_devices)
         if self.config.http is not None:
-            from kvmesh.agent.http_api import HttpApi
-            from kvmesh.agent.http_server import load_security
+            self._start_http(self.config.http)
 
-            cfg = self.config
-            security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file)
-            self._http = HttpApi(self, *self.config.http, security=security)
-            host, port = self._http.address
-            scheme = "https" if security.tls else "http"
-            log.info("agent HTTP API on %s://%s:%d%s", scheme, host, port,
-                     " (bearer token required)" if security.token else "")
-            if host in ("0.0.0.0", "::", ""):
-                # Bound to every address: announce a name other nodes can resolve.
-                host = socket.gethostname()
-            record: dict[str, Any] = {"http": f"{host}:{port}"}
-            if security.tls:
-                record["tls"] = True
-            self._status_queue.put(("agent", record))
+    def _start_http(self, address: tuple[str, int]) -> None:
+        """The REST API; without a configured token, the agent's own token, written to the
+        token directory for the local CLI once the address is known."""
+        from kvmesh.agent.http_api import HttpApi
+        from kvmesh.agent.http_server import load_security
+        from kvmesh.agent.http_token import token_dir, token_name, write_token_file
+
+        cfg = self.config
+        security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
+                                 cfg.http_read_token_file, cfg.http_public_reads)
+        self._http = HttpApi(self, *address, security=security)
+        host, port = self._http.address
+        if security.generated_token is not None:
+            path = token_dir() / token_name(host, port)
+            write_token_file(path, security.generated_token)
+            self._token_file = (path, security.generated_token)
+            log.info("REST API token (made at start) in %s", path)
+        scheme = "https" if security.tls else "http"
+        log.info("agent HTTP API on %s://%s:%d (bearer token required for writes%s)", scheme,
+                 host, port, "" if cfg.http_public_reads else " and reads")
+        if host in ("0.0.0.0", "::", ""):
+            # Bound to every address: announce a name other nodes can resolve.
+            host = socket.gethostname()
+        record: dict[str, Any] = {"http": f"{host}:{port}"}
+        if security.tls:
+            record["tls"] = True
+        self._status_queue.put(("agent", record))
 
     def add_device(self, name: str, register: Callable[[], Plugin],
                    reconnect: Callable[[float], None] | None = None) -> Device:
@@ -222,6 +238,10 @@ class Agent:
         self._stop.set()
         if self._http is not None:
             self._http.close()
+        if self._token_file is not None:
+            from kvmesh.agent.http_token import remove_token_file
+
+            remove_token_file(*self._token_file)
         for thread in self._threads:
             thread.join(timeout=10)
         self.recon.close()
@@ -599,10 +619,12 @@ class Agent:
                 self._count("nb_transaction_errors")
                 log.warning("northbound transaction: %s", exc)
 
-    def apply_configuration(self, values: Mapping[str, Model], replace: bool) -> dict[str, Any]:
+    def apply_configuration(self, values: Mapping[str, Model], replace: bool,
+                            who: str) -> dict[str, Any]:
         """REST POST /configuration: `values` (already validated) as one transaction with
         revert — all or nothing — then recorded in the mesh (desired state with a revision;
-        statuses as usual). ``replace`` also removes desired values `values` does not name."""
+        statuses as usual). ``replace`` also removes desired values `values` does not name.
+        `who`: the identity the request's credential proved (the revision's `who`)."""
         node = self.config.node
         with self._txn_lock:
             with self._lock:
@@ -629,7 +651,7 @@ class Agent:
                 with KvStoreClient(self.config.kv_url) as client:
                     rev = write_node_change(
                         client, node, changes, {key: current.get(key) for key in changes},
-                        who=who_am_i(f"agent {node}, REST POST /configuration"),
+                        who=f"{who} (agent {node}, REST POST /configuration)",
                         description="REST POST /configuration")
             except (KvStoreError, WriteRefused) as exc:
                 # Applied here but not in the mesh: the next re-dump brings the node back to

@@ -1,8 +1,9 @@
 """The agent's REST API (after Ligato's `/scheduler/...` endpoints) and `/metrics`.
 
-Built on the standard library's ThreadingHTTPServer: the API is a dozen small read-mostly
-endpoints with no need for a framework, and it keeps the agent free of another dependency.
-Every handler validates its query parameters; a bad one is a 400 with a JSON error message.
+Served by `http_server` (standard library asyncio, no framework: the API is a dozen small
+read-mostly endpoints). Every handler validates its query parameters; a bad one is a 400 with
+a JSON error message. Which requests only read (`is_read`) is decided here, next to the routes:
+the server asks an operator token for everything else.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import logging
 import shutil
 import subprocess
-import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ from datetime import datetime
 from http import HTTPStatus
 from typing import Any, Protocol, TypeVar, cast
 
-from kvmesh.agent.http_server import GuardedHttpServer, HttpLimits, HttpSecurity
+from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, HttpSecurity, RestRequest
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
 from scheduler import ValueState
@@ -59,7 +59,8 @@ class ApiBackend(Protocol):
 
     def plan_values(self, values: dict[str, Any]) -> list[Any]: ...
 
-    def apply_configuration(self, values: dict[str, Any], replace: bool) -> dict[str, Any]: ...
+    def apply_configuration(self, values: dict[str, Any], replace: bool,
+                            who: str) -> dict[str, Any]: ...
 
     def metrics_text(self) -> str: ...
 
@@ -315,7 +316,7 @@ def _plan(api: ApiBackend, q: Query, body: bytes) -> Response:
 
 
 @accepts()
-def _configuration(api: ApiBackend, q: Query, body: bytes) -> Response:
+def _configuration(api: ApiBackend, q: Query, body: bytes, who: str) -> Response:
     """The node's values as one transaction with revert (after Ligato's gRPC northbound):
     400 with every bad field when a value is invalid (nothing applied), 409 with the errors
     when the node refused it (everything reverted), else 200."""
@@ -334,7 +335,7 @@ def _configuration(api: ApiBackend, q: Query, body: bytes) -> Response:
         return Response.json({"error": f"{len(invalid)} invalid value(s): nothing applied",
                               "errors": {k: {"error": str(e), "fields": e.problems}
                                          for k, e in invalid.items()}}, HTTPStatus.BAD_REQUEST)
-    result = api.apply_configuration(values, replace)
+    result = api.apply_configuration(values, replace, who)
     return Response.json(result, HTTPStatus.OK if result["ok"] else HTTPStatus.CONFLICT)
 
 
@@ -342,6 +343,10 @@ BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
 BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
     ("POST", "/configuration/validate"): _validate,
     ("POST", "/scheduler/plan"): _plan,
+}
+# Handlers that change the node and are told who asks (recorded in the revision).
+WriteHandler = Callable[[ApiBackend, Query, bytes, str], Response]
+WRITE_BODY_ROUTES: dict[tuple[str, str], WriteHandler] = {
     ("POST", "/configuration"): _configuration,
 }
 
@@ -361,23 +366,43 @@ ROUTES: dict[tuple[str, str], Handler] = {
 }
 
 
-def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"") -> Response:
-    """Route one request; never raises."""
+# The requests that change the node: they need an operator token, always. Every other route
+# only reads (a reader's token, or none with --http-public-reads, will do).
+WRITES = frozenset({("POST", "/scheduler/downstream-resync"), ("POST", "/agent/assume-current"),
+                    *WRITE_BODY_ROUTES})
+ALL_ROUTES = (*ROUTES, *BODY_ROUTES, *WRITE_BODY_ROUTES)
+
+
+def _path(target: str) -> str:
+    return urllib.parse.urlsplit(target).path.rstrip("/") or "/"
+
+
+def is_read(method: str, target: str) -> bool:
+    """Does this request only read? (Unknown routes count as reads: they get a 404.)"""
+    return (method, _path(target)) not in WRITES
+
+
+def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
+             who: str = "unknown") -> Response:
+    """Route one request; never raises. `who`: the identity the request proved (revisions)."""
     parsed = urllib.parse.urlsplit(target)
-    path = parsed.path.rstrip("/") or "/"
+    path = _path(target)
     handler = ROUTES.get((method, path))
     body_handler = BODY_ROUTES.get((method, path))
+    write_handler = WRITE_BODY_ROUTES.get((method, path))
     if body_handler is not None:
         def handler(api: ApiBackend, query: Query) -> Response:
             return body_handler(api, query, body)
+    if write_handler is not None:
+        def handler(api: ApiBackend, query: Query) -> Response:
+            return write_handler(api, query, body, who)
     if handler is None:
-        allowed = sorted(m for (m, p) in (*ROUTES, *BODY_ROUTES) if p == path)
+        allowed = sorted(m for (m, p) in ALL_ROUTES if p == path)
         if allowed:
             return Response.json({"error": f"method {method} not allowed; use {allowed[0]}"},
                                  HTTPStatus.METHOD_NOT_ALLOWED)
         return Response.json({"error": f"no such endpoint: {path}",
-                              "endpoints": sorted(f"{m} {p}" for m, p in
-                                                  (*ROUTES, *BODY_ROUTES))},
+                              "endpoints": sorted(f"{m} {p}" for m, p in ALL_ROUTES)},
                              HTTPStatus.NOT_FOUND)
     try:
         pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True, strict_parsing=False)
@@ -398,41 +423,35 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"") -> Re
 
 
 class HttpApi:
-    """Serves `dispatch` on a background thread until `close()` (the server, with its TLS,
-    token and limits, is `kvmesh.agent.http_server`)."""
+    """Serves `dispatch` until `close()` (the server, with its TLS, tokens and limits, is
+    `kvmesh.agent.http_server`)."""
 
-    def __init__(self, api: ApiBackend, host: str, port: int,
-                 security: HttpSecurity | None = None, limits: HttpLimits | None = None) -> None:
+    def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
+                 limits: HttpLimits | None = None) -> None:
         backend = api
 
-        def respond(method: str, target: str, body: bytes) -> tuple[int, bytes, str]:
-            resp = dispatch(backend, method, target, body)
+        def respond(request: RestRequest) -> tuple[int, bytes, str]:
+            resp = dispatch(backend, request.method, request.target, request.body, request.who)
             payload = resp.body
-            if resp.status == 200 and urllib.parse.urlsplit(target).path == "/metrics":
+            if resp.status == 200 and _path(request.target) == "/metrics":
                 # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
                 payload += render(flat_counters("kvmesh_agent_http", self.counters,
                                                 help_prefix="REST server: ")).encode()
             return resp.status, payload, resp.content_type
 
-        self.security = security or HttpSecurity()
-        self._server = GuardedHttpServer((host, port), respond, self.security,
-                                         limits or HttpLimits(),
-                                         frozenset(m for m, _path in ROUTES))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="agent-http",
-                                        daemon=True)
-        self._thread.start()
+        self.security = security
+        self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
+                                       frozenset(m for m, _path in ALL_ROUTES), is_read)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return self._server.address
 
     @property
     def counters(self) -> dict[str, int]:
-        """Refusals and limits hit (unauthorized, request_timeouts, rejected_busy, status_N)."""
-        return dict(self._server.counters)
+        """Refusals and limits hit (auth_refused, request_timeouts, evicted_slow,
+        rejected_busy, tls_failures, status_N)."""
+        return self._server.counters
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()

@@ -1,41 +1,51 @@
-"""The REST API's HTTP server: TLS, bearer token, and bounds on what one client can hold.
+"""The REST API's HTTP server: TLS, bearer tokens, and bounds on what one client can hold.
 
 `http_api` decides what each endpoint answers; this module decides who gets to ask and how much
 room a connection gets (docs/security.md, "REST API"):
 
 - binds loopback unless told otherwise; any other address needs TLS (`--http-cert/--http-key`)
-  and a bearer token (`--http-token-file`), checked before the server starts;
-- with a token configured, every request must carry `Authorization: Bearer <token>`, else 401 JSON
-  (counted); without one (loopback only) nothing is asked;
-- bounded: request line, total header bytes, body bytes (414/431/413 JSON); a connection must
-  deliver its whole request within `request_timeout_s` of being accepted (a reaper thread shuts
-  down the ones that do not, so headers that never finish cannot hold a thread); at most
-  `max_connections` at once, the rest are closed at accept (counted), so a dozen idle sockets
-  cannot starve it;
-- methods that no endpoint serves get a 405 JSON answer (not http.server's 501 HTML page).
+  and a configured bearer token (`--http-token-file`), checked before the server starts;
+- every request is authorised (`http_auth`): writes always need an operator token, reads a
+  token too unless `--http-public-reads`; a refusal is a 401/403 JSON answer, counted
+  (`auth_refused`) and logged;
+- not one thread per connection: one asyncio loop reads every request (a slow client costs a
+  buffer, not a thread), and a small pool of worker threads answers complete requests. Each
+  request must arrive whole within `request_timeout_s` of its connection being accepted; past
+  `max_connections` the oldest connection still sending its request is dropped to make room
+  (`evicted_slow`), so trickling clients cannot lock out a client that sends its request at once;
+- bounded: request line, total header bytes, body bytes (414/431/413 JSON); methods no endpoint
+  serves (TRACE, PUT, ...) get a 405 JSON answer.
 
-One request per connection (HTTP/1.0, the standard library's default): the time limit of a
-request is that of its connection.
+One request per connection: every answer closes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
 import json
 import logging
-import socket
 import ssl
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
+from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential, Granted, authorize
+from kvmesh.agent.http_token import TokenFileError, new_token, read_token
+from kvmesh.agent.http_wire import (
+    HttpError,
+    body_length,
+    is_end_of_headers,
+    parse_header_line,
+    parse_request_line,
+    render_response,
+)
+from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
 from kvstore.curve import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")
@@ -43,9 +53,8 @@ log = logging.getLogger("kvmesh.agent.http")
 # What a REST client reads from its environment (the CLI's --http-token-file and --http-ca).
 HTTP_TOKEN_ENV = "KVMESH_HTTP_TOKEN_FILE"  # the bearer token the REST commands send
 HTTP_CA_ENV = "KVMESH_HTTP_CA"  # the certificate (or CA) that verifies an agent's TLS
-
-# (method, target, body) -> (status, body, content type)
-Responder = Callable[[str, str, bytes], tuple[int, bytes, str]]
+REFUSAL_LOG_INTERVAL_S = 1.0  # at most one log line per interval for refused requests
+LINGER_S = 1.0  # how long an error answer waits for the client to stop sending
 
 
 @dataclass(frozen=True)
@@ -54,20 +63,30 @@ class HttpLimits:
     max_header_bytes: int = 32 * 1024
     max_body_bytes: int = 1024 * 1024
     request_timeout_s: float = 10.0
-    max_connections: int = 32
+    max_connections: int = 256
+    workers: int = 8  # threads answering complete requests
 
 
 @dataclass(frozen=True)
 class HttpSecurity:
+    access: AccessPolicy
     tls: ssl.SSLContext | None = None
-    token: str | None = field(default=None, repr=False)
+    # A token made at start (no --http-token-file): written to the token directory once the
+    # server is bound (kvmesh.agent.http_token).
+    generated_token: str | None = field(default=None, repr=False)
 
 
 class HttpConfigError(ValueError):
     """Unusable TLS/token settings; the message names the file or the address."""
 
 
-def load_security(cert: str | None, key: str | None, token_file: str | None) -> HttpSecurity:
+GENERATED = "the agent's generated operator token"
+
+
+def load_security(cert: str | None, key: str | None, token_file: str | None,
+                  read_token_file: str | None = None,
+                  public_reads: bool = False) -> HttpSecurity:
+    """TLS and credentials from the options; without `token_file` a fresh operator token."""
     tls = None
     if (cert is None) != (key is None):
         raise HttpConfigError("--http-cert and --http-key go together")
@@ -78,226 +97,289 @@ def load_security(cert: str | None, key: str | None, token_file: str | None) -> 
         except (OSError, ssl.SSLError) as exc:
             raise HttpConfigError(f"{cert}/{key}: cannot load the TLS certificate: {exc}") \
                 from exc
-    token = None
-    if token_file is not None:
-        token = read_token(token_file)
-    return HttpSecurity(tls, token)
-
-
-def read_token(path: str) -> str:
+    generated = None
     try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise HttpConfigError(f"{path}: cannot read the token: {exc.strerror or exc}") from exc
-    if len(token) < 16 or any(c.isspace() for c in token):
-        raise HttpConfigError(f"{path}: a token is one word of at least 16 characters")
-    return token
+        if token_file is not None:
+            credentials = [Credential(read_token(token_file), OPERATOR,
+                                      f"operator token {token_file}")]
+        else:
+            generated = new_token()
+            credentials = [Credential(generated, OPERATOR, GENERATED)]
+        if read_token_file is not None:
+            credentials.append(Credential(read_token(read_token_file), READER,
+                                          f"reader token {read_token_file}"))
+    except TokenFileError as exc:
+        raise HttpConfigError(str(exc)) from exc
+    if len({c.token for c in credentials}) != len(credentials):
+        raise HttpConfigError("--http-read-token-file holds the operator token: give readers "
+                              "a token of their own")
+    return HttpSecurity(AccessPolicy(tuple(credentials), public_reads), tls, generated)
 
 
 def check_bind(host: str, security: HttpSecurity) -> None:
-    """Anything but loopback needs TLS and a token."""
+    """Anything but loopback needs TLS and a configured token."""
     if is_loopback_host(host):
         return
     missing = [what for what, ok in (("TLS (--http-cert, --http-key)", security.tls),
-                                     ("a token (--http-token-file)", security.token)) if not ok]
+                                     ("a token (--http-token-file)",
+                                      security.generated_token is None)) if not ok]
     if missing:
         raise HttpConfigError(
             f"the REST API on {host} (not loopback) needs {' and '.join(missing)}")
 
 
-class GuardedHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+@dataclass(frozen=True)
+class RestRequest:
+    """A complete, authorised request as the API sees it."""
 
-    def __init__(self, address: tuple[str, int], responder: Responder,
-                 security: HttpSecurity, limits: HttpLimits, methods: frozenset[str]) -> None:
+    method: str
+    target: str
+    body: bytes
+    granted: Granted
+    peer: tuple[str, int]
+    peer_uid: int | None = None
+
+    @property
+    def who(self) -> str:
+        """The identity the request's credential proves, where it came from (and, on loopback,
+        the local account that sent it): what revisions and logs record."""
+        uid = describe_uid(self.peer_uid)
+        return f"{self.granted.identity} from {self.peer[0]}:{self.peer[1]}" + (
+            f", {uid}" if uid else "")
+
+
+# (request) -> (status, body, content type)
+Responder = Callable[[RestRequest], tuple[int, bytes, str]]
+
+
+@dataclass(eq=False)
+class _Connection:
+    writer: asyncio.StreamWriter
+    accepted: float
+    reading: bool = True  # still receiving its request (a candidate for eviction)
+
+
+class AgentHttpServer:
+    """Serves `responder` on a background asyncio loop until `close()`."""
+
+    def __init__(self, address: tuple[str, int], responder: Responder, security: HttpSecurity,
+                 limits: HttpLimits, methods: frozenset[str],
+                 is_read: Callable[[str, str], bool]) -> None:
         check_bind(address[0], security)
         self.responder = responder
         self.security = security
         self.limits = limits
         self.methods = methods  # the methods some endpoint serves
-        self.counters: Counter[str] = Counter()
+        self.is_read = is_read
+        self._counters: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._deadlines: dict[socket.socket, float] = {}
-        self._active = 0
-        self._closing = threading.Event()
-        super().__init__(address, _GuardedHandler)
-        self._reaper = threading.Thread(target=self._reap, name="agent-http-reaper", daemon=True)
-        self._reaper.start()
-
-    # -- the connection cap ---------------------------------------------------------------------
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            busy = self._active >= self.limits.max_connections
-            if not busy:
-                self._active += 1
-        if busy:
-            self.count("rejected_busy")
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        self._connections: set[_Connection] = set()
+        self._last_refusal_log = 0.0
+        self._refusals_unlogged = 0
+        self._executor = ThreadPoolExecutor(limits.workers, thread_name_prefix="agent-http")
+        self._loop = asyncio.new_event_loop()
+        stream_limit = max(limits.max_request_line, limits.max_header_bytes) + 2
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._active -= 1
-            self.unwatch(request)
+            self._server = self._loop.run_until_complete(asyncio.start_server(
+                self._serve, address[0], address[1], limit=stream_limit, backlog=512))
+        except BaseException:
+            self._loop.close()
+            self._executor.shutdown(wait=False)
+            raise
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agent-http",
+                                        daemon=True)
+        self._thread.start()
 
-    # -- per-connection deadlines ---------------------------------------------------------------
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
 
-    def watch(self, sock: socket.socket) -> None:
+    @property
+    def counters(self) -> dict[str, int]:
         with self._lock:
-            self._deadlines[sock] = time.monotonic() + self.limits.request_timeout_s
-
-    def unwatch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._deadlines.pop(sock, None)
-
-    def _reap(self) -> None:
-        while not self._closing.wait(0.2):
-            now = time.monotonic()
-            with self._lock:
-                overdue = [s for s, deadline in self._deadlines.items() if deadline <= now]
-                for sock in overdue:
-                    del self._deadlines[sock]
-            for sock in overdue:
-                self.count("request_timeouts")
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that broke off (or was cut off) is not a server error worth a traceback.
-        log.debug("REST connection from %s ended with an error", client_address, exc_info=True)
+            return dict(self._counters)
 
     def count(self, what: str) -> None:
         with self._lock:
-            self.counters[what] += 1
+            self._counters[what] += 1
 
-    def server_close(self) -> None:
-        self._closing.set()
-        super().server_close()
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def _shutdown(self) -> None:
+        """Stop accepting, cut every connection, and give the handlers a moment to end (one
+        waiting for a worker thread ends when that thread returns)."""
+        self._server.close()
+        for conn in list(self._connections):
+            conn.writer.transport.abort()
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        if pending:
+            await asyncio.wait(pending, timeout=2)
 
-class _GuardedHandler(BaseHTTPRequestHandler):
-    server: GuardedHttpServer
-    server_version = "kvmesh-agent"
+    # -- one connection -------------------------------------------------------------------------
 
-    def setup(self) -> None:
-        server = self.server
-        # Each blocking read is bounded too: a backstop, should the reaper be late.
-        self.request.settimeout(server.limits.request_timeout_s + 5.0)
-        server.watch(self.request)
-        if server.security.tls is not None:
-            raw = self.request
-            try:
-                self.request = server.security.tls.wrap_socket(raw, server_side=True)
-            except (OSError, ssl.SSLError) as exc:
-                server.count("tls_failures")
-                log.debug("TLS handshake with %s failed: %s", self.client_address, exc)
-                server.unwatch(raw)
-                raise
-            server.unwatch(raw)
-            server.watch(self.request)
-        super().setup()
+    def _admit(self, conn: _Connection) -> bool:
+        """Room for `conn`: past the cap, the oldest connection still sending its request goes
+        (a client that sends its request at once is never the oldest for long)."""
+        if len(self._connections) >= self.limits.max_connections:
+            reading = [c for c in self._connections if c.reading]
+            if not reading:
+                self.count("rejected_busy")
+                return False
+            victim = min(reading, key=lambda c: c.accepted)
+            self._connections.discard(victim)
+            victim.writer.transport.abort()
+            self.count("evicted_slow")
+        self._connections.add(conn)
+        return True
 
-    def finish(self) -> None:
-        self.server.unwatch(self.request)
-        with contextlib.suppress(OSError):
-            super().finish()
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(writer, time.monotonic())
+        if not self._admit(conn):
+            writer.transport.abort()
+            return
+        try:
+            await self._exchange(conn, reader, writer)
+        except (ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError,
+                asyncio.CancelledError):
+            pass  # the client went away, was evicted, or the server is closing
+        except Exception:
+            log.exception("REST connection failed")
+        finally:
+            self._connections.discard(conn)
+            if conn.reading:  # cut off (timeout, eviction, TLS failure): nothing to finish
+                writer.transport.abort()
+            else:
+                writer.close()
 
-    def handle(self) -> None:
-        # Shut down by the reaper, or the client went away: nothing to answer.
-        with contextlib.suppress(OSError, ssl.SSLError):
-            super().handle()
+    async def _exchange(self, conn: _Connection, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        limits = self.limits
+        method = ""
+        try:
+            async with asyncio.timeout(limits.request_timeout_s):
+                if self.security.tls is not None:
+                    try:
+                        await writer.start_tls(self.security.tls)
+                    except (OSError, ssl.SSLError) as exc:
+                        self.count("tls_failures")
+                        log.debug("TLS handshake failed: %s", exc)
+                        return
+                method, request = await self._read_request(reader, writer)
+        except TimeoutError:
+            self.count("request_timeouts")
+            return
+        except HttpError as exc:
+            conn.reading = False
+            await self._answer_error(writer, exc, method)
+            if writer.can_write_eof():
+                writer.write_eof()
+            await self._linger(reader)
+            return
+        conn.reading = False
+        status, payload, content_type = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.responder, request)
+        writer.write(render_response(status, payload, content_type))
+        async with asyncio.timeout(limits.request_timeout_s):
+            await writer.drain()
 
-    # -- errors as JSON -------------------------------------------------------------------------
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        self.server.count(f"status_{code}")
-        self._send_json(code, {"error": message or HTTPStatus(code).phrase})
-
-    def _send_json(self, code: int, data: dict[str, Any],
-                   headers: dict[str, str] | None = None) -> None:
-        body = json.dumps(data).encode() + b"\n"
-        self.send_response(code)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-        self.close_connection = True
-
-    # -- every method ---------------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        server = self.server
-        limits = server.limits
-        if len(self.requestline) > limits.max_request_line:
-            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG,
+    async def _read_request(self, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> tuple[str, RestRequest]:
+        limits = self.limits
+        line = await self._readline(reader, HTTPStatus.REQUEST_URI_TOO_LONG,
+                                    f"request line over {limits.max_request_line} bytes")
+        if len(line) > limits.max_request_line + 2:
+            raise HttpError(HTTPStatus.REQUEST_URI_TOO_LONG,
                             f"request line over {limits.max_request_line} bytes")
-            return
-        header_bytes = sum(len(k) + len(v) + 4 for k, v in self.headers.items())
-        if header_bytes > limits.max_header_bytes:
-            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+        start = parse_request_line(line)
+        if start.method not in self.methods:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"method {start.method} not allowed",
+                            {"Allow": ", ".join(sorted(self.methods))})
+        headers: dict[str, str] = {}
+        total = 0
+        too_big = HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                             f"headers over {limits.max_header_bytes} bytes")
-            return
-        if not self._authorized():
-            return
-        if self.command not in server.methods:
-            self.server.count("status_405")
-            self._send_json(HTTPStatus.METHOD_NOT_ALLOWED,
-                            {"error": f"method {self.command} not allowed"},
-                            {"Allow": ", ".join(sorted(server.methods))})
-            return
-        body = self._read_body()
-        if body is None:
-            return
-        server.unwatch(self.request)  # the request is in; answering may take its time
-        status, payload, content_type = server.responder(self.command, self.path, body)
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        while True:
+            line = await self._readline(reader, too_big.status, too_big.message)
+            if is_end_of_headers(line):
+                break
+            total += len(line)
+            if total > limits.max_header_bytes:
+                raise too_big
+            name, value = parse_header_line(line)
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        path = start.target.split("?", 1)[0]
+        read_only = self.is_read(start.method, path)
+        try:
+            granted = authorize(self.security.access, headers.get("authorization"), read_only)
+        except HttpError as exc:
+            self._refused(start.method, path, writer, exc)
+            raise
+        length = body_length(headers, limits.max_body_bytes)
+        body = await reader.readexactly(length) if length else b""
+        peer = _address(writer.get_extra_info("peername"))
+        uid = None
+        if not read_only:  # who changes the node: worth the lookup
+            uid = loopback_peer_uid(peer, _address(writer.get_extra_info("sockname")))
+        request = RestRequest(start.method, start.target, body, granted, peer, uid)
+        if not read_only:
+            log.info("REST %s %s by %s", start.method, path, request.who)
+        return start.method, request
 
-    def _authorized(self) -> bool:
-        token = self.server.security.token
-        if token is None:
-            return True
-        given = self.headers.get("Authorization", "")
-        scheme, _sep, value = given.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                              token.encode()):
-            return True
-        self.server.count("unauthorized")
-        log.warning("REST %s %s from %s: %s bearer token", self.command, self.path.split("?")[0],
-                    self.client_address[0], "wrong" if given else "no")
-        self._send_json(HTTPStatus.UNAUTHORIZED,
-                        {"error": "a bearer token is required (--http-token-file)"},
-                        {"WWW-Authenticate": 'Bearer realm="kvmesh"'})
-        return False
+    async def _readline(self, reader: asyncio.StreamReader, status: int, message: str) -> bytes:
+        try:
+            return await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise HttpError(status, message) from None
 
-    def _read_body(self) -> bytes | None:
-        if "Transfer-Encoding" in self.headers:
-            self.send_error(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, not chunks")
-            return None
-        raw = self.headers.get("Content-Length", "0") or "0"
-        if not raw.isdigit():
-            self.send_error(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw!r}")
-            return None
-        length = int(raw)
-        if length > self.server.limits.max_body_bytes:
-            self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            f"body over {self.server.limits.max_body_bytes} bytes")
-            return None
-        return self.rfile.read(length) if length else b""
+    def _refused(self, method: str, path: str, writer: asyncio.StreamWriter,
+                 exc: HttpError) -> None:
+        self.count("auth_refused")
+        now = time.monotonic()
+        if now - self._last_refusal_log < REFUSAL_LOG_INTERVAL_S:
+            self._refusals_unlogged += 1
+            return
+        peer = _address(writer.get_extra_info("peername"))
+        uid = describe_uid(loopback_peer_uid(peer, _address(writer.get_extra_info("sockname"))))
+        more = (f" ({self._refusals_unlogged} more refused since the last line)"
+                if self._refusals_unlogged else "")
+        log.warning("REST %s %s from %s:%d%s refused (%d): %s%s", method, path, peer[0], peer[1],
+                    f" ({uid})" if uid else "", exc.status, exc.message, more)
+        self._last_refusal_log, self._refusals_unlogged = now, 0
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _serve
+    async def _answer_error(self, writer: asyncio.StreamWriter, exc: HttpError,
+                            method: str) -> None:
+        self.count(f"status_{exc.status}")
+        body = json.dumps({"error": exc.message}).encode() + b"\n"
+        writer.write(render_response(exc.status, body, "application/json", exc.headers,
+                                     head_only=method == "HEAD"))
+        async with asyncio.timeout(self.limits.request_timeout_s):
+            await writer.drain()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+    async def _linger(self, reader: asyncio.StreamReader) -> None:
+        """After an early answer, read (and drop) what the client still sends for a moment, so
+        that closing does not reset the connection before the client read the answer."""
+        with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+            async with asyncio.timeout(LINGER_S):
+                dropped = 0
+                while dropped <= self.limits.max_body_bytes:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        return
+                    dropped += len(chunk)
+
+
+def _address(raw: Any) -> tuple[str, int]:
+    if isinstance(raw, tuple) and len(raw) >= 2:
+        return str(raw[0]), int(raw[1])
+    return "?", 0

@@ -7,17 +7,11 @@ that agent's HTTP address in the mesh under `node/<name>/agent`, so they also wo
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Sequence
 from typing import Any
@@ -25,10 +19,8 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value, encode_config_value
-from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV, HttpConfigError, read_token
 from kvmesh.agent.keys import (
     STATUS,
-    agent_key,
     config_key,
     config_prefix,
     model_key_of,
@@ -49,11 +41,9 @@ from kvmesh.cli.common import (
     run_client,
 )
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
+from kvmesh.rest_client import AgentAddress, AgentRest, RestError, find_agent
 from kvstore.client import KvStoreClient, next_version
 from kvstore.gen.kvstore_thrift.ttypes import Value
-
-HTTP_TIMEOUT_S = 30.0
-
 
 # -- agent run ----------------------------------------------------------------------------------
 
@@ -70,11 +60,13 @@ def agent_group() -> None:
 def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
               linux_state_dir: str | None, vpp_socket: str | None, http: str | None,
               http_cert: str | None, http_key: str | None, http_token_file: str | None,
+              http_read_token_file: str | None, http_public_reads: bool,
               downstream_resync_s: float, assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvmesh.agent.agent import AgentConfig, run_agent
 
-    http_security_args(http, http_cert, http_key, http_token_file)
+    http_security_args(http, http_cert, http_key, http_token_file, http_read_token_file,
+                       http_public_reads)
     try:
         validate_node_name(name)
         settings = AgentConfig(
@@ -82,7 +74,8 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
             linux=linux, linux_state_dir=linux_state_dir, vpp_socket=vpp_socket,
             http=parse_http(http),
             downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
-            http_token_file=http_token_file, assume_current=assume_current,
+            http_token_file=http_token_file, http_read_token_file=http_read_token_file,
+            http_public_reads=http_public_reads, assume_current=assume_current,
             parent_pid=parent_pid_from_env())
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)
@@ -234,52 +227,36 @@ def status_rows(node: str | None, prefix: str) -> dict[str, dict[str, dict[str, 
 # -- the agent's REST views ----------------------------------------------------------------------
 
 
-def agent_http(node: str | None) -> str:
-    """Base URL of `node`'s agent REST API (default: the agent of the node we talk to)."""
+def agent_rest(node: str | None) -> AgentRest:
+    """`node`'s agent REST API (default: the agent of the node we talk to), found in the mesh."""
 
-    def action(client: KvStoreClient) -> str:
-        name = node or client.node_info().name
-        found = client.get([agent_key(name)]).get(agent_key(name))
-        record = decode_status(found.value if found else None)
-        if not record or not record.get("http"):
-            fail(f"no agent with a REST API is registered for node {name!r} "
-                 f"(start it with --http)")
-        return f"{'https' if record.get('tls') else 'http'}://{record['http']}"
+    def action(client: KvStoreClient) -> AgentAddress:
+        try:
+            return find_agent(client, node or client.node_info().name)
+        except RestError as exc:
+            fail(str(exc), exc.exit_code)
 
-    result: str = run_client(action)
-    return result
+    address: AgentAddress = run_client(action)
+    try:
+        return AgentRest(address)
+    except RestError as exc:
+        fail(str(exc), exc.exit_code)
 
 
-def http_call(base: str, path: str, params: dict[str, Any] | None = None,
+def http_call(rest: AgentRest, path: str, params: dict[str, Any] | None = None,
               method: str = "GET") -> bytes:
-    query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
-    url = f"{base}{path}" + (f"?{query}" if query else "")
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    context = None
     try:
-        token_file = os.environ.get(HTTP_TOKEN_ENV)
-        if token_file:
-            request.add_header("Authorization", f"Bearer {read_token(token_file)}")
-        if base.startswith("https:"):
-            context = ssl.create_default_context(cafile=os.environ.get(HTTP_CA_ENV) or None)
-    except (HttpConfigError, OSError, ssl.SSLError) as exc:
-        fail(str(exc), code=2)
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S, context=context) as resp:
-            body: bytes = resp.read()
-            return body
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        with contextlib.suppress(ValueError, AttributeError):
-            detail = json.loads(detail).get("error", detail)
-        fail(f"{path}: HTTP {exc.code}: {detail}")
-    except (urllib.error.URLError, OSError) as exc:
-        fail(f"agent at {base} unreachable: {exc}")
+        return rest.request(method, path, params)
+    except RestError as exc:
+        fail(str(exc), exc.exit_code)
 
 
-def http_json(base: str, path: str, params: dict[str, Any] | None = None,
+def http_json(rest: AgentRest, path: str, params: dict[str, Any] | None = None,
               method: str = "GET") -> Any:
-    return json.loads(http_call(base, path, params, method))
+    try:
+        return rest.json(method, path, params)
+    except RestError as exc:
+        fail(str(exc), exc.exit_code)
 
 
 node_option = click.option("--node", default=None, help="Node whose agent to ask [the local one].")
@@ -290,8 +267,8 @@ node_option = click.option("--node", default=None, help="Node whose agent to ask
 @click.option("--prefix", default="", help="Only keys starting with P.")
 def values(node: str | None, prefix: str) -> None:
     """The scheduler's values and their states (like agentctl values)."""
-    base = agent_http(node)
-    statuses = http_json(base, "/scheduler/status")
+    rest = agent_rest(node)
+    statuses = http_json(rest, "/scheduler/status")
     rows = [s for s in statuses if str(s.get("key", "")).startswith(prefix)]
     if cli_context().as_json:
         emit(rows, "")
@@ -309,11 +286,11 @@ def values(node: str | None, prefix: str) -> None:
 @node_option
 def history(seq: int | None, node: str | None) -> None:
     """Transaction history (or one transaction) in the scheduler's log format."""
-    base = agent_http(node)
+    rest = agent_rest(node)
     if cli_context().as_json:
-        emit(http_json(base, "/scheduler/txn-history", {"seq-num": seq}), "")
+        emit(http_json(rest, "/scheduler/txn-history", {"seq-num": seq}), "")
         return
-    click.echo(http_call(base, "/scheduler/txn-history", {"seq-num": seq, "format": "text"})
+    click.echo(http_call(rest, "/scheduler/txn-history", {"seq-num": seq, "format": "text"})
                .decode(), nl=False)
 
 
@@ -326,19 +303,19 @@ def history(seq: int | None, node: str | None) -> None:
 @node_option
 def resync(retry: bool, force: bool, node: str | None) -> None:
     """Downstream resync: re-read the southbound and repair drift."""
-    base = agent_http(node)
+    rest = agent_rest(node)
     if force:
-        forced = http_json(base, "/agent/assume-current", {}, "POST")
+        forced = http_json(rest, "/agent/assume-current", {}, "POST")
         click.echo(f"{node or 'the local node'}: KvStore declared current "
                    f"(was {forced.get('store_state', '?')}); devices reconcile with deletes",
                    err=True)
         if not forced.get("all_known", False):
             emit(forced, "devices not KNOWN yet reconcile now (kvmesh recon status)")
             return
-    click.echo(f"downstream resync of {node or 'the local node'} running (agent at {base})...",
-               err=True)
+    click.echo(f"downstream resync of {node or 'the local node'} running "
+               f"(agent at {rest.address.url})...", err=True)
     started = time.monotonic()
-    result = http_json(base, "/scheduler/downstream-resync",
+    result = http_json(rest, "/scheduler/downstream-resync",
                        {"retry": "true" if retry else "false", "verbose": "true"}, "POST")
     executed = result.get("executed") or []
     errors = result.get("errors") or {}
@@ -354,7 +331,7 @@ def resync(retry: bool, force: bool, node: str | None) -> None:
 def graph(out_path: str, node: str | None) -> None:
     """Write the scheduler's dependency graph to a file."""
     fmt = "dot" if out_path.endswith(".dot") else "svg"
-    body = http_call(agent_http(node), "/scheduler/graph", {"format": fmt})
+    body = http_call(agent_rest(node), "/scheduler/graph", {"format": fmt})
     with open(out_path, "wb") as fh:
         fh.write(body)
     click.echo(f"graph written to {out_path} ({len(body)} bytes)")
@@ -365,7 +342,7 @@ def graph(out_path: str, node: str | None) -> None:
 @node_option
 def report(out_path: str, node: str | None) -> None:
     """Zip everything useful for a bug report: history, dumps in all views, status, counters."""
-    base = agent_http(node)
+    rest = agent_rest(node)
     parts: Sequence[tuple[str, str, dict[str, Any]]] = (
         ("txn-history.txt", "/scheduler/txn-history", {"format": "text"}),
         ("txn-history.json", "/scheduler/txn-history", {}),
@@ -381,7 +358,7 @@ def report(out_path: str, node: str | None) -> None:
     with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for i, (name, path, params) in enumerate(parts, 1):
             click.echo(f"[{i}/{len(parts)}] {name}", err=True)
-            zf.writestr(name, http_call(base, path, params))
+            zf.writestr(name, http_call(rest, path, params))
         counters = run_client(lambda c: c.counters())
         zf.writestr("kvstore-counters.json", json.dumps(counters, indent=2, sort_keys=True))
     click.echo(f"report written to {out_path}")
@@ -399,7 +376,7 @@ def recon_group() -> None:
 @node_option
 def recon_services(node: str | None) -> None:
     """Registered services in the order they run."""
-    data = http_json(agent_http(node), "/recon/services")
+    data = http_json(agent_rest(node), "/recon/services")
     lines = [f"{'PRIORITY':>8}  {'NAME':<28} INTENT"]
     lines += [f"{s['priority']:>8}  {s['name']:<28} {s['intent']}" for s in data["services"]]
     emit(data["services"], "\n".join(lines))
@@ -409,7 +386,7 @@ def recon_services(node: str | None) -> None:
 @click.argument("node", required=False)
 def recon_status(node: str | None) -> None:
     """Per-device, per-service reconciliation state and counters."""
-    data = http_json(agent_http(node), "/recon/services")
+    data = http_json(agent_rest(node), "/recon/services")
     lines = [f"{'DEVICE':<8} {'STATE':<13} {'SERVICE':<26} {'SVC STATE':<10} "
              f"{'OK':>4} {'FAIL':>4} LAST ERROR"]
     order = {s["name"]: i for i, s in enumerate(data["services"])}  # priority order

@@ -76,25 +76,30 @@ def parse_http(text: str | None) -> tuple[str, int] | None:
 
 
 def http_security_args(http: str | None, cert: str | None, key: str | None,
-                       token_file: str | None) -> list[str]:
+                       token_file: str | None, read_token_file: str | None = None,
+                       public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
     or a non-loopback --http without TLS and token); the agent's arguments for them."""
     from kvmesh.agent.http_server import HttpConfigError, check_bind, load_security
 
     try:
-        security = load_security(cert, key, token_file)
+        security = load_security(cert, key, token_file, read_token_file, public_reads)
         address = parse_http(http)
         if address is not None:
             check_bind(address[0], security)
-        elif cert or key or token_file:
-            raise HttpConfigError("--http-cert/--http-key/--http-token-file need --http")
+        elif cert or key or token_file or read_token_file or public_reads:
+            raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
+                                  "--http-read-token-file/--http-public-reads need --http")
     except HttpConfigError as exc:
         fail(str(exc), code=2)
     args: list[str] = []
     for flag, given in (("--http-cert", cert), ("--http-key", key),
-                        ("--http-token-file", token_file)):
+                        ("--http-token-file", token_file),
+                        ("--http-read-token-file", read_token_file)):
         if given is not None:
             args += [flag, given]
+    if public_reads:
+        args.append("--http-public-reads")
     return args
 
 
@@ -110,14 +115,21 @@ def agent_options(fn: Any) -> Any:
                      "DATA_DIR/agent]."),
         click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
         click.option("--http", default=None, help="Serve the REST API on ADDR:PORT (loopback "
-                     "unless --http-cert, --http-key and --http-token-file are given)."),
+                     "unless --http-cert, --http-key and --http-token-file are given); every "
+                     "request needs a bearer token (docs/security.md)."),
         click.option("--http-cert", default=None, type=click.Path(dir_okay=False),
                      help="TLS certificate (PEM) of the REST API."),
         click.option("--http-key", default=None, type=click.Path(dir_okay=False),
                      help="TLS private key (PEM) of the REST API."),
         click.option("--http-token-file", "http_token_file", default=None,
                      type=click.Path(dir_okay=False),
-                     help="Bearer token every REST request must carry (a file, one word)."),
+                     help="The operator's bearer token (a file, one word) [a token made at "
+                     "start, in /run/kvmesh/agents/ for root]."),
+        click.option("--http-read-token-file", "http_read_token_file", default=None,
+                     type=click.Path(dir_okay=False),
+                     help="A reader's bearer token: reads only."),
+        click.option("--http-public-reads", is_flag=True,
+                     help="Reads need no token (writes always do)."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
         click.option("--assume-current", is_flag=True,

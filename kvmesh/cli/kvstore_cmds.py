@@ -116,6 +116,8 @@ def node_run(
     http_cert: str | None,
     http_key: str | None,
     http_token_file: str | None,
+    http_read_token_file: str | None,
+    http_public_reads: bool,
     downstream_resync_s: float,
     assume_current: bool,
 ) -> None:
@@ -137,7 +139,8 @@ def node_run(
              "--assume-current) need --agent", code=2)
     if http is not None:
         parse_http(http)  # reject a bad ADDR:PORT before anything starts
-    agent_args += http_security_args(http, http_cert, http_key, http_token_file)
+    agent_args += http_security_args(http, http_cert, http_key, http_token_file,
+                                     http_read_token_file, http_public_reads)
 
     try:
         config = load_config(config_path)

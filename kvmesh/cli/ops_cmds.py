@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value
-from kvmesh.agent.keys import CONFIG, STATUS, agent_key, status_prefix
+from kvmesh.agent.keys import CONFIG, STATUS, status_prefix
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
@@ -84,14 +84,15 @@ def desired_state(client: KvStoreClient, nodes: list[str] | None = None) -> Stat
     return state
 
 
-def read_state_file(path: str) -> State:
+def read_state_file(path: str, code: int = 2) -> State:
+    """The state file at `path`; one line and exit `code` when it cannot be read or parsed."""
     try:
         if path == "-":
             return parse_state(sys.stdin.read(), "standard input")
         with open(path, encoding="utf-8") as handle:
             return parse_state(handle.read(), path)
     except (OSError, StateFileError) as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), code=code)
 
 
 def refuse_invalid(state: State) -> None:
@@ -104,29 +105,6 @@ def refuse_invalid(state: State) -> None:
     if lines:
         click.echo("\n".join(f"invalid: {line}" for line in lines), err=True)
         fail(f"{len(lines)} invalid value(s) in the file: nothing was written")
-
-
-def agent_url(client: KvStoreClient, node: str) -> str | None:
-    found = client.get([agent_key(node)]).get(agent_key(node))
-    record = decode_status(found.value if found else None)
-    return f"http://{record['http']}" if record and record.get("http") else None
-
-
-def agent_post(base: str, path: str, body: Any, timeout_s: float = PLAN_TIMEOUT_S) -> Any:
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(),
-                                     method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        raise RuntimeError(f"{path}: HTTP {exc.code}: {detail.strip()}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise RuntimeError(f"agent at {base} unreachable: {exc}") from None
 
 
 # -- export, plan ------------------------------------------------------------------------------
@@ -148,17 +126,16 @@ def compute_diff(client: KvStoreClient, wanted: State, replace: bool) -> dict[st
 
 def scheduler_plans(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> dict[str, Any]:
     """Each changed node's scheduler plan, from its agent (read-only), or why there is none."""
+    from kvmesh.rest_client import AgentRest, RestError, find_agent
+
     plans: dict[str, Any] = {}
     for node, diff in diffs.items():
         if diff.empty:
             continue
-        base = agent_url(client, node)
-        if base is None:
-            plans[node] = {"error": f"no agent with a REST API registered for {node}"}
-            continue
         try:
-            plans[node] = agent_post(base, "/scheduler/plan", {"values": diff.writes()})
-        except RuntimeError as exc:
+            rest = AgentRest(find_agent(client, node), timeout_s=PLAN_TIMEOUT_S)
+            plans[node] = rest.json("POST", "/scheduler/plan", body={"values": diff.writes()})
+        except RestError as exc:
             plans[node] = {"error": str(exc)}
     return plans
 
@@ -195,21 +172,43 @@ def plan_text(diffs: Mapping[str, NodeDiff], plans: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command("plan", cls=KvCommand)
+class PlanCommand(KvCommand):
+    """With --detailed-exitcode, 2 means "changes" and nothing else: a usage error exits 1."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        detailed = "--detailed-exitcode" in args  # (parsing consumes `args`)
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as exc:
+            if not detailed:
+                raise
+            raise PlanUsageError(exc.format_message()) from exc
+
+
+class PlanUsageError(click.ClickException):
+    exit_code = 1
+
+
+@click.command("plan", cls=PlanCommand)
 @click.option("-f", "--file", "path", required=True, help="State file (YAML or JSON; - reads "
               "standard input).")
 @click.option("--replace", is_flag=True, help="Also remove values the file does not name.")
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when there are changes.")
+@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when there are changes (0: none, "
+              "1: an error).")
+@click.option("--offline", is_flag=True, help="Only the desired-state diff: do not ask the "
+              "nodes' schedulers (otherwise a node whose scheduler cannot be asked is an error).")
 @allow_unknown_node_option
-def plan(path: str, replace: bool, detailed_exitcode: bool, allow_unknown: bool) -> None:
-    """What applying FILE would change; read-only (nothing is written anywhere)."""
-    wanted = read_state_file(path)
+def plan(path: str, replace: bool, detailed_exitcode: bool, offline: bool,
+         allow_unknown: bool) -> None:
+    """What applying FILE would change; read-only (nothing is written anywhere). Exit 1 on an
+    error (a bad file, an unknown node, a node or scheduler that cannot be asked)."""
+    wanted = read_state_file(path, code=1)
     refuse_invalid(wanted)
 
     def action(client: KvStoreClient) -> tuple[dict[str, NodeDiff], dict[str, Any]]:
         refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
-        return diffs, scheduler_plans(client, diffs)
+        return diffs, {} if offline else scheduler_plans(client, diffs)
 
     diffs, plans = run_client(action)
     changed = any(not d.empty for d in diffs.values())
@@ -218,6 +217,10 @@ def plan(path: str, replace: bool, detailed_exitcode: bool, allow_unknown: bool)
         for k, (_o, _n, changes) in d.changed.items()}, "removed": sorted(d.removed),
         "scheduler": plans.get(node)} for node, d in diffs.items()}
     emit(as_json, plan_text(diffs, plans) if changed else "no changes")
+    unasked = sorted(node for node, found in plans.items() if "error" in found)
+    if unasked:
+        fail(f"the scheduler of {', '.join(unasked)} could not be asked (see above; --offline "
+             f"plans without asking)")
     sys.exit(2 if changed and detailed_exitcode else 0)
 
 

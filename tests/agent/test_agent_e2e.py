@@ -11,8 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvmesh.agent.keys import STATUS, agent_key
 from kvmesh.agent.status import decode_status
+from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Mesh, Node, free_port
 from tests.netns import Netns, netns_available, temporary_netns
@@ -73,13 +72,13 @@ class AgentProc:
             return False
 
     def get(self, path: str, method: str = "GET") -> tuple[int, bytes]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", method=method,
-                                     data=b"" if method == "POST" else None)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+            return 200, AgentRest.at(f"127.0.0.1:{self.http_port}").request(method, path)
+        except RestError as exc:
+            if exc.status is None:
+                raise OSError(str(exc)) from None
+            answer = exc.answer if exc.answer is not None else {"error": str(exc)}
+            return exc.status, json.dumps(answer).encode()
 
     def get_json(self, path: str, method: str = "GET") -> Any:
         status, body = self.get(path, method)

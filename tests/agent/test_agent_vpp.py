@@ -322,7 +322,7 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
     monkeypatch.setattr(agent, "_txn_lock", WatchedLock())
     monkeypatch.setattr(agent_module, "write_node_change", redump_then_record)
     result = agent.apply_configuration({"vpp/interface/rest1": {"type": "loopback"}},
-                                       replace=False)
+                                       replace=False, who="test")
     assert result["ok"], result
     assert redump_done.wait(timeout=30)
     assert agent.desired.pending.get("vpp/interface/rest1", "none") == "none", (

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from kvmesh.agent.supervisor import local_url
+from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Keyring, free_port
 from tests.netns import netns_available, temporary_netns
@@ -27,10 +26,8 @@ def test_local_url_maps_wildcards_to_loopback() -> None:
 
 def agent_pid(http_port: int) -> int | None:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/scheduler/stats",
-                                    timeout=1) as resp:
-            json.loads(resp.read())
-    except OSError:
+        AgentRest.at(f"127.0.0.1:{http_port}", timeout_s=1).json("GET", "/scheduler/stats")
+    except RestError:
         return None
     return next(iter(agent_pids(http_port)), None)
 

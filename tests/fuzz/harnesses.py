@@ -274,9 +274,36 @@ def rest_query(data: bytes) -> None:
     assert response.status != 500, (method, path, query, response.body[:300])
 
 
+def http_head(data: bytes) -> None:
+    """Input format: raw bytes as a client sends them, read line by line as the agent's REST
+    server does; every refusal must be an HttpError with a 4xx/5xx status and a message."""
+    from kvmesh.agent.http_wire import (
+        HttpError,
+        body_length,
+        is_end_of_headers,
+        parse_header_line,
+        parse_request_line,
+    )
+
+    lines = data.split(b"\n")
+    try:
+        start = parse_request_line(lines[0] + b"\n")
+        assert start.method and start.target.startswith("/")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if is_end_of_headers(line + b"\n"):
+                break
+            name, value = parse_header_line(line + b"\n")
+            headers[name] = value
+        assert 0 <= body_length(headers, 1024) <= 1024
+    except HttpError as exc:
+        assert 400 <= exc.status < 600 and exc.message, exc
+
+
 HARNESSES: dict[str, Callable[[bytes], None]] = {
     "request": request,
     "sync_reply": sync_reply,
     "agent_value": agent_value,
     "rest_query": rest_query,
+    "http_head": http_head,
 }

@@ -111,7 +111,19 @@ def rest_query_seeds() -> list[bytes]:
     return [bytes([route, 0]) + q for route in range(0, 16, 3) for q in queries]
 
 
+def http_head_seeds() -> list[bytes]:
+    return [b"GET /scheduler/stats HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST /configuration HTTP/1.0\r\nContent-Length: 12\r\nAuthorization: Bearer "
+            b"abcdefghijklmnop\r\n\r\n{\"values\": {}}",
+            b"TRACE / HTTP/1.1\r\n\r\n", b"GET / HTTP/2.0\r\n\r\n", b"GET\r\n\r\n",
+            b"GET / HTTP/1.1\r\n folded: x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 99999\r\n\r\n",
+            b"GET /\xff HTTP/1.1\n\n", b"G\x00T / HTTP/1.1\r\nA:\r\n\r\n"]
+
+
 SEEDS = {
+    "http_head": http_head_seeds,
     "request": request_seeds,
     "sync_reply": sync_reply_seeds,
     "agent_value": agent_value_seeds,

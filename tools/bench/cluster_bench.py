@@ -61,7 +61,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +76,7 @@ from kvmesh import cluster  # noqa: E402
 from kvmesh.agent.desired import encode_config_value  # noqa: E402
 from kvmesh.agent.keys import config_key, device_key, status_key  # noqa: E402
 from kvmesh.agent.status import decode_status  # noqa: E402
+from kvmesh.rest_client import AgentRest  # noqa: E402
 from kvstore import wire  # noqa: E402
 from kvstore.client import KvStoreClient, make_value  # noqa: E402
 from kvstore.curve import ClientCurve, apply_client  # noqa: E402
@@ -354,8 +354,7 @@ def config_sample(client: KvStoreClient, streams: Streams, origin: str, far: str
 def transaction_times(http: str) -> dict[str, tuple[float, float]]:
     """Model key -> (start, end) of the agent transaction that applied it, in this process's
     monotonic clock (the agent records wall-clock times)."""
-    with urllib.request.urlopen(f"http://{http}/scheduler/txn-history", timeout=10) as resp:
-        records = json.load(resp)
+    records = AgentRest.at(http, timeout_s=10).json("GET", "/scheduler/txn-history")
     offset = time.time() - time.monotonic()
     times: dict[str, tuple[float, float]] = {}
     for record in records:
