@@ -15,6 +15,11 @@ UNNUMBERED_DESCRIPTOR = "vpp-unnumbered"
 BD_DESCRIPTOR = "vpp-bd"
 BD_MEMBER_DESCRIPTOR = "vpp-bd-interface"
 ROUTE_DESCRIPTOR = "vpp-route"
+VRF_DESCRIPTOR = "vpp-vrf"
+NEIGHBOR_DESCRIPTOR = "vpp-neighbor"
+XCONNECT_DESCRIPTOR = "vpp-xconnect"
+L2FIB_DESCRIPTOR = "vpp-l2fib"
+MEMIF_SOCKET_DESCRIPTOR = "vpp-memif-socket"
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,13 @@ class Context:
         self.interfaces: Mapping[str, InterfaceMeta] = {}
         # sw_if_index -> kvmesh name, kept by the interface descriptor (for events)
         self.names_by_index: dict[int, str] = {}
+        # bridge domain name -> bd_id, kept by the bridge-domain descriptor (for L2 FIB entries)
+        self.bd_ids: dict[str, int] = {}
+        # interface -> what holds it in L2 mode ("bridge domain <name>" or "cross-connect to
+        # <tx>"): an interface is in a bridge domain or a cross-connect, never both
+        self.l2_users: dict[str, str] = {}
+        # memif socket path -> VPP's socket id, kept by the memif-socket descriptor
+        self.memif_socket_ids: dict[str, int] = {}
 
     def sw_if_index(self, name: str) -> int:
         meta = self.interfaces.get(name)

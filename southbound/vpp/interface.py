@@ -33,7 +33,9 @@ from southbound.vpp.errors import (
     VppError,
     is_retriable,
 )
+from southbound.vpp.interface_types import type_dependencies
 from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
+from southbound.vpp.models.vrf import vrf_dependencies
 
 log = logging.getLogger("southbound.vpp.interface")
 
@@ -83,7 +85,7 @@ class InterfaceDescriptor:
         try:
             self.api.set_tag(sw_if_index, owner_tag(_name(key)))
             if v["vrf"]:
-                self.api.set_vrf(sw_if_index, v["vrf"])
+                self.api.set_vrf(sw_if_index, v["vrf"], _has_ip6(v))
             if v["mtu"] is not None:
                 self.api.set_mtu(sw_if_index, v["mtu"])
             if v["enabled"]:
@@ -143,6 +145,8 @@ class InterfaceDescriptor:
         o, n = normalize_interface(key, old), normalize_interface(key, new)
         if (o["type"], o["vrf"]) != (n["type"], n["vrf"]):
             return True
+        if n["vrf"] and _has_ip6(o) != _has_ip6(n):
+            return True  # the IPv6 binding to the VRF is made at creation
         if n["type"] == "tap":
             ot, nt = o["tap"], n["tap"]
             if (ot["rx_ring_size"], ot["tx_ring_size"]) != (nt["rx_ring_size"], nt["tx_ring_size"]):
@@ -177,17 +181,21 @@ class InterfaceDescriptor:
             v = normalize_interface(key, value)
         except InvalidValueError:
             return ()
+        # Its VRF's tables: IPv4 always, IPv6 when it has IPv6 addresses.
+        deps = list(vrf_dependencies(v["vrf"], (False, True) if _has_ip6(v) else (False,)))
+        deps.extend(type_dependencies(v))
         if v["type"] != "af_packet":
-            return ()
+            return deps
         host = v["af_packet"]["host_if_name"]
         wanted = (keys.linux_host_key(host), keys.linux_interface_key(host))
-        return (
+        deps.append(
             Dependency(
                 label=f"host interface {host}",
                 any_of=lambda k, wanted=wanted: k in wanted,  # type: ignore[misc]
                 key_prefixes=wanted,
             ),
         )
+        return deps
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
         """Equal for the fields this descriptor applies; None (unspecified) matches anything."""
@@ -256,6 +264,10 @@ class InterfaceDescriptor:
                 (keys.interface_key(name), value, InterfaceMeta(idx, if_type), ValueOrigin.FROM_NB)
             )
         return result
+
+
+def _has_ip6(v: dict[str, Any]) -> bool:
+    return any(":" in cidr for cidr in v["addresses"])
 
 
 def _type_of(d: InterfaceDetails, taps: dict[int, Any], af_packets: dict[int, str]) -> str | None:

@@ -15,9 +15,11 @@ from southbound.vpp.models import (
     VppBridgeDomain,
     VppInterface,
     VppRoute,
+    neighbor,
     normalize_bd,
     normalize_interface,
     normalize_route,
+    vrf,
 )
 
 REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
@@ -27,4 +29,6 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
               normalize_bd),
     ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
               VppRoute, normalize_route),
+    vrf.MODEL,
+    neighbor.MODEL,
 ))

@@ -1,0 +1,249 @@
+"""The issue-19 models through the scheduler against the emulator: VRF tables, neighbors,
+sub-interfaces, L2 cross-connects, static L2 FIB entries, VXLAN and memif. Per model: create,
+update, delete; dependencies both ways; resync after a VPP restart with the minimum of calls;
+retval failures named and retried per the policy; OBTAINED objects left alone."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from scheduler import RetryPolicy, TransactionError, ValueState
+from tests.util import wait_until
+
+CONFIGURED = ValueState.CONFIGURED
+PENDING = ValueState.PENDING
+OBTAINED = ValueState.OBTAINED
+ANY = 0xFFFFFFFF
+LOOP = {"type": "loopback"}
+LO1 = "vpp/interface/lo1"
+LO2 = "vpp/interface/lo2"
+VRF10 = "vpp/vrf/ipv4/10"
+VRF10_6 = "vpp/vrf/ipv6/10"
+NEIGH = "vpp/neighbor/lo1/10.0.0.2"
+NEIGH_VALUE = {"mac": "02:00:00:00:00:02"}
+
+
+def sent(vpp, before: Counter) -> Counter:
+    """The API requests the emulator counted since `before`, by message name."""
+    now = Counter({k[4:]: v for k, v in vpp.control.counters().items() if k.startswith("msg.")})
+    return Counter({k: v for k, v in (now - before).items() if v})
+
+
+def counted(vpp) -> Counter:
+    return sent(vpp, Counter())
+
+
+def tables(vpp) -> dict:
+    return {(d.table.table_id, bool(d.table.is_ip6)): d.table.name
+            for d in vpp.papi.api.ip_table_dump()}
+
+
+def neighbors(vpp) -> dict:
+    return {
+        (d.neighbor.sw_if_index, str(d.neighbor.ip_address)):
+            (str(d.neighbor.mac_address), int(d.neighbor.flags))
+        for af in (0, 1)
+        for d in vpp.papi.api.ip_neighbor_dump(sw_if_index=ANY, af=af)
+    }
+
+
+def restart_and_resync(vpp) -> Counter:
+    """A VPP restart (all state lost), the plugin reconnects, a downstream resync rebuilds:
+    returns the requests the resync sent."""
+    resynced = threading.Event()
+    before: list[Counter] = []
+
+    def resync() -> None:
+        before.append(counted(vpp))
+        vpp.scheduler.resync({}, kind="downstream")
+        resynced.set()
+
+    vpp.plugin.on_connect(resync)
+    vpp.papi.disconnect()
+    vpp.control.restart(downtime=0.2)
+    wait_until(resynced.is_set, timeout=60, message="reconnected and resynced")
+    vpp.papi = vpp.papi.__class__(bootstrapapi=True, server_address=vpp.emulator.socket_path)
+    vpp.papi.connect("kvmesh-test")
+    return sent(vpp, before[0])
+
+
+WRITES = ("add", "del", "create", "delete", "set")
+
+
+def writes(requests: Counter) -> Counter:
+    """Only the requests that change VPP (dumps, gets and pings are reads)."""
+    return Counter({k: v for k, v in requests.items()
+                    if any(w in k for w in WRITES) and not k.endswith("dump")
+                    and not k.startswith(("sockclnt", "want_"))})
+
+
+# ---------------------------------------------------------------------- VRF tables
+def test_vrf_table_create_rename_delete(vpp):
+    vpp.commit({VRF10: {"name": "red"}})
+    assert vpp.state(VRF10) is CONFIGURED
+    assert tables(vpp)[(10, False)] == "red"
+    vpp.commit({VRF10: {"id": 10, "protocol": "ipv4", "name": "blue"}})
+    assert tables(vpp)[(10, False)] == "blue"  # VPP never renames: re-created
+    vpp.commit({VRF10: None})
+    assert (10, False) not in tables(vpp)
+
+
+def test_vrf_key_and_value_must_agree(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({VRF10: {"id": 11, "protocol": "ipv6"}, "vpp/vrf/ipv5/1": {}})
+    assert set(vpp.scheduler.get_value_status(VRF10).details) == {"id", "protocol"}
+    assert vpp.scheduler.get_value_status("vpp/vrf/ipv5/1").details == ("(key)",)
+
+
+def test_interface_and_route_in_a_vrf_wait_for_its_table(vpp):
+    route = "vpp/route/10/10.9.0.0/16/10.5.0.2"
+    vpp.commit({
+        LO1: {**LOOP, "vrf": 10, "addresses": ["10.5.0.1/24"]},
+        LO2: {**LOOP, "vrf": 10, "addresses": ["fd00:5::1/64"]},
+        route: {"outgoing_interface": "lo1"},
+    })
+    assert all(vpp.state(k) is PENDING for k in (LO1, LO2, route))
+    assert vpp.vpp_interfaces() == {}
+    vpp.commit({VRF10: {}})
+    assert vpp.state(LO1) is CONFIGURED and vpp.state(route) is CONFIGURED
+    assert vpp.state(LO2) is PENDING  # IPv6 addresses: the IPv6 table too
+    idx = vpp.sw_if_index("lo1")
+    assert vpp.papi.api.sw_interface_get_table(sw_if_index=idx).vrf_id == 10
+    assert vpp.papi.api.sw_interface_get_table(sw_if_index=idx, is_ipv6=True).vrf_id == 0
+    assert "10.9.0.0/16" in vpp.vpp_routes(10)
+    vpp.commit({VRF10_6: {}})
+    lo2 = vpp.sw_if_index("lo2")
+    assert vpp.papi.api.sw_interface_get_table(sw_if_index=lo2, is_ipv6=True).vrf_id == 10
+    # removing the table removes what is in it first (and they wait again)
+    vpp.commit({VRF10: None})
+    assert all(vpp.state(k) is PENDING for k in (LO1, LO2, route))  # lo2: IPv4 and IPv6
+    assert vpp.vpp_interfaces() == {}
+    assert (10, False) not in tables(vpp)
+
+
+def test_table_0_and_foreign_tables_are_obtained_and_never_deleted(vpp):
+    vpp.papi.api.ip_table_add_del(is_add=True, table={"table_id": 77, "name": "theirs"})
+    vpp.commit({VRF10: {}})
+    vpp.scheduler.resync({VRF10: {}}, kind="full")
+    assert vpp.state("vpp/vrf/ipv4/0") is OBTAINED
+    assert vpp.state("vpp/vrf/ipv6/0") is OBTAINED
+    assert vpp.state("vpp/vrf/ipv4/77") is OBTAINED
+    vpp.scheduler.resync({}, kind="full")
+    assert set(tables(vpp)) == {(0, False), (0, True), (77, False)}
+
+
+# ---------------------------------------------------------------------- neighbors
+def test_neighbor_create_update_in_place_recreate_delete(vpp):
+    vpp.commit({LO1: LOOP, NEIGH: NEIGH_VALUE})
+    idx = vpp.sw_if_index("lo1")
+    assert neighbors(vpp) == {(idx, "10.0.0.2"): ("02:00:00:00:00:02", 1)}
+    before = counted(vpp)
+    vpp.commit({NEIGH: {"mac": "02:00:00:00:00:03"}})
+    assert neighbors(vpp) == {(idx, "10.0.0.2"): ("02:00:00:00:00:03", 1)}
+    assert writes(sent(vpp, before)) == Counter({"ip_neighbor_add_del": 1})  # in place
+    vpp.commit({NEIGH: {"mac": "02:00:00:00:00:03", "static": False, "no_fib_entry": True}})
+    assert neighbors(vpp) == {(idx, "10.0.0.2"): ("02:00:00:00:00:03", 2)}
+    vpp.commit({NEIGH: None})
+    assert neighbors(vpp) == {}
+    assert vpp.state(LO1) is CONFIGURED
+
+
+def test_neighbor_waits_for_its_interface_and_goes_before_it(vpp):
+    v6 = "vpp/neighbor/lo1/fd00::2"
+    vpp.commit({NEIGH: NEIGH_VALUE, v6: {"mac": "02:00:00:00:00:06", "ip": "fd00::2"}})
+    assert vpp.state(NEIGH) is PENDING
+    print(vpp.scheduler.get_value_status(NEIGH))
+    vpp.commit({LO1: LOOP})
+    assert vpp.state(NEIGH) is CONFIGURED and vpp.state(v6) is CONFIGURED
+    idx = vpp.sw_if_index("lo1")
+    assert set(neighbors(vpp)) == {(idx, "10.0.0.2"), (idx, "fd00::2")}
+    before = counted(vpp)
+    vpp.commit({LO1: None})
+    assert vpp.state(NEIGH) is PENDING
+    # removed before the interface (not left to the interface deletion)
+    assert writes(sent(vpp, before)) == Counter({"ip_neighbor_add_del": 2, "delete_loopback": 1})
+
+
+def test_neighbor_key_and_value_must_agree(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({NEIGH: {"mac": "01:00:00:00:00:01"},
+                    "vpp/neighbor/lo1/10.0.0.4": {**NEIGH_VALUE, "ip": "10.0.0.3"},
+                    "vpp/neighbor/lo1/not-an-ip": NEIGH_VALUE})
+    assert vpp.scheduler.get_value_status(NEIGH).details == ("mac",)
+    assert vpp.scheduler.get_value_status("vpp/neighbor/lo1/10.0.0.4").details == ("ip",)
+    assert vpp.scheduler.get_value_status("vpp/neighbor/lo1/not-an-ip").details == ("(key)",)
+
+
+def test_neighbors_learnt_by_vpp_are_left_alone(vpp):
+    vpp.commit({LO1: LOOP, NEIGH: NEIGH_VALUE})
+    idx = vpp.sw_if_index("lo1")
+    vpp.papi.api.ip_neighbor_add_del(is_add=True, neighbor={
+        "sw_if_index": idx, "flags": 0, "mac_address": "02:00:00:00:00:09",
+        "ip_address": "10.0.0.9"})
+    vpp.scheduler.resync({LO1: LOOP, NEIGH: NEIGH_VALUE}, kind="full")
+    assert (idx, "10.0.0.9") in neighbors(vpp)
+
+
+# ---------------------------------------------------------------------- every model
+RESYNC_VALUES = {
+    VRF10: {"name": "red"},
+    LO1: {**LOOP, "vrf": 10, "addresses": ["10.0.0.1/24"]},
+    NEIGH: NEIGH_VALUE,
+}
+RESYNC_WRITES = Counter({
+    "ip_table_add_del": 1,
+    "create_loopback": 1,
+    "sw_interface_tag_add_del": 1,
+    "sw_interface_set_table": 1,
+    "sw_interface_set_flags": 1,
+    "sw_interface_add_del_address": 1,
+    "ip_neighbor_add_del": 1,
+})
+
+
+def test_resync_after_a_vpp_restart_rebuilds_with_the_minimum_of_calls(vpp):
+    vpp.commit(RESYNC_VALUES)
+    assert all(vpp.state(k) is CONFIGURED for k in RESYNC_VALUES)
+    requests = restart_and_resync(vpp)
+    assert writes(requests) == RESYNC_WRITES
+    assert all(vpp.state(k) is CONFIGURED for k in RESYNC_VALUES)
+    idx = vpp.sw_if_index("lo1")
+    assert neighbors(vpp) == {(idx, "10.0.0.2"): ("02:00:00:00:00:02", 1)}
+    assert tables(vpp)[(10, False)] == "red"
+    # and a second resync has nothing to do
+    before = counted(vpp)
+    vpp.scheduler.resync({}, kind="downstream")
+    assert writes(sent(vpp, before)) == Counter()
+
+
+FAILURES = [
+    (VRF10, {}, {}, "ip_table_add_del"),
+    (NEIGH, NEIGH_VALUE, {LO1: LOOP}, "ip_neighbor_add_del"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "needs", "message"), FAILURES,
+                         ids=[f[3] for f in FAILURES])
+def test_a_refusal_is_failed_with_vpps_error_name(vpp, key, value, needs, message):
+    vpp.commit(needs)
+    vpp.control.fail(message, retval=-6, count=1)
+    with pytest.raises(TransactionError):
+        vpp.commit({key: value}, retry=RetryPolicy(period=0.01, max_count=3))
+    status = vpp.scheduler.get_value_status(key)
+    assert status.state is ValueState.FAILED
+    assert "VNET_API_ERROR_NO_SUCH_ENTRY (-6)" in status.error_message
+    assert vpp.scheduler.stats()["scheduled_retries"] == 0
+
+
+@pytest.mark.parametrize(("key", "value", "needs", "message"), FAILURES,
+                         ids=[f[3] for f in FAILURES])
+def test_a_transient_refusal_is_retried(vpp, key, value, needs, message):
+    vpp.commit(needs)
+    vpp.control.fail(message, retval=-167, count=1)  # BUSY
+    with pytest.raises(TransactionError, match=r"VNET_API_ERROR_BUSY \(-167\)"):
+        vpp.commit({key: value}, retry=RetryPolicy(period=0.05, max_count=3, exp_backoff=False))
+    assert vpp.state(key) in (ValueState.RETRYING, CONFIGURED)
+    wait_until(lambda: vpp.state(key) is CONFIGURED, timeout=10, message="retried")
