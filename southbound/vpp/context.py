@@ -19,7 +19,6 @@ VRF_DESCRIPTOR = "vpp-vrf"
 NEIGHBOR_DESCRIPTOR = "vpp-neighbor"
 XCONNECT_DESCRIPTOR = "vpp-xconnect"
 L2FIB_DESCRIPTOR = "vpp-l2fib"
-MEMIF_SOCKET_DESCRIPTOR = "vpp-memif-socket"
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,13 @@ def owned_name(tag: str) -> str | None:
     return None
 
 
+@dataclass
+class MemifSocket:
+    socket_id: int
+    users: set[str]
+    owned: bool
+
+
 class Context:
     def __init__(self, api: VppApi) -> None:
         self.api = api
@@ -53,8 +59,9 @@ class Context:
         # interface -> what holds it in L2 mode ("bridge domain <name>" or "cross-connect to
         # <tx>"): an interface is in a bridge domain or a cross-connect, never both
         self.l2_users: dict[str, str] = {}
-        # memif socket path -> VPP's socket id, kept by the memif-socket descriptor
-        self.memif_socket_ids: dict[str, int] = {}
+        # memif socket files by path: VPP's socket id, the kvmesh memifs using it, and whether
+        # kvmesh registered it (only those are removed, with their last memif)
+        self.memif_sockets: dict[str, MemifSocket] = {}
 
     def sw_if_index(self, name: str) -> int:
         meta = self.interfaces.get(name)

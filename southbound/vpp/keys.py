@@ -136,11 +136,9 @@ def parse_route_key(key: str) -> RouteKey | None:
 #   vpp/neighbor/<interface>/<ip>                 static neighbor (NB)
 #   vpp/xconnect/<rx interface>                   L2 cross-connect (NB)
 #   vpp/bd/<bd>/fib/<mac>                         static L2 FIB entry (NB)
-#   vpp/memif-socket/<path>                       derived: a memif socket file, shared by its memifs
 VRF_PREFIX = "vpp/vrf/"
 NEIGHBOR_PREFIX = "vpp/neighbor/"
 XCONNECT_PREFIX = "vpp/xconnect/"
-MEMIF_SOCKET_PREFIX = "vpp/memif-socket/"
 L2FIB = "fib"
 VRF_PROTOCOLS = ("ipv4", "ipv6")
 
@@ -192,13 +190,3 @@ def parse_l2fib_key(key: str) -> tuple[str, str] | None:
         return None
     return parts[0], parts[2]
 
-
-def memif_socket_key(path: str) -> str:
-    # The path keeps its slashes: everything after the prefix is the path.
-    return f"{MEMIF_SOCKET_PREFIX}{path}"
-
-
-def memif_socket_path(key: str) -> str | None:
-    if not key.startswith(MEMIF_SOCKET_PREFIX) or len(key) == len(MEMIF_SOCKET_PREFIX):
-        return None
-    return key[len(MEMIF_SOCKET_PREFIX):]

@@ -187,18 +187,117 @@ def test_neighbors_learnt_by_vpp_are_left_alone(vpp):
     assert (idx, "10.0.0.9") in neighbors(vpp)
 
 
+# ---------------------------------------------------------------------- sub-interfaces
+SUB = "vpp/interface/lo1.10"
+QINQ = "vpp/interface/lo1.20"
+
+
+def sub(vlan=10, **extra):
+    section = {"parent": "lo1", "sub_id": vlan, "outer_vlan": vlan, **extra}
+    return {"type": "sub_interface", "sub_interface": section}
+
+
+def sub_details(vpp) -> dict:
+    return {d.tag[len("kvmesh:"):]: d for d in vpp.papi.api.sw_interface_dump(sw_if_index=ANY)
+            if d.sup_sw_if_index != d.sw_if_index}
+
+
+def test_sub_interfaces_one_tag_qinq_and_non_exact(vpp):
+    before = counted(vpp)
+    vpp.commit({
+        LO1: LOOP,
+        SUB: {**sub(10), "addresses": ["10.10.0.1/24"]},
+        QINQ: sub(20, outer_vlan=100, inner_vlan=200),
+        "vpp/interface/lo1.30": sub(30, outer_vlan=31, exact_match=False),
+    })
+    calls = sent(vpp, before)
+    assert (calls["create_vlan_subif"], calls["create_subif"]) == (1, 2)
+    parent = vpp.sw_if_index("lo1")
+    d = sub_details(vpp)
+    assert (d["lo1.10"].sup_sw_if_index, d["lo1.10"].sub_id, d["lo1.10"].sub_outer_vlan_id) == \
+        (parent, 10, 10)
+    assert (d["lo1.20"].sub_number_of_tags, d["lo1.20"].sub_outer_vlan_id,
+            d["lo1.20"].sub_inner_vlan_id) == (2, 100, 200)
+    assert (d["lo1.30"].sub_id, d["lo1.30"].sub_outer_vlan_id,
+            int(d["lo1.30"].sub_if_flags) & 16) == (30, 31, 0)
+    assert vpp.vpp_addresses(vpp.sw_if_index("lo1.10")) == ["10.10.0.1/24"]
+    # a changed tag is a new sub-interface; admin state is updated in place
+    old = vpp.sw_if_index("lo1.10")
+    vpp.commit({SUB: {**sub(10, outer_vlan=11), "addresses": ["10.10.0.1/24"]}})
+    assert vpp.sw_if_index("lo1.10") != old
+    assert sub_details(vpp)["lo1.10"].sub_outer_vlan_id == 11
+    same = vpp.sw_if_index("lo1.10")
+    vpp.commit({SUB: {**sub(10, outer_vlan=11), "addresses": ["10.10.0.1/24"],
+                      "enabled": False}})
+    assert vpp.sw_if_index("lo1.10") == same
+    vpp.commit({SUB: None, QINQ: None})
+    assert set(sub_details(vpp)) == {"lo1.30"}
+
+
+def test_sub_interface_waits_for_its_parent_and_goes_first(vpp):
+    vpp.commit({SUB: sub()})
+    assert vpp.state(SUB) is PENDING
+    vpp.commit({LO1: LOOP})
+    assert vpp.state(SUB) is CONFIGURED
+    # a re-created parent takes its sub-interfaces down and back up
+    vpp.commit({LO1: {**LOOP, "vrf": 10}, VRF10: {}})
+    assert vpp.state(SUB) is CONFIGURED
+    assert sub_details(vpp)["lo1.10"].sup_sw_if_index == vpp.sw_if_index("lo1")
+    before = counted(vpp)
+    vpp.commit({LO1: None})
+    assert vpp.state(SUB) is PENDING
+    assert writes(sent(vpp, before)) == Counter({"delete_subif": 1, "delete_loopback": 1})
+    # removed itself, before its parent (after it, VPP would have answered -2)
+    assert "retval.delete_subif.-2" not in vpp.control.counters()
+    assert sub_details(vpp) == {}
+
+
+def test_sub_interface_model_rules(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({
+            SUB: {**sub(), "mtu": 1400},
+            QINQ: {"type": "sub_interface"},
+            "vpp/interface/lo1.40": sub(40, outer_vlan=4096),
+            "vpp/interface/lo9": {**LOOP, "sub_interface": {"parent": "lo1", "sub_id": 1,
+                                                            "outer_vlan": 1}},
+        })
+    assert vpp.scheduler.get_value_status(SUB).details == ("mtu",)
+    assert vpp.scheduler.get_value_status(QINQ).details == ("sub_interface",)
+    assert vpp.scheduler.get_value_status("vpp/interface/lo1.40").details == \
+        ("sub_interface.outer_vlan",)
+    assert vpp.scheduler.get_value_status("vpp/interface/lo9").details == ("sub_interface",)
+
+
+def test_a_taken_vlan_is_failed_with_vpps_error(vpp):
+    vpp.commit({LO1: LOOP})
+    theirs = vpp.papi.api.create_vlan_subif(sw_if_index=vpp.sw_if_index("lo1"), vlan_id=10)
+    with pytest.raises(TransactionError):
+        vpp.commit({SUB: sub()}, retry=RetryPolicy(period=0.01, max_count=3))
+    status = vpp.scheduler.get_value_status(SUB)
+    assert status.state is ValueState.FAILED
+    assert "VNET_API_ERROR_VLAN_ALREADY_EXISTS (-56)" in status.error_message
+    # theirs (untagged) is never reported, changed or deleted by a full resync
+    vpp.scheduler.resync({LO1: LOOP}, kind="full")
+    assert theirs.sw_if_index in {d.sw_if_index for d in
+                                  vpp.papi.api.sw_interface_dump(sw_if_index=ANY)}
+
+
 # ---------------------------------------------------------------------- every model
 RESYNC_VALUES = {
     VRF10: {"name": "red"},
     LO1: {**LOOP, "vrf": 10, "addresses": ["10.0.0.1/24"]},
     NEIGH: NEIGH_VALUE,
+    SUB: sub(),
+    QINQ: sub(20, outer_vlan=100, inner_vlan=200),
 }
 RESYNC_WRITES = Counter({
     "ip_table_add_del": 1,
     "create_loopback": 1,
-    "sw_interface_tag_add_del": 1,
+    "create_vlan_subif": 1,
+    "create_subif": 1,
+    "sw_interface_tag_add_del": 3,
     "sw_interface_set_table": 1,
-    "sw_interface_set_flags": 1,
+    "sw_interface_set_flags": 3,
     "sw_interface_add_del_address": 1,
     "ip_neighbor_add_del": 1,
 })
@@ -222,6 +321,8 @@ def test_resync_after_a_vpp_restart_rebuilds_with_the_minimum_of_calls(vpp):
 FAILURES = [
     (VRF10, {}, {}, "ip_table_add_del"),
     (NEIGH, NEIGH_VALUE, {LO1: LOOP}, "ip_neighbor_add_del"),
+    (SUB, sub(), {LO1: LOOP}, "create_vlan_subif"),
+    (QINQ, sub(20, outer_vlan=100, inner_vlan=200), {LO1: LOOP}, "create_subif"),
 ]
 
 
