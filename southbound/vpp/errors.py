@@ -126,6 +126,13 @@ class MissingInterfaceError(VppError):
     retriable = True
 
 
+class L2ModeConflictError(VppError):
+    """An interface wanted in a bridge domain and in a cross-connect: the second waits (a retry
+    succeeds once the first is removed)."""
+
+    retriable = True
+
+
 def is_retriable(exc: BaseException) -> bool:
     """The scheduler's `is_retriable_failure`: only errors a retry can fix."""
     return bool(getattr(exc, "retriable", False)) and isinstance(exc, VppError)

@@ -15,11 +15,13 @@ from southbound.vpp.models import (
     VppBridgeDomain,
     VppInterface,
     VppRoute,
+    l2fib,
     neighbor,
     normalize_bd,
     normalize_interface,
     normalize_route,
     vrf,
+    xconnect,
 )
 
 REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
@@ -31,4 +33,6 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
               VppRoute, normalize_route),
     vrf.MODEL,
     neighbor.MODEL,
+    xconnect.MODEL,
+    l2fib.MODEL,
 ))

@@ -159,7 +159,7 @@ class NeighborDescriptor:
                 continue  # learnt by VPP
             value = {"interface": interface, "ip": n.ip, "mac": n.mac, "static": static,
                      "no_fib_entry": bool(n.flags & NEIGHBOR_NO_FIB_ENTRY)}
-            result.append((key, value, None, ValueOrigin.FROM_NB))
+            result.append((key, value, None, ValueOrigin.UNKNOWN))
         return result
 
 

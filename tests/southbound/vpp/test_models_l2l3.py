@@ -282,6 +282,97 @@ def test_a_taken_vlan_is_failed_with_vpps_error(vpp):
                                   vpp.papi.api.sw_interface_dump(sw_if_index=ANY)}
 
 
+# ---------------------------------------------------------------------- L2 cross-connect
+XC1 = "vpp/xconnect/lo1"
+XC2 = "vpp/xconnect/lo2"
+BD = "vpp/bd/bd1"
+
+
+def xconnects(vpp) -> set:
+    return {(d.rx_sw_if_index, d.tx_sw_if_index) for d in vpp.papi.api.l2_xconnect_dump()}
+
+
+def test_xconnect_create_update_delete_and_dependencies(vpp):
+    vpp.commit({XC1: {"transmit_interface": "lo2"}, XC2: {"transmit_interface": "lo1"}})
+    assert vpp.state(XC1) is PENDING and vpp.state(XC2) is PENDING
+    vpp.commit({LO1: LOOP})
+    assert vpp.state(XC1) is PENDING  # both interfaces are needed
+    vpp.commit({LO2: LOOP})
+    lo1, lo2 = vpp.sw_if_index("lo1"), vpp.sw_if_index("lo2")
+    assert xconnects(vpp) == {(lo1, lo2), (lo2, lo1)}
+    vpp.commit({"vpp/interface/lo3": LOOP, XC1: {"transmit_interface": "lo3"}})
+    lo3 = vpp.sw_if_index("lo3")
+    assert xconnects(vpp) == {(lo1, lo3), (lo2, lo1)}
+    before = counted(vpp)
+    vpp.commit({LO2: None})  # the cross-connects through lo2 go first, and wait
+    assert vpp.state(XC2) is PENDING
+    assert writes(sent(vpp, before)) == Counter({"sw_interface_set_l2_xconnect": 1,
+                                                 "delete_loopback": 1})
+    vpp.commit({XC1: None})
+    assert xconnects(vpp) == set()
+
+
+def test_an_interface_is_in_a_bridge_domain_or_a_cross_connect_never_both(vpp):
+    vpp.commit({LO1: LOOP, LO2: LOOP, BD: {"bd_id": 10, "interfaces": [{"name": "lo1"}]}})
+    with pytest.raises(TransactionError, match="already in bridge domain bd1"):
+        vpp.commit({XC1: {"transmit_interface": "lo2"}},
+                   retry=RetryPolicy(period=0.05, max_count=50, exp_backoff=False))
+    status = vpp.scheduler.get_value_status(XC1)
+    assert status.state in (ValueState.RETRYING, ValueState.FAILED)
+    assert "never both" in status.error_message
+    (domain,) = vpp.papi.api.bridge_domain_dump(bd_id=10)
+    assert [m.sw_if_index for m in domain.sw_if_details] == [vpp.sw_if_index("lo1")]
+    # once the bridge domain lets it go, the retry applies the cross-connect
+    vpp.commit({BD: {"bd_id": 10}})
+    wait_until(lambda: vpp.state(XC1) is CONFIGURED, timeout=10, message="retried")
+    assert xconnects(vpp) == {(vpp.sw_if_index("lo1"), vpp.sw_if_index("lo2"))}
+    # and the other way round
+    with pytest.raises(TransactionError, match="already in a cross-connect"):
+        vpp.commit({BD: {"bd_id": 10, "interfaces": [{"name": "lo1"}]}})
+
+
+# ---------------------------------------------------------------------- L2 FIB
+FIB = "vpp/bd/bd1/fib/02:00:00:00:00:0a"
+BD_WITH_LO1 = {"bd_id": 10, "interfaces": [{"name": "lo1"}, {"name": "lo2"}]}
+
+
+def l2fib(vpp) -> dict:
+    return {(d.bd_id, str(d.mac)): (d.sw_if_index, bool(d.static_mac), bool(d.bvi_mac))
+            for d in vpp.papi.api.l2_fib_table_dump(bd_id=ANY)}
+
+
+def test_l2fib_entry_waits_for_domain_and_membership_and_updates_in_place(vpp):
+    vpp.commit({FIB: {"interface": "lo1"}, LO1: LOOP, LO2: LOOP})
+    assert vpp.state(FIB) is PENDING
+    vpp.commit({BD: {"bd_id": 10}})
+    assert vpp.state(FIB) is PENDING  # lo1 is not a member yet
+    vpp.commit({BD: BD_WITH_LO1})
+    assert vpp.state(FIB) is CONFIGURED
+    assert vpp.state(BD) is CONFIGURED  # not mistaken for the domain's own key
+    lo1, lo2 = vpp.sw_if_index("lo1"), vpp.sw_if_index("lo2")
+    assert l2fib(vpp) == {(10, "02:00:00:00:00:0a"): (lo1, True, False)}
+    before = counted(vpp)
+    vpp.commit({FIB: {"interface": "lo2", "mac": "02:00:00:00:00:0A"}})
+    assert l2fib(vpp) == {(10, "02:00:00:00:00:0a"): (lo2, True, False)}
+    assert writes(sent(vpp, before)) == Counter({"l2fib_add_del": 1})
+    # the member leaving the domain takes the entry out first
+    vpp.commit({BD: {"bd_id": 10, "interfaces": [{"name": "lo1"}]}})
+    assert vpp.state(FIB) is PENDING
+    assert l2fib(vpp) == {}
+    vpp.commit({BD: BD_WITH_LO1})
+    assert vpp.state(FIB) is CONFIGURED
+    vpp.commit({FIB: None})
+    assert l2fib(vpp) == {}
+
+
+def test_l2fib_key_rules(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({FIB: {"interface": "lo1", "mac": "02:00:00:00:00:0b"},
+                    "vpp/bd/bd1/fib/not-a-mac": {"interface": "lo1"}})
+    assert vpp.scheduler.get_value_status(FIB).details == ("mac",)
+    assert vpp.scheduler.get_value_status("vpp/bd/bd1/fib/not-a-mac").details == ("(key)",)
+
+
 # ---------------------------------------------------------------------- every model
 RESYNC_VALUES = {
     VRF10: {"name": "red"},
@@ -289,15 +380,24 @@ RESYNC_VALUES = {
     NEIGH: NEIGH_VALUE,
     SUB: sub(),
     QINQ: sub(20, outer_vlan=100, inner_vlan=200),
+    LO2: LOOP,
+    XC2: {"transmit_interface": "lo1.20"},
+    "vpp/interface/lo3": LOOP,
+    BD: {"bd_id": 10, "interfaces": [{"name": "lo3"}]},
+    "vpp/bd/bd1/fib/02:00:00:00:00:0a": {"interface": "lo3"},
 }
 RESYNC_WRITES = Counter({
     "ip_table_add_del": 1,
-    "create_loopback": 1,
+    "create_loopback": 3,
     "create_vlan_subif": 1,
     "create_subif": 1,
-    "sw_interface_tag_add_del": 3,
+    "sw_interface_tag_add_del": 5,
     "sw_interface_set_table": 1,
-    "sw_interface_set_flags": 3,
+    "sw_interface_set_flags": 5,
+    "sw_interface_set_l2_xconnect": 1,
+    "bridge_domain_add_del_v2": 1,
+    "sw_interface_set_l2_bridge": 1,
+    "l2fib_add_del": 1,
     "sw_interface_add_del_address": 1,
     "ip_neighbor_add_del": 1,
 })
@@ -323,6 +423,9 @@ FAILURES = [
     (NEIGH, NEIGH_VALUE, {LO1: LOOP}, "ip_neighbor_add_del"),
     (SUB, sub(), {LO1: LOOP}, "create_vlan_subif"),
     (QINQ, sub(20, outer_vlan=100, inner_vlan=200), {LO1: LOOP}, "create_subif"),
+    (XC1, {"transmit_interface": "lo2"}, {LO1: LOOP, LO2: LOOP}, "sw_interface_set_l2_xconnect"),
+    (FIB, {"interface": "lo1"}, {LO1: LOOP, BD: {"bd_id": 10, "interfaces": [{"name": "lo1"}]}},
+     "l2fib_add_del"),
 ]
 
 
