@@ -229,6 +229,7 @@ class InterfaceDescriptor:
         owned = {d.sw_if_index: (name, d) for d in details if (name := owned_name(d.tag))}
         if not owned:
             self.ctx.names_by_index = {}
+            self.ctx.memif_sockets = {}  # VPP restarted (or nothing is kvmesh's)
             return []
         taps = self.api.taps()
         af_packets = self.api.af_packets()

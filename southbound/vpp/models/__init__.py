@@ -10,12 +10,19 @@ scheduler's comparison with the desired state is exact.
 
 Interface (`vpp/interface/<name>`)::
 
-    {"type": "loopback" | "tap" | "af_packet",
+    {"type": "loopback" | "tap" | "af_packet" | "sub_interface" | "vxlan" | "memif",
      "enabled": true, "mtu": null, "mac": null, "vrf": 0,
      "addresses": ["10.0.0.1/24", "fd00::1/64"],
      "unnumbered": {"interface_with_ip": "<name>"},      # instead of addresses
      "tap": {"host_if_name": null, "rx_ring_size": 256, "tx_ring_size": 256},
-     "af_packet": {"host_if_name": "<linux interface>"}}
+     "af_packet": {"host_if_name": "<linux interface>"},
+     "sub_interface": {"parent": "<name>", "sub_id": 10, "outer_vlan": 10,
+                       "inner_vlan": null, "exact_match": true},
+     "vxlan": {"src": "192.168.1.1", "dst": "192.168.1.2", "vni": 100, "encap_vrf": 0},
+     "memif": {"socket": "/run/vpp/app.sock", "id": 0, "master": true, "mode": "ethernet"}}
+
+The VRF table, neighbor, cross-connect and L2 FIB models have one module each (`vrf`,
+`neighbor`, `xconnect`, `l2fib`).
 
 `null` (or an absent field) for mtu, mac and tap.host_if_name means "whatever VPP chooses".
 

@@ -55,16 +55,22 @@ def restart_and_resync(vpp) -> Counter:
     returns the requests the resync sent."""
     resynced = threading.Event()
     before: list[Counter] = []
+    failed: list[BaseException] = []
 
     def resync() -> None:
         before.append(counted(vpp))
-        vpp.scheduler.resync({}, kind="downstream")
+        try:
+            vpp.scheduler.resync({}, kind="downstream")
+        except BaseException as exc:  # reported by the test, not lost in the callback thread
+            failed.append(exc)
         resynced.set()
 
     vpp.plugin.on_connect(resync)
     vpp.papi.disconnect()
     vpp.control.restart(downtime=0.2)
     wait_until(resynced.is_set, timeout=60, message="reconnected and resynced")
+    if failed:
+        raise failed[0]
     vpp.papi = vpp.papi.__class__(bootstrapapi=True, server_address=vpp.emulator.socket_path)
     vpp.papi.connect("kvmesh-test")
     return sent(vpp, before[0])
@@ -373,6 +379,112 @@ def test_l2fib_key_rules(vpp):
     assert vpp.scheduler.get_value_status("vpp/bd/bd1/fib/not-a-mac").details == ("(key)",)
 
 
+# ---------------------------------------------------------------------- VXLAN
+VX = "vpp/interface/vx1"
+
+
+def vxlan(vni=100, encap_vrf=0, src="192.168.1.1", dst="192.168.1.2"):
+    return {"type": "vxlan", "vxlan": {"src": src, "dst": dst, "vni": vni,
+                                       "encap_vrf": encap_vrf}}
+
+
+def tunnels(vpp) -> dict:
+    return {t.sw_if_index: (str(t.src_address), str(t.dst_address), t.vni, t.encap_vrf_id)
+            for t in vpp.papi.api.vxlan_tunnel_v2_dump(sw_if_index=ANY)}
+
+
+def test_vxlan_create_recreate_delete_and_encap_vrf(vpp):
+    vpp.commit({VX: vxlan(encap_vrf=10)})
+    assert vpp.state(VX) is PENDING  # its encap table
+    vpp.commit({VRF10: {}})
+    assert vpp.state(VX) is CONFIGURED
+    idx = vpp.sw_if_index("vx1")
+    assert tunnels(vpp) == {idx: ("192.168.1.1", "192.168.1.2", 100, 10)}
+    vpp.commit({VX: vxlan(vni=200, encap_vrf=10)})
+    new = vpp.sw_if_index("vx1")
+    assert tunnels(vpp) == {new: ("192.168.1.1", "192.168.1.2", 200, 10)}
+    # a tunnel in a bridge domain
+    vpp.commit({BD: {"bd_id": 10, "interfaces": [{"name": "vx1"}]}})
+    (domain,) = vpp.papi.api.bridge_domain_dump(bd_id=10)
+    assert [m.sw_if_index for m in domain.sw_if_details] == [new]
+    vpp.commit({VRF10: None})  # tunnel (and its membership) go before the table
+    assert vpp.state(VX) is PENDING and tunnels(vpp) == {}
+    vpp.commit({VX: None, BD: None})
+    assert vpp.state(VX) is ValueState.NONEXISTENT
+
+
+def test_vxlan_model_rules_and_vpps_refusal(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({VX: vxlan(dst="192.168.1.1"), "vpp/interface/vx2": vxlan(dst="fd00::1"),
+                    "vpp/interface/vx3": vxlan(vni=1 << 24)})
+    assert vpp.scheduler.get_value_status(VX).details == ("vxlan.dst",)
+    assert vpp.scheduler.get_value_status("vpp/interface/vx2").details == ("vxlan.dst",)
+    assert vpp.scheduler.get_value_status("vpp/interface/vx3").details == ("vxlan.vni",)
+    vpp.papi.api.vxlan_add_del_tunnel_v3(
+        is_add=True, instance=ANY, src_address="192.168.1.1", dst_address="192.168.1.2",
+        vni=100, mcast_sw_if_index=ANY, decap_next_index=ANY)  # someone else's
+    with pytest.raises(TransactionError):
+        vpp.commit({VX: vxlan()})
+    assert "VNET_API_ERROR_TUNNEL_EXIST (-75)" in vpp.scheduler.get_value_status(VX).error_message
+    vpp.scheduler.resync({}, kind="full")
+    assert len(tunnels(vpp)) == 1  # theirs (untagged) stays
+
+
+# ---------------------------------------------------------------------- memif
+M1 = "vpp/interface/m1"
+M2 = "vpp/interface/m2"
+SOCK = "/run/kvm/app.sock"
+
+
+def memif(id_=0, socket=SOCK, master=True):
+    return {"type": "memif", "memif": {"socket": socket, "id": id_, "master": master}}
+
+
+def memifs(vpp) -> dict:
+    paths = {d.socket_id: d.socket_filename for d in vpp.papi.api.memif_socket_filename_dump()}
+    return {d.if_name: (paths[d.socket_id], d.id, int(d.role)) for d in vpp.papi.api.memif_dump()}
+
+
+def sockets(vpp) -> set:
+    return {d.socket_filename for d in vpp.papi.api.memif_socket_filename_dump()}
+
+
+def test_memifs_share_one_socket_registered_once_and_removed_with_the_last(vpp):
+    before = counted(vpp)
+    vpp.commit({M1: memif(1), M2: memif(2)})
+    assert sent(vpp, before)["memif_socket_filename_add_del_v2"] == 1  # one socket id per path
+    assert sorted(memifs(vpp).values()) == [(SOCK, 1, 0), (SOCK, 2, 0)]
+    vpp.commit({M1: None})
+    assert SOCK in sockets(vpp)  # m2 still uses it
+    vpp.commit({M2: memif(2, master=False)})  # re-created: the socket follows
+    assert sorted(memifs(vpp).values()) == [(SOCK, 2, 1)]
+    vpp.commit({M2: None})
+    assert sockets(vpp) == {"/run/vpp/memif.sock"}
+
+
+def test_memif_id_taken_on_a_socket_and_foreign_sockets(vpp):
+    papi = vpp.papi.api
+    theirs = papi.memif_socket_filename_add_del_v2(is_add=True, socket_id=ANY,
+                                                   socket_filename=SOCK).socket_id
+    papi.memif_create_v2(role=0, mode=0, id=1, socket_id=theirs)
+    with pytest.raises(TransactionError):
+        vpp.commit({M1: memif(1)})
+    status = vpp.scheduler.get_value_status(M1)
+    assert "VNET_API_ERROR_SUBIF_ALREADY_EXISTS (-68)" in status.error_message
+    vpp.commit({M1: memif(5)})  # their socket is reused ...
+    assert memifs(vpp)["memif1/5"] == (SOCK, 5, 0)
+    vpp.commit({M1: None})
+    assert SOCK in sockets(vpp)  # ... and never removed
+
+
+def test_memif_model_rules(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({M1: memif(socket="relative.sock"),
+                    M2: {"type": "memif", "memif": {"socket": SOCK, "mode": "ip"}}})
+    assert vpp.scheduler.get_value_status(M1).details == ("memif.socket",)
+    assert vpp.scheduler.get_value_status(M2).details == ("memif.mode",)
+
+
 # ---------------------------------------------------------------------- every model
 RESYNC_VALUES = {
     VRF10: {"name": "red"},
@@ -385,15 +497,21 @@ RESYNC_VALUES = {
     "vpp/interface/lo3": LOOP,
     BD: {"bd_id": 10, "interfaces": [{"name": "lo3"}]},
     "vpp/bd/bd1/fib/02:00:00:00:00:0a": {"interface": "lo3"},
+    VX: vxlan(encap_vrf=10),
+    M1: memif(1),
+    M2: memif(2),
 }
 RESYNC_WRITES = Counter({
     "ip_table_add_del": 1,
     "create_loopback": 3,
+    "vxlan_add_del_tunnel_v3": 1,
+    "memif_socket_filename_add_del_v2": 1,
+    "memif_create_v2": 2,
     "create_vlan_subif": 1,
     "create_subif": 1,
-    "sw_interface_tag_add_del": 5,
+    "sw_interface_tag_add_del": 8,
     "sw_interface_set_table": 1,
-    "sw_interface_set_flags": 5,
+    "sw_interface_set_flags": 8,
     "sw_interface_set_l2_xconnect": 1,
     "bridge_domain_add_del_v2": 1,
     "sw_interface_set_l2_bridge": 1,
@@ -426,6 +544,8 @@ FAILURES = [
     (XC1, {"transmit_interface": "lo2"}, {LO1: LOOP, LO2: LOOP}, "sw_interface_set_l2_xconnect"),
     (FIB, {"interface": "lo1"}, {LO1: LOOP, BD: {"bd_id": 10, "interfaces": [{"name": "lo1"}]}},
      "l2fib_add_del"),
+    (VX, vxlan(), {}, "vxlan_add_del_tunnel_v3"),
+    (M1, memif(1), {}, "memif_create_v2"),
 ]
 
 
