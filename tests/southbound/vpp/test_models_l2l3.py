@@ -536,6 +536,37 @@ def test_resync_after_a_vpp_restart_rebuilds_with_the_minimum_of_calls(vpp):
     assert writes(sent(vpp, before)) == Counter()
 
 
+def test_plan_is_empty_when_unchanged_and_exact_otherwise(vpp):
+    vpp.commit(RESYNC_VALUES)
+    vpp.scheduler.resync(RESYNC_VALUES, kind="full")
+    assert [op for op in vpp.scheduler.plan(RESYNC_VALUES, resync="full") if not op.noop] == []
+    changed = {**RESYNC_VALUES, NEIGH: {"mac": "02:00:00:00:00:09"},
+               XC2: {"transmit_interface": "lo1.10"}}
+    ops = [op for op in vpp.scheduler.plan(changed, resync="full") if not op.noop]
+    assert sorted((op.key, str(op.op)) for op in ops) == [(NEIGH, "UPDATE"), (XC2, "UPDATE")]
+
+
+def test_what_others_made_on_kvmesh_objects_is_never_deleted(vpp):
+    vpp.commit({LO1: LOOP, LO2: LOOP, "vpp/interface/lo3": LOOP,
+                BD: {"bd_id": 10, "interfaces": [{"name": "lo3"}]}})
+    api = vpp.papi.api
+    lo1, lo2, lo3 = (vpp.sw_if_index(n) for n in ("lo1", "lo2", "lo3"))
+    api.sw_interface_set_l2_xconnect(rx_sw_if_index=lo1, tx_sw_if_index=lo2, enable=True)
+    api.l2fib_add_del(mac="02:00:00:00:00:77", bd_id=10, sw_if_index=lo3, is_add=True,
+                      static_mac=True)
+    api.ip_neighbor_add_del(is_add=True, neighbor={
+        "sw_if_index": lo2, "flags": 1, "mac_address": "02:00:00:00:00:08",
+        "ip_address": "10.0.0.8"})
+    nb = {LO1: LOOP, LO2: LOOP, "vpp/interface/lo3": LOOP,
+          BD: {"bd_id": 10, "interfaces": [{"name": "lo3"}]}}
+    vpp.scheduler.resync(nb, kind="full")
+    for key in (XC1, "vpp/bd/bd1/fib/02:00:00:00:00:77", "vpp/neighbor/lo2/10.0.0.8"):
+        assert vpp.state(key) is OBTAINED, key
+    assert xconnects(vpp) == {(lo1, lo2)}
+    assert (10, "02:00:00:00:00:77") in l2fib(vpp)
+    assert (lo2, "10.0.0.8") in neighbors(vpp)
+
+
 FAILURES = [
     (VRF10, {}, {}, "ip_table_add_del"),
     (NEIGH, NEIGH_VALUE, {LO1: LOOP}, "ip_neighbor_add_del"),
