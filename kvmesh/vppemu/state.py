@@ -1,4 +1,6 @@
-"""The emulated dataplane: interfaces, addresses, unnumbered, bridge domains, FIB tables and routes.
+"""The emulated dataplane: interfaces (incl. sub-interfaces, VXLAN tunnels, memif), addresses,
+unnumbered, bridge domains, L2 cross-connects and static L2 FIB entries, FIB tables, routes and
+IP neighbors.
 
 Pure state, no I/O: every operation either changes the state and returns, or raises `ApiError` with
 VPP's retval and changes nothing. Interface flag changes and deletions queue `InterfaceEvent`s,
