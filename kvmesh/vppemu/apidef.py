@@ -38,6 +38,9 @@ API_FILES = (
     "l2",
     "tapv2",
     "af_packet",
+    "ip_neighbor",
+    "vxlan",
+    "memif",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

@@ -240,13 +240,21 @@ def set_unnumbered(ctx: HandlerContext, msg: Any) -> Result:
 
 
 def interface_details(ctx: HandlerContext, iface: S.Interface) -> dict[str, Any]:
+    sub = iface.sub
     return {
         "context": ctx.context,
         "sw_if_index": iface.sw_if_index,
-        "sup_sw_if_index": iface.sw_if_index,
+        "sup_sw_if_index": iface.sw_if_index if sub is None else sub.parent,
         "l2_address": iface.mac,
-        "flags": iface.flags,
-        "type": 0,
+        "flags": ctx.dataplane.interface_flags(iface),
+        "type": 0 if sub is None else S.IF_TYPE_SUB,
+        **({} if sub is None else {
+            "sub_id": sub.sub_id,
+            "sub_number_of_tags": sub.tags,
+            "sub_outer_vlan_id": sub.outer_vlan,
+            "sub_inner_vlan_id": sub.inner_vlan,
+            "sub_if_flags": sub.flags,
+        }),
         "link_duplex": 0 if iface.kind == "local" else 2,
         "link_speed": 0,
         "link_mtu": iface.mtu,

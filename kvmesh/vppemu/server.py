@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu import handlers_l2l3  # noqa: F401  (registers its handlers)
 from kvmesh.vppemu.apidef import HEADER, ApiDefinitions, DecodeError, MessageInfo, frame
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.faults import FaultPlan, rule_from_request

@@ -1,4 +1,6 @@
-"""The emulated dataplane: interfaces, addresses, unnumbered, bridge domains, FIB tables and routes.
+"""The emulated dataplane: interfaces (incl. sub-interfaces, VXLAN tunnels, memif), addresses,
+unnumbered, bridge domains, L2 cross-connects and static L2 FIB entries, FIB tables, routes and
+IP neighbors.
 
 Pure state, no I/O: every operation either changes the state and returns, or raises `ApiError` with
 VPP's retval and changes nothing. Interface flag changes and deletions queue `InterfaceEvent`s,
@@ -52,6 +54,77 @@ PORT_NORMAL = 0
 PORT_BVI = 1
 
 
+# Sub-interface flags (interface_types.api sub_if_flags).
+SUB_NO_TAGS = 1
+SUB_ONE_TAG = 2
+SUB_TWO_TAGS = 4
+SUB_EXACT_MATCH = 16
+MAX_VLAN = 4095
+IF_TYPE_SUB = 1  # interface_types.api if_type
+
+# ip_neighbor.api ip_neighbor_flags
+NEIGHBOR_STATIC = 1
+NEIGHBOR_NO_FIB_ENTRY = 2
+
+VXLAN_PORT = 4789
+MEMIF_DEFAULT_SOCKET = "/run/vpp/memif.sock"  # socket id 0 (the runtime directory's memif.sock)
+MEMIF_DEFAULT_RING = 1024
+MEMIF_DEFAULT_BUFFER = 2048
+MEMIF_ROLE_MASTER = 0
+
+
+@dataclass
+class SubInfo:
+    parent: int  # sup_sw_if_index
+    sub_id: int
+    flags: int
+    outer_vlan: int
+    inner_vlan: int
+
+    @property
+    def tags(self) -> int:
+        if self.flags & SUB_TWO_TAGS:
+            return 2
+        return 1 if self.flags & SUB_ONE_TAG else 0
+
+
+@dataclass
+class VxlanInfo:
+    instance: int
+    src: IPAddress
+    dst: IPAddress
+    src_port: int
+    dst_port: int
+    vni: int
+    encap_vrf: int
+    mcast_sw_if_index: int
+    decap_next_index: int
+
+    @property
+    def key(self) -> tuple[IPAddress, IPAddress, int, int, int]:
+        return (self.src, self.dst, self.vni, self.encap_vrf, self.dst_port)
+
+
+@dataclass
+class MemifInfo:
+    socket_id: int
+    memif_id: int
+    role: int
+    mode: int
+    ring_size: int
+    buffer_size: int
+    zero_copy: bool
+    secret: str
+
+
+@dataclass
+class Neighbor:
+    sw_if_index: int
+    ip: IPAddress
+    mac: bytes
+    flags: int
+
+
 @dataclass
 class TapInfo:
     tap_id: int
@@ -80,10 +153,14 @@ class Interface:
     unnumbered_from: int | None = None
     tap: TapInfo | None = None
     host_if_name: str = ""  # af_packet
+    sub: SubInfo | None = None  # a sub-interface: its parent and tags
+    vxlan: VxlanInfo | None = None
+    memif: MemifInfo | None = None
 
     @property
     def link_up(self) -> bool:
         # Emulated devices have a carrier as soon as they are up (local0 never has one).
+        # (A sub-interface's carrier is its parent's: see Dataplane.interface_flags.)
         return self.admin_up and self.kind != "local"
 
     @property
@@ -188,6 +265,7 @@ class Dataplane:
         self._af_packet_hosts: dict[str, int] = {}
         self._next_sw_if_index = 0
         self._next_stats_index = 0
+        self._init_l2l3_extras()
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
 
     # ------------------------------------------------------------------ interfaces
@@ -315,10 +393,16 @@ class Dataplane:
         (unresolved); the emulator removes those paths, and the route when no path is left.
         """
         idx = iface.sw_if_index
+        # VPP deletes the sub-interfaces of a hardware interface with it (vnet_delete_hw_interface).
+        for child in [i for i in self.interfaces.values() if i.sub and i.sub.parent == idx]:
+            self._delete_interface(child)
+        self._forget_interface(iface)
         for address in iface.addresses:
             self._addresses.remove(iface.vrf[address.version == 6], idx, address)
         if iface.kind == "loopback":
             self._loopbacks.release(iface.instance)
+        elif iface.kind == "vxlan":
+            self._vxlan_instances.release(iface.instance)
         elif iface.tap is not None:
             self._tap_ids.release(iface.tap.tap_id)
             self._tap_hosts.discard(iface.tap.host_if_name)
@@ -546,6 +630,8 @@ class Dataplane:
         if bd.members:
             raise ApiError(E.BD_IN_USE, f"bridge domain {bd_id} has member interfaces")
         del self.bridge_domains[bd_id]
+        for key in [k for k in self.l2fib if k[0] == bd_id]:
+            del self.l2fib[key]
         return bd_id
 
     def bd_set_flags(self, bd_id: int, flags: int, is_set: bool) -> int:
@@ -575,6 +661,7 @@ class Dataplane:
             raise ApiError(E.BD_ALREADY_HAS_BVI, f"bridge domain {bd_id} already has a BVI")
         if bd is None:
             bd = self.bridge_domains[bd_id] = BridgeDomain(bd_id)
+        self.xconnects.pop(sw_if_index, None)  # one L2 mode at a time: ends a cross-connect
         if current is not None and current is not bd:
             current.members.pop(sw_if_index, None)
             if current.bvi == sw_if_index:
@@ -590,6 +677,211 @@ class Dataplane:
             if sw_if_index in bd.members:
                 return bd
         return None
+
+    # ------------------------------------------------------------------ issue 19 additions
+    # Neighbors, sub-interfaces, L2 cross-connects, static L2 FIB entries, VXLAN tunnels, memif.
+    # Initialised with the instance, so a restart (a new Dataplane) loses them with the rest.
+    def _init_l2l3_extras(self) -> None:
+        self.neighbors: dict[tuple[int, IPAddress], Neighbor] = {}
+        self.xconnects: dict[int, int] = {}  # rx sw_if_index -> tx sw_if_index
+        # (bd_id, mac) -> (sw_if_index, static, bvi); only API-made entries (nothing is learnt)
+        self.l2fib: dict[tuple[int, bytes], tuple[int, bool, bool]] = {}
+        self.memif_sockets: dict[int, str] = {0: MEMIF_DEFAULT_SOCKET}
+        self._vxlan_instances = InstancePool()
+
+    def _forget_interface(self, iface: Interface) -> None:
+        """What refers to a deleted interface goes with it: its neighbors, cross-connects (as
+        receiver, and - a simplification - as transmitter) and L2 FIB entries."""
+        idx = iface.sw_if_index
+        for neighbor in [k for k in self.neighbors if k[0] == idx]:
+            del self.neighbors[neighbor]
+        self.xconnects.pop(idx, None)
+        for rx in [rx for rx, tx in self.xconnects.items() if tx == idx]:
+            del self.xconnects[rx]
+        for key in [k for k, v in self.l2fib.items() if v[0] == idx]:
+            del self.l2fib[key]
+
+    def interface_flags(self, iface: Interface) -> int:
+        """Admin and link flags; a sub-interface has a carrier when it and its parent are up."""
+        if iface.sub is not None:
+            parent = self.interfaces.get(iface.sub.parent)
+            link = iface.admin_up and parent is not None and parent.link_up
+            return (ADMIN_UP if iface.admin_up else 0) | (LINK_UP if link else 0)
+        return iface.flags
+
+    # neighbors (ip_neighbor.c)
+    def neighbor_add(self, sw_if_index: int, ip: IPAddress, mac: bytes, flags: int) -> None:
+        """Add or update; a static entry is not overwritten by a dynamic one with another MAC
+        (VPP answers -2 then), a dynamic one becomes static."""
+        self.interface(sw_if_index)
+        existing = self.neighbors.get((sw_if_index, ip))
+        if existing is None:
+            self.neighbors[(sw_if_index, ip)] = Neighbor(sw_if_index, ip, mac, flags)
+            return
+        if not flags & NEIGHBOR_STATIC and existing.flags & NEIGHBOR_STATIC:
+            if existing.mac != mac:
+                raise ApiError(E.INVALID_SW_IF_INDEX, "refusing to overwrite a static neighbor")
+            return
+        if flags & NEIGHBOR_STATIC:
+            existing.flags |= NEIGHBOR_STATIC
+        existing.mac = mac
+
+    def neighbor_del(self, sw_if_index: int, ip: IPAddress) -> None:
+        self.interface(sw_if_index)
+        if self.neighbors.pop((sw_if_index, ip), None) is None:
+            raise ApiError(E.NO_SUCH_ENTRY, f"no neighbor {ip} on sw_if_index {sw_if_index}")
+
+    # sub-interfaces (interface_api.c, ethernet/interface.c)
+    def create_subif(
+        self, sw_if_index: int, sub_id: int, flags: int, outer: int, inner: int, *,
+        vlan_api: bool = False,
+    ) -> int:
+        """`create_vlan_subif` (`vlan_api`: one exact-match tag, sub id = VLAN, made on the
+        hardware parent) or `create_subif`. A sub id taken on the parent: VLAN_ALREADY_EXISTS."""
+        parent = self.interface(sw_if_index)
+        if vlan_api:
+            while parent.sub is not None:  # vnet_get_sup_hw_interface
+                parent = self.interfaces[parent.sub.parent]
+            if sub_id == 0 or sub_id > MAX_VLAN:
+                raise ApiError(E.INVALID_VLAN, f"vlan {sub_id} outside 1..{MAX_VLAN}")
+        if any(i.sub and i.sub.parent == parent.sw_if_index and i.sub.sub_id == sub_id
+               for i in self.interfaces.values()):
+            raise ApiError(E.VLAN_ALREADY_EXISTS, f"{parent.name}.{sub_id} already exists")
+        iface = self._add_interface(
+            "sub", f"{parent.name}.{sub_id}", parent.dev_type, parent.mac, parent.mtu
+        )
+        iface.sub = SubInfo(parent.sw_if_index, sub_id, flags, outer, inner)
+        return iface.sw_if_index
+
+    def delete_subif(self, sw_if_index: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.sub is None:
+            raise ApiError(E.INVALID_SUB_SW_IF_INDEX, f"{iface.name} is not a sub-interface")
+        self._delete_interface(iface)
+
+    # L2 cross-connect (l2_api.c, l2_input.c set_int_l2_mode)
+    def set_l2_xconnect(self, rx: int, tx: int, enable: bool) -> None:
+        """Cross-connect rx to tx (taking rx out of its bridge domain, as VPP's L2 mode change
+        does), or put rx back in L3 mode."""
+        self.interface(rx)
+        if not enable:
+            self.xconnects.pop(rx, None)
+            return
+        self.interface(tx, E.INVALID_SW_IF_INDEX_2)
+        bd = self._bd_of(rx)
+        if bd is not None:
+            bd.members.pop(rx, None)
+            if bd.bvi == rx:
+                bd.bvi = None
+        self.xconnects[rx] = tx
+
+    # L2 FIB (l2_api.c vl_api_l2fib_add_del_t_handler)
+    def l2fib_add_del(
+        self, bd_id: int, mac: bytes, sw_if_index: int, is_add: bool, static: bool, bvi: bool
+    ) -> None:
+        """An entry needs an existing domain (NO_SUCH_ENTRY) and an interface in bridge mode
+        (INVALID_SW_IF_INDEX); deleting an absent entry is NO_SUCH_ENTRY."""
+        if bd_id not in self.bridge_domains:
+            raise ApiError(E.NO_SUCH_ENTRY, f"no bridge domain {bd_id}")
+        if not is_add:
+            if self.l2fib.pop((bd_id, mac), None) is None:
+                raise ApiError(E.NO_SUCH_ENTRY, f"no L2 FIB entry {mac.hex(':')}")
+            return
+        self.interface(sw_if_index)
+        if self._bd_of(sw_if_index) is None:
+            raise ApiError(E.INVALID_SW_IF_INDEX, f"sw_if_index {sw_if_index} is not in L2 mode")
+        self.l2fib[(bd_id, mac)] = (sw_if_index, static, bvi)
+
+    # VXLAN (vxlan plugin: vxlan_api.c, vxlan.c)
+    def vxlan_add_del(self, info: VxlanInfo, is_add: bool) -> int:
+        is_ip6 = info.src.version == 6
+        if (is_ip6, info.encap_vrf) not in self.tables:
+            raise ApiError(E.NO_SUCH_FIB, f"no encap table {info.encap_vrf}")
+        if info.src == info.dst:
+            raise ApiError(E.SAME_SRC_DST, "source and destination are the same")
+        existing = next((i for i in self.interfaces.values()
+                         if i.vxlan is not None and i.vxlan.key == info.key), None)
+        if not is_add:
+            if existing is None:
+                raise ApiError(E.NO_SUCH_ENTRY, "no such VXLAN tunnel")
+            self._delete_interface(existing)
+            return existing.sw_if_index
+        if existing is not None:
+            raise ApiError(E.TUNNEL_EXIST, f"VXLAN tunnel exists: {existing.name}")
+        wanted = None if info.instance == INVALID_INDEX else info.instance
+        if wanted is not None and wanted in self._vxlan_instances.used:
+            raise ApiError(E.INSTANCE_IN_USE, f"vxlan_tunnel{wanted} exists")
+        info.instance = self._vxlan_instances.take(wanted)
+        iface = self._add_interface(
+            "vxlan", f"vxlan_tunnel{info.instance}", "VXLAN", _random_mac(self._rng), MAX_MTU,
+            instance=info.instance,
+        )
+        iface.vxlan = info
+        return iface.sw_if_index
+
+    # memif (memif plugin: memif_api.c, memif.c)
+    def memif_socket_add_del(self, is_add: bool, socket_id: int, filename: str) -> int:
+        if is_add and socket_id == INVALID_INDEX:
+            socket_id = self._lowest_free(set(self.memif_sockets))
+        if (socket_id == 0 and not is_add) or socket_id == INVALID_INDEX:
+            raise ApiError(E.INVALID_ARGUMENT, f"socket id {socket_id}")
+        if not is_add:
+            if socket_id not in self.memif_sockets:
+                raise ApiError(E.INVALID_ARGUMENT, f"no socket id {socket_id}")
+            if any(i.memif and i.memif.socket_id == socket_id for i in self.interfaces.values()):
+                raise ApiError(E.UNEXPECTED_INTF_STATE, f"socket id {socket_id} is in use")
+            del self.memif_sockets[socket_id]
+            return socket_id
+        if not filename:
+            raise ApiError(E.INVALID_ARGUMENT, "empty socket filename")
+        current = self.memif_sockets.get(socket_id)
+        if current is not None and current != filename:
+            raise ApiError(E.ENTRY_ALREADY_EXISTS, f"socket id {socket_id} is {current}")
+        self.memif_sockets[socket_id] = filename
+        return socket_id
+
+    def memif_create(self, info: MemifInfo, mac: bytes | None) -> int:
+        """A memif id is unique per socket, and a socket is master or slave, not both
+        (SUBIF_ALREADY_EXISTS); an unknown socket id is INVALID_ARGUMENT."""
+        if info.socket_id not in self.memif_sockets:
+            raise ApiError(E.INVALID_ARGUMENT, f"no socket id {info.socket_id}")
+        if info.ring_size & (info.ring_size - 1):
+            raise ApiError(E.INVALID_ARGUMENT, f"ring size {info.ring_size}: a power of 2")
+        for other in self.interfaces.values():
+            if other.memif is not None and other.memif.socket_id == info.socket_id:
+                if other.memif.role != info.role:
+                    raise ApiError(E.SUBIF_ALREADY_EXISTS, "socket is used with the other role")
+                if other.memif.memif_id == info.memif_id:
+                    raise ApiError(E.SUBIF_ALREADY_EXISTS,
+                                   f"memif id {info.memif_id} taken on socket {info.socket_id}")
+        iface = self._add_interface(
+            "memif", f"memif{info.socket_id}/{info.memif_id}", "memif",
+            mac if mac and any(mac) else _random_mac(self._rng), MAX_MTU,
+        )
+        iface.memif = info
+        return iface.sw_if_index
+
+    def memif_delete(self, sw_if_index: int) -> None:
+        iface = self.interface(sw_if_index)
+        if iface.memif is None:
+            raise ApiError(E.INVALID_SW_IF_INDEX, f"sw_if_index {sw_if_index} is not a memif")
+        self._delete_interface(iface)
+
+    def _snapshot_l2l3(self) -> dict[str, Any]:
+        return {
+            "neighbors": [
+                {"sw_if_index": n.sw_if_index, "ip": str(n.ip), "mac": n.mac.hex(":"),
+                 "flags": n.flags}
+                for n in self.neighbors.values()
+            ],
+            "xconnects": [{"rx": rx, "tx": tx} for rx, tx in self.xconnects.items()],
+            "l2fib": [
+                {"bd_id": bd_id, "mac": mac.hex(":"), "sw_if_index": v[0], "static": v[1],
+                 "bvi": v[2]}
+                for (bd_id, mac), v in self.l2fib.items()
+            ],
+            "memif_sockets": {str(k): v for k, v in self.memif_sockets.items()},
+        }
 
     # ------------------------------------------------------------------ views
     def pop_events(self) -> list[InterfaceEvent]:
@@ -652,4 +944,5 @@ class Dataplane:
                 }
                 for (_ip6, table_id, prefix), paths in self.routes.items()
             ],
+            **self._snapshot_l2l3(),
         }

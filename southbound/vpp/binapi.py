@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from southbound.vpp.connection import VppConnection
 
@@ -31,6 +32,16 @@ BD_FLAG_BITS = {
 
 
 @dataclass(frozen=True)
+class SubInterfaceDetails:
+    parent: int  # sup_sw_if_index
+    sub_id: int
+    tags: int
+    outer_vlan: int
+    inner_vlan: int
+    exact_match: bool
+
+
+@dataclass(frozen=True)
 class InterfaceDetails:
     sw_if_index: int
     name: str  # VPP's name, e.g. loop0, tap1, host-veth0
@@ -40,6 +51,7 @@ class InterfaceDetails:
     link_up: bool
     mtu: int
     mac: str
+    sub: SubInterfaceDetails | None = None  # a sub-interface (sup_sw_if_index != sw_if_index)
 
 
 @dataclass(frozen=True)
@@ -136,16 +148,10 @@ class VppApi:
     def set_mac(self, sw_if_index: int, mac: str) -> None:
         self.conn.call("sw_interface_set_mac_address", sw_if_index=sw_if_index, mac_address=mac)
 
-    def ensure_table(self, table_id: int, is_ip6: bool) -> None:
-        """Create FIB table `table_id` (adding an existing table is accepted by VPP)."""
-        if table_id != 0:
-            self.conn.call(
-                "ip_table_add_del", is_add=True, table={"table_id": table_id, "is_ip6": is_ip6}
-            )
-
-    def set_vrf(self, sw_if_index: int, vrf: int) -> None:
-        for is_ip6 in (False, True):
-            self.ensure_table(vrf, is_ip6)
+    def set_vrf(self, sw_if_index: int, vrf: int, ip6: bool) -> None:
+        """Bind the interface to table `vrf` for IPv4, and for IPv6 too when `ip6` (the tables
+        are `vpp/vrf/...` values the interface depends on)."""
+        for is_ip6 in (False, True) if ip6 else (False,):
             self.conn.call(
                 "sw_interface_set_table", sw_if_index=sw_if_index, is_ipv6=is_ip6, vrf_id=vrf
             )
@@ -174,6 +180,7 @@ class VppApi:
                 link_up=bool(d.flags & LINK_UP),
                 mtu=d.link_mtu,
                 mac=str(d.l2_address),
+                sub=_sub_details(d),
             )
             for d in self.conn.dump("sw_interface_dump", sw_if_index=ANY_INDEX)
         ]
@@ -299,3 +306,208 @@ class VppApi:
                 paths.append(RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type)))
             result.append(RouteDetails(d.route.table_id, str(prefix), tuple(paths)))
         return result
+
+    # ------------------------------------------------------------------ issue 19 additions
+    def table_add_del(self, table_id: int, is_ip6: bool, name: str, is_add: bool) -> None:
+        self.conn.call(
+            "ip_table_add_del",
+            is_add=is_add,
+            table={"table_id": table_id, "is_ip6": is_ip6, "name": name},
+        )
+
+    def named_tables(self) -> list[tuple[int, bool, str]]:
+        return [
+            (d.table.table_id, bool(d.table.is_ip6), d.table.name)
+            for d in self.conn.dump("ip_table_dump")
+        ]
+
+    def neighbor_add_del(
+        self, sw_if_index: int, ip: str, mac: str, flags: int, is_add: bool
+    ) -> None:
+        neighbor = {"sw_if_index": sw_if_index, "flags": flags, "mac_address": mac,
+                    "ip_address": ip}
+        self.conn.call("ip_neighbor_add_del", is_add=is_add, neighbor=neighbor)
+
+    def neighbors(self) -> list[NeighborDetails]:
+        result = []
+        for af in (0, 1):
+            for d in self.conn.dump("ip_neighbor_dump", sw_if_index=ANY_INDEX, af=af):
+                n = d.neighbor
+                result.append(NeighborDetails(
+                    n.sw_if_index, str(n.ip_address), str(n.mac_address), int(n.flags)))
+        return result
+
+    def create_vlan_subif(self, parent: int, vlan: int) -> int:
+        reply = self.conn.call("create_vlan_subif", sw_if_index=parent, vlan_id=vlan)
+        return int(reply.sw_if_index)
+
+    def create_subif(
+        self, parent: int, sub_id: int, flags: int, outer_vlan: int, inner_vlan: int
+    ) -> int:
+        reply = self.conn.call(
+            "create_subif",
+            sw_if_index=parent,
+            sub_id=sub_id,
+            sub_if_flags=flags,
+            outer_vlan_id=outer_vlan,
+            inner_vlan_id=inner_vlan,
+        )
+        return int(reply.sw_if_index)
+
+    def delete_subif(self, sw_if_index: int) -> None:
+        self.conn.call("delete_subif", sw_if_index=sw_if_index)
+
+    def set_xconnect(self, rx: int, tx: int, enable: bool) -> None:
+        self.conn.call(
+            "sw_interface_set_l2_xconnect", rx_sw_if_index=rx, tx_sw_if_index=tx, enable=enable
+        )
+
+    def xconnects(self) -> dict[int, int]:
+        """rx sw_if_index -> tx sw_if_index."""
+        return {d.rx_sw_if_index: d.tx_sw_if_index for d in self.conn.dump("l2_xconnect_dump")}
+
+    def l2fib_add_del(
+        self, bd_id: int, mac: str, sw_if_index: int, static: bool, bvi: bool, is_add: bool
+    ) -> None:
+        self.conn.call(
+            "l2fib_add_del",
+            mac=mac,
+            bd_id=bd_id,
+            sw_if_index=sw_if_index,
+            is_add=is_add,
+            static_mac=static,
+            filter_mac=False,
+            bvi_mac=bvi,
+        )
+
+    def l2fib_entries(self) -> list[L2FibDetails]:
+        return [
+            L2FibDetails(d.bd_id, str(d.mac), d.sw_if_index, bool(d.static_mac), bool(d.bvi_mac))
+            for d in self.conn.dump("l2_fib_table_dump", bd_id=ANY_INDEX)
+            if not d.filter_mac
+        ]
+
+    def vxlan_add_del(
+        self, src: str, dst: str, vni: int, encap_vrf: int, is_add: bool
+    ) -> int:
+        reply = self.conn.call(
+            "vxlan_add_del_tunnel_v3",
+            is_add=is_add,
+            instance=ANY_INDEX,
+            src_address=src,
+            dst_address=dst,
+            src_port=VXLAN_PORT,
+            dst_port=VXLAN_PORT,
+            mcast_sw_if_index=ANY_INDEX,
+            encap_vrf_id=encap_vrf,
+            decap_next_index=ANY_INDEX,  # l2-input: the tunnel is an L2 interface
+            vni=vni,
+            is_l3=False,
+        )
+        return int(reply.sw_if_index)
+
+    def vxlan_tunnels(self) -> dict[int, VxlanDetails]:
+        return {
+            d.sw_if_index: VxlanDetails(
+                str(d.src_address), str(d.dst_address), d.vni, d.encap_vrf_id
+            )
+            for d in self.conn.dump("vxlan_tunnel_v2_dump", sw_if_index=ANY_INDEX)
+        }
+
+    def memif_socket_add(self, filename: str) -> int:
+        """Register a memif socket file under a new id (VPP chooses it)."""
+        reply = self.conn.call(
+            "memif_socket_filename_add_del_v2",
+            is_add=True,
+            socket_id=ANY_INDEX,
+            socket_filename=filename,
+        )
+        return int(reply.socket_id)
+
+    def memif_socket_delete(self, socket_id: int) -> None:
+        self.conn.call(
+            "memif_socket_filename_add_del_v2", is_add=False, socket_id=socket_id,
+            socket_filename="",
+        )
+
+    def memif_sockets(self) -> dict[int, str]:
+        return {
+            d.socket_id: d.socket_filename
+            for d in self.conn.dump("memif_socket_filename_dump")
+        }
+
+    def memif_create(self, socket_id: int, memif_id: int, master: bool, mac: str | None) -> int:
+        reply = self.conn.call(
+            "memif_create_v2",
+            role=MEMIF_ROLE_MASTER if master else MEMIF_ROLE_SLAVE,
+            mode=MEMIF_MODE_ETHERNET,
+            id=memif_id,
+            socket_id=socket_id,
+            hw_addr=mac or bytes(6),
+        )
+        return int(reply.sw_if_index)
+
+    def memif_delete(self, sw_if_index: int) -> None:
+        self.conn.call("memif_delete", sw_if_index=sw_if_index)
+
+    def memifs(self) -> dict[int, MemifDetails]:
+        return {
+            d.sw_if_index: MemifDetails(d.socket_id, d.id, int(d.role) == MEMIF_ROLE_MASTER)
+            for d in self.conn.dump("memif_dump")
+        }
+
+
+VXLAN_PORT = 4789
+MEMIF_ROLE_MASTER = 0
+MEMIF_ROLE_SLAVE = 1
+MEMIF_MODE_ETHERNET = 0
+SUB_IF_ONE_TAG = 2  # interface_types.api sub_if_flags
+SUB_IF_TWO_TAGS = 4
+SUB_IF_EXACT_MATCH = 16
+NEIGHBOR_STATIC = 1  # ip_neighbor.api ip_neighbor_flags
+NEIGHBOR_NO_FIB_ENTRY = 2
+
+
+@dataclass(frozen=True)
+class NeighborDetails:
+    sw_if_index: int
+    ip: str
+    mac: str
+    flags: int
+
+
+@dataclass(frozen=True)
+class L2FibDetails:
+    bd_id: int
+    mac: str
+    sw_if_index: int
+    static: bool
+    bvi: bool
+
+
+@dataclass(frozen=True)
+class VxlanDetails:
+    src: str
+    dst: str
+    vni: int
+    encap_vrf: int
+
+
+@dataclass(frozen=True)
+class MemifDetails:
+    socket_id: int
+    memif_id: int
+    master: bool
+
+
+def _sub_details(d: Any) -> SubInterfaceDetails | None:
+    if d.sup_sw_if_index == d.sw_if_index:
+        return None
+    return SubInterfaceDetails(
+        parent=d.sup_sw_if_index,
+        sub_id=d.sub_id,
+        tags=d.sub_number_of_tags,
+        outer_vlan=d.sub_outer_vlan_id,
+        inner_vlan=d.sub_inner_vlan_id,
+        exact_match=bool(int(d.sub_if_flags) & SUB_IF_EXACT_MATCH),
+    )

@@ -24,6 +24,7 @@ from southbound.vpp.context import (
 from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     NO_SUCH_ENTRY,
+    L2ModeConflictError,
     MissingInterfaceError,
     VppApiError,
     is_retriable,
@@ -67,9 +68,11 @@ class BridgeDomainDescriptor:
     def create(self, key: str, value: Any) -> None:
         v = normalize_bd(key, value)
         self.api.bd_add(v["bd_id"], v, owner_tag(_name(key)))
+        self.ctx.bd_ids[_name(key)] = v["bd_id"]
 
     def delete(self, key: str, value: Any, metadata: Any) -> None:
         v = normalize_bd(key, value)
+        self.ctx.bd_ids.pop(_name(key), None)
         try:
             self.api.bd_delete(v["bd_id"])
         except VppApiError as exc:
@@ -108,6 +111,10 @@ class BridgeDomainDescriptor:
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         domains = [(owned_name(d.tag), d) for d in self.api.bridge_domains()]
         owned = [(name, d) for name, d in domains if name]
+        self.ctx.bd_ids = {str(name): d.bd_id for name, d in owned}
+        users = self.ctx.l2_users
+        for interface in [i for i, holder in users.items() if holder.startswith("bridge")]:
+            del users[interface]
         if not owned:
             return []
         # Interfaces are retrieved first (retrieve_dependencies), which refreshes this map.
@@ -117,6 +124,8 @@ class BridgeDomainDescriptor:
             members = [
                 {"name": names[idx], "bvi": idx == d.bvi} for idx in d.members if idx in names
             ]
+            for member in members:
+                users[str(member["name"])] = f"bridge domain {name}"
             value = {
                 "bd_id": d.bd_id,
                 **d.flags,
@@ -128,10 +137,14 @@ class BridgeDomainDescriptor:
 
 def bd_member_descriptor(ctx: Context) -> Descriptor:
     def create(key: str, value: Any) -> None:
+        holder = f"bridge domain {value['bd']}"
+        claim_l2_mode(ctx, value["interface"], holder)
         idx = ctx.sw_if_index(value["interface"])
         ctx.api.bd_member(idx, value["bd_id"], value["bvi"], True)
+        ctx.l2_users[value["interface"]] = holder
 
     def delete(key: str, value: Any, metadata: Any) -> None:
+        release_l2_mode(ctx, value["interface"], f"bridge domain {value['bd']}")
         try:
             idx = ctx.sw_if_index(value["interface"])
             ctx.api.bd_member(idx, value["bd_id"], value["bvi"], False)
@@ -157,3 +170,20 @@ def bd_member_descriptor(ctx: Context) -> Descriptor:
         dependencies=dependencies,
         is_retriable_failure=is_retriable,
     )
+
+
+def claim_l2_mode(ctx: Context, interface: str, holder: str) -> None:
+    """An interface is in a bridge domain or a cross-connect, never both: VPP would silently
+    move it from one to the other, so the second one waits (a retriable failure naming the
+    first) until the first is removed."""
+    current = ctx.l2_users.get(interface)
+    if current is not None and current != holder:
+        raise L2ModeConflictError(
+            f"interface {interface} is already in {current}: an interface is in a bridge "
+            f"domain or a cross-connect, never both"
+        )
+
+
+def release_l2_mode(ctx: Context, interface: str, holder: str) -> None:
+    if ctx.l2_users.get(interface) == holder:
+        del ctx.l2_users[interface]

@@ -15,6 +15,10 @@ UNNUMBERED_DESCRIPTOR = "vpp-unnumbered"
 BD_DESCRIPTOR = "vpp-bd"
 BD_MEMBER_DESCRIPTOR = "vpp-bd-interface"
 ROUTE_DESCRIPTOR = "vpp-route"
+VRF_DESCRIPTOR = "vpp-vrf"
+NEIGHBOR_DESCRIPTOR = "vpp-neighbor"
+XCONNECT_DESCRIPTOR = "vpp-xconnect"
+L2FIB_DESCRIPTOR = "vpp-l2fib"
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,27 @@ def owned_name(tag: str) -> str | None:
     return None
 
 
+@dataclass
+class MemifSocket:
+    socket_id: int
+    users: set[str]
+    owned: bool
+
+
 class Context:
     def __init__(self, api: VppApi) -> None:
         self.api = api
         self.interfaces: Mapping[str, InterfaceMeta] = {}
         # sw_if_index -> kvmesh name, kept by the interface descriptor (for events)
         self.names_by_index: dict[int, str] = {}
+        # bridge domain name -> bd_id, kept by the bridge-domain descriptor (for L2 FIB entries)
+        self.bd_ids: dict[str, int] = {}
+        # interface -> what holds it in L2 mode ("bridge domain <name>" or "cross-connect to
+        # <tx>"): an interface is in a bridge domain or a cross-connect, never both
+        self.l2_users: dict[str, str] = {}
+        # memif socket files by path: VPP's socket id, the kvmesh memifs using it, and whether
+        # kvmesh registered it (only those are removed, with their last memif)
+        self.memif_sockets: dict[str, MemifSocket] = {}
 
     def sw_if_index(self, name: str) -> int:
         meta = self.interfaces.get(name)

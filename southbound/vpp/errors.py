@@ -32,6 +32,8 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
     -52: ("NO_PATHS_IN_ROUTE", "No paths specified in route"),
     -53: ("NEXT_HOP_NOT_FOUND_MP", "Next hop not found (multipath)"),
     -54: ("NO_MATCHING_INTERFACE", "No matching interface for probe"),
+    -55: ("INVALID_VLAN", "Invalid VLAN"),
+    -56: ("VLAN_ALREADY_EXISTS", "VLAN subif already exists"),
     -57: ("INVALID_SRC_ADDRESS", "Invalid src address"),
     -58: ("INVALID_DST_ADDRESS", "Invalid dst address"),
     -59: ("ADDRESS_LENGTH_MISMATCH", "Address length mismatch"),
@@ -39,16 +41,21 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
     -61: ("ADDRESS_NOT_DELETABLE", "Address not deletable"),
     -62: ("IP6_NOT_ENABLED", "ip6 not enabled"),
     -65: ("NO_SUCH_TABLE", "No such table"),
+    -68: ("SUBIF_ALREADY_EXISTS", "Subinterface already exists"),
+    -69: ("SUBIF_CREATE_FAILED", "Subinterface creation failed"),
     -70: ("INVALID_MEMORY_SIZE", "Invalid memory size requested"),
     -71: ("INVALID_INTERFACE", "Invalid interface"),
     -73: ("INVALID_ARGUMENT", "Invalid argument"),
     -74: ("UNEXPECTED_INTF_STATE", "Unexpected interface state"),
+    -75: ("TUNNEL_EXIST", "Tunnel already exists"),
     -77: ("RESPONSE_NOT_READY", "Response not ready"),
     -78: ("NOT_CONNECTED", "Not connected to the data plane"),
     -79: ("IF_ALREADY_EXISTS", "Interface already exists"),
     -81: ("VALUE_EXIST", "Value already exists"),
+    -82: ("SAME_SRC_DST", "Source and destination are the same"),
     -88: ("IP_PREFIX_INVALID", "IP prefix invalid (masked bits set in address"),
     -97: ("INVALID_ADDRESS_FAMILY", "Invalid address family"),
+    -98: ("INVALID_SUB_SW_IF_INDEX", "Invalid sub-interface sw_if_index"),
     -105: ("ADDRESS_IN_USE", "Address in use"),
     -106: ("ADDRESS_NOT_IN_USE", "Address not in use"),
     -107: ("QUEUE_FULL", "Queue full"),
@@ -115,6 +122,13 @@ class VppUnsupportedError(VppError):
 
 class MissingInterfaceError(VppError):
     """A value refers to an interface the southbound has no sw_if_index for."""
+
+    retriable = True
+
+
+class L2ModeConflictError(VppError):
+    """An interface wanted in a bridge domain and in a cross-connect: the second waits (a retry
+    succeeds once the first is removed)."""
 
     retriable = True
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
-from southbound.vpp import keys
+from southbound.vpp import interface_types, keys
 from southbound.vpp.binapi import InterfaceDetails
 from southbound.vpp.context import (
     INTERFACE_DESCRIPTOR,
@@ -33,7 +33,9 @@ from southbound.vpp.errors import (
     VppError,
     is_retriable,
 )
+from southbound.vpp.interface_types import type_dependencies
 from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
+from southbound.vpp.models.vrf import vrf_dependencies
 
 log = logging.getLogger("southbound.vpp.interface")
 
@@ -76,14 +78,14 @@ class InterfaceDescriptor:
 
     def create(self, key: str, value: Any) -> InterfaceMeta:
         v = normalize_interface(key, value)
-        sw_if_index = self._make(v)
+        sw_if_index = self._make(v, _name(key))
         # Known by name before it is configured: VPP's events for it (e.g. admin up) may be
         # dispatched before this create returns.
         self.ctx.names_by_index[sw_if_index] = _name(key)
         try:
             self.api.set_tag(sw_if_index, owner_tag(_name(key)))
             if v["vrf"]:
-                self.api.set_vrf(sw_if_index, v["vrf"])
+                self.api.set_vrf(sw_if_index, v["vrf"], _has_ip6(v))
             if v["mtu"] is not None:
                 self.api.set_mtu(sw_if_index, v["mtu"])
             if v["enabled"]:
@@ -92,11 +94,13 @@ class InterfaceDescriptor:
             # Leave nothing half-made behind: the scheduler sees a clean failed create.
             self.ctx.names_by_index.pop(sw_if_index, None)
             with contextlib.suppress(VppError):
-                self._unmake(v, sw_if_index)
+                self._unmake(v, sw_if_index, _name(key))
             raise
         return InterfaceMeta(sw_if_index, v["type"])
 
-    def _make(self, v: dict[str, Any]) -> int:
+    def _make(self, v: dict[str, Any], name: str) -> int:
+        if v["type"] in interface_types.TYPES:
+            return interface_types.make(self.ctx, name, v)
         if v["type"] == "loopback":
             return self.api.create_loopback(v["mac"])
         if v["type"] == "tap":
@@ -106,8 +110,10 @@ class InterfaceDescriptor:
             )
         return self.api.create_af_packet(v["af_packet"]["host_if_name"], v["mac"])
 
-    def _unmake(self, v: dict[str, Any], sw_if_index: int) -> None:
-        if v["type"] == "loopback":
+    def _unmake(self, v: dict[str, Any], sw_if_index: int, name: str) -> None:
+        if v["type"] in interface_types.TYPES:
+            interface_types.unmake(self.ctx, name, v, sw_if_index)
+        elif v["type"] == "loopback":
             self.api.delete_loopback(sw_if_index)
         elif v["type"] == "tap":
             self.api.delete_tap(sw_if_index)
@@ -119,10 +125,10 @@ class InterfaceDescriptor:
         sw_if_index = metadata.sw_if_index if metadata is not None else None
         if sw_if_index is not None:
             self.ctx.names_by_index.pop(sw_if_index, None)
-        if sw_if_index is None and v["type"] != "af_packet":
+        if sw_if_index is None and v["type"] not in ("af_packet", "vxlan"):
             return  # never created (or VPP restarted): nothing to delete
         try:
-            self._unmake(v, sw_if_index if sw_if_index is not None else -1)
+            self._unmake(v, sw_if_index if sw_if_index is not None else -1, _name(key))
         except VppApiError as exc:
             # Already gone (deleted behind our back, or VPP restarted): the goal is reached.
             if exc.retval not in (INVALID_SW_IF_INDEX, SYSCALL_ERROR_1):
@@ -142,6 +148,10 @@ class InterfaceDescriptor:
     def update_with_recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
         o, n = normalize_interface(key, old), normalize_interface(key, new)
         if (o["type"], o["vrf"]) != (n["type"], n["vrf"]):
+            return True
+        if n["vrf"] and _has_ip6(o) != _has_ip6(n):
+            return True  # the IPv6 binding to the VRF is made at creation
+        if interface_types.recreate(o, n):
             return True
         if n["type"] == "tap":
             ot, nt = o["tap"], n["tap"]
@@ -177,17 +187,21 @@ class InterfaceDescriptor:
             v = normalize_interface(key, value)
         except InvalidValueError:
             return ()
+        # Its VRF's tables: IPv4 always, IPv6 when it has IPv6 addresses.
+        deps = list(vrf_dependencies(v["vrf"], (False, True) if _has_ip6(v) else (False,)))
+        deps.extend(type_dependencies(v))
         if v["type"] != "af_packet":
-            return ()
+            return deps
         host = v["af_packet"]["host_if_name"]
         wanted = (keys.linux_host_key(host), keys.linux_interface_key(host))
-        return (
+        deps.append(
             Dependency(
                 label=f"host interface {host}",
                 any_of=lambda k, wanted=wanted: k in wanted,  # type: ignore[misc]
                 key_prefixes=wanted,
             ),
         )
+        return deps
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
         """Equal for the fields this descriptor applies; None (unspecified) matches anything."""
@@ -195,7 +209,7 @@ class InterfaceDescriptor:
             x, y = normalize_interface(key, a), normalize_interface(key, b)
         except InvalidValueError:
             return bool(a == b)
-        for field in ("type", "enabled", "vrf", "af_packet"):
+        for field in ("type", "enabled", "vrf", "af_packet", *interface_types.TYPES):
             if x[field] != y[field]:
                 return False
         for field in ("mtu", "mac"):
@@ -215,17 +229,25 @@ class InterfaceDescriptor:
         owned = {d.sw_if_index: (name, d) for d in details if (name := owned_name(d.tag))}
         if not owned:
             self.ctx.names_by_index = {}
+            self.ctx.memif_sockets = {}  # VPP restarted (or nothing is kvmesh's)
             return []
         taps = self.api.taps()
         af_packets = self.api.af_packets()
         borrowed = self.api.unnumbered()
+        added = interface_types.Retrieved(self.ctx, [d for _name, d in owned.values()])
         names = {idx: name for idx, (name, _d) in owned.items()}
         self.ctx.names_by_index = dict(names)
+        added.adopt_sockets(names)
         result = []
         for idx, (name, d) in owned.items():
-            if_type = _type_of(d, taps, af_packets)
+            if_type = added.type_of(d) or _type_of(d, taps, af_packets)
             if if_type is None:
                 log.warning("interface %s (%s) has an unknown type %r", name, d.name, d.dev_type)
+                continue
+            section = added.section(d, names) if if_type in interface_types.TYPES else None
+            if if_type in interface_types.TYPES and section is None:
+                log.warning("sub-interface %s (%s) of an interface kvmesh does not own",
+                            name, d.name)
                 continue
             addresses = sorted(
                 (parse_interface_address(a) for a in self.api.addresses(idx)), key=address_sort_key
@@ -240,7 +262,12 @@ class InterfaceDescriptor:
                 "unnumbered": None,
                 "tap": None,
                 "af_packet": None,
+                **{t: None for t in interface_types.TYPES},
             }
+            if if_type == "sub_interface":
+                value["mtu"] = value["mac"] = None  # its parent's
+            if section is not None:
+                value[if_type] = section
             if idx in borrowed and borrowed[idx] in names:
                 value["unnumbered"] = {"interface_with_ip": names[borrowed[idx]]}
             if if_type == "tap":
@@ -256,6 +283,10 @@ class InterfaceDescriptor:
                 (keys.interface_key(name), value, InterfaceMeta(idx, if_type), ValueOrigin.FROM_NB)
             )
         return result
+
+
+def _has_ip6(v: dict[str, Any]) -> bool:
+    return any(":" in cidr for cidr in v["addresses"])
 
 
 def _type_of(d: InterfaceDetails, taps: dict[int, Any], af_packets: dict[int, str]) -> str | None:

@@ -129,3 +129,64 @@ def parse_route_key(key: str) -> RouteKey | None:
     if parts is None or len(parts) != 4 or not all(parts):
         return None
     return RouteKey(parts[0], f"{parts[1]}/{parts[2]}", parts[3])
+
+
+# ---------------------------------------------------------------------- issue 19 additions
+#   vpp/vrf/<ipv4|ipv6>/<id>                      VRF (FIB) table (NB; table 0 is VPP's own)
+#   vpp/neighbor/<interface>/<ip>                 static neighbor (NB)
+#   vpp/xconnect/<rx interface>                   L2 cross-connect (NB)
+#   vpp/bd/<bd>/fib/<mac>                         static L2 FIB entry (NB)
+VRF_PREFIX = "vpp/vrf/"
+NEIGHBOR_PREFIX = "vpp/neighbor/"
+XCONNECT_PREFIX = "vpp/xconnect/"
+L2FIB = "fib"
+VRF_PROTOCOLS = ("ipv4", "ipv6")
+
+
+def vrf_key(protocol: str, table_id: int) -> str:
+    return f"{VRF_PREFIX}{protocol}/{table_id}"
+
+
+def vrf_protocol(is_ip6: bool) -> str:
+    return VRF_PROTOCOLS[1] if is_ip6 else VRF_PROTOCOLS[0]
+
+
+def parse_vrf_key(key: str) -> tuple[str, str] | None:
+    """(protocol, id) of `vpp/vrf/<protocol>/<id>` (unvalidated), else None."""
+    parts = _tail(key, VRF_PREFIX)
+    if parts is None or len(parts) != 2 or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def neighbor_key(interface: str, ip: str) -> str:
+    return f"{NEIGHBOR_PREFIX}{interface}/{ip}"
+
+
+def parse_neighbor_key(key: str) -> tuple[str, str] | None:
+    parts = _tail(key, NEIGHBOR_PREFIX)
+    if parts is None or len(parts) != 2 or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def xconnect_key(rx: str) -> str:
+    return f"{XCONNECT_PREFIX}{rx}"
+
+
+def xconnect_interface(key: str) -> str | None:
+    parts = _tail(key, XCONNECT_PREFIX)
+    return parts[0] if parts is not None and len(parts) == 1 else None
+
+
+def l2fib_key(bd: str, mac: str) -> str:
+    return f"{BD_PREFIX}{bd}/{L2FIB}/{mac}"
+
+
+def parse_l2fib_key(key: str) -> tuple[str, str] | None:
+    """(bridge domain, mac) of `vpp/bd/<bd>/fib/<mac>`, else None."""
+    parts = _tail(key, BD_PREFIX)
+    if parts is None or len(parts) != 3 or parts[1] != L2FIB or not parts[2]:
+        return None
+    return parts[0], parts[2]
+

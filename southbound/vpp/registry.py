@@ -15,9 +15,13 @@ from southbound.vpp.models import (
     VppBridgeDomain,
     VppInterface,
     VppRoute,
+    l2fib,
+    neighbor,
     normalize_bd,
     normalize_interface,
     normalize_route,
+    vrf,
+    xconnect,
 )
 
 REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
@@ -27,4 +31,8 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
               normalize_bd),
     ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
               VppRoute, normalize_route),
+    vrf.MODEL,
+    neighbor.MODEL,
+    xconnect.MODEL,
+    l2fib.MODEL,
 ))

@@ -22,6 +22,7 @@ from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, ROUTE_DESCRIPTOR, Context
 from southbound.vpp.errors import is_retriable
 from southbound.vpp.models import normalize_route, route_key_for
+from southbound.vpp.models.vrf import vrf_dependencies
 
 
 class RouteDescriptor:
@@ -50,8 +51,6 @@ class RouteDescriptor:
         v = normalize_route(key, value)
         oif = v["outgoing_interface"]
         sw_if_index = self.ctx.sw_if_index(oif) if oif is not None else ANY_INDEX
-        if is_add:
-            self.api.ensure_table(v["vrf"], ":" in v["dst"])
         self.api.add_del_route(
             is_add, v["vrf"], v["dst"], v["next_hop"], sw_if_index, v["weight"], v["preference"]
         )
@@ -65,12 +64,15 @@ class RouteDescriptor:
 
     def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
         try:
-            oif = normalize_route(key, value)["outgoing_interface"]
+            v = normalize_route(key, value)
         except InvalidValueError:
             return ()
-        if oif is None:
-            return ()
-        return (Dependency(label=f"interface {oif}", key=keys.interface_key(oif)),)
+        oif = v["outgoing_interface"]
+        # The route's table (table 0 is VPP's own and always there).
+        deps = list(vrf_dependencies(v["vrf"], (":" in v["dst"],)))
+        if oif is not None:
+            deps.append(Dependency(label=f"interface {oif}", key=keys.interface_key(oif)))
+        return deps
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
         try:

@@ -30,6 +30,12 @@ route per loopback (100.a.b.0/24 via 10.a.b.2 through that loopback).
   N interfaces (sw_interface_dump, per interface ip_address_dump x2 and sw_interface_get_table),
   bridge domains, FIB tables and routes, then the diff (nothing to change).
 
+Issue 19 adds sub-interfaces: `subifs_1000_s` is one transaction of N VLAN sub-interfaces
+(`vpp/interface/<parent>.<vlan>`, type sub_interface, VLANs 1..N, at most 4094) of one loopback
+created before the count (per sub-interface create_vlan_subif, sw_interface_tag_add_del,
+sw_interface_set_flags), `subifs_raw_papi_s` the same calls made directly, and
+`subifs_ratio_vs_raw_papi` the median of the per-run ratios (target <= 1.3).
+
 Times are medians over the runs (raw and scheduler run back to back, alternating which goes
 first). `resync_api_calls` is counted like `scheduler_calls`. The work tree's own packages are
 imported (and run the emulator), whatever the venv's install points at. Never edits BENCHMARKS.md.
@@ -98,6 +104,25 @@ def api_requests(emulator: EmulatorProcess) -> Counter[str]:
     return Counter({k[len("msg.") :]: v for k, v in counters.items() if k.startswith("msg.")})
 
 
+def commit_timed(
+    emulator: EmulatorProcess, scheduler: KVScheduler, values: dict[str, Any]
+) -> Timed:
+    """One transaction of `values`, timed from commit to return, with the requests it made;
+    every value must end CONFIGURED."""
+    txn = scheduler.start_txn()
+    for key, value in values.items():
+        txn.set_value(key, value)
+    before = api_requests(emulator)
+    start = time.perf_counter()
+    txn.commit()
+    timed = Timed(time.perf_counter() - start)
+    timed.requests = api_requests(emulator) - before
+    bad = [k for k in values if scheduler.get_value_status(k).state is not ValueState.CONFIGURED]
+    if bad:
+        raise RuntimeError(f"{len(bad)} values not configured, e.g. {bad[:3]}")
+    return timed
+
+
 def run_scheduler(emulator: EmulatorProcess, count: int) -> tuple[Timed, Timed]:
     """(the transaction, the downstream resync after it)."""
     emulator.control.restart()
@@ -109,19 +134,7 @@ def run_scheduler(emulator: EmulatorProcess, count: int) -> tuple[Timed, Timed]:
         # requests (sockclnt_create, want_interface_events) are not the transaction's.
         if not plugin.wait_connected(30):
             raise RuntimeError("the plugin did not connect to the emulator")
-        txn = scheduler.start_txn()
-        for key, value in values.items():
-            txn.set_value(key, value)
-        before = api_requests(emulator)
-        start = time.perf_counter()
-        txn.commit()
-        committed = Timed(time.perf_counter() - start)
-        committed.requests = api_requests(emulator) - before
-        bad = [
-            k for k in values if scheduler.get_value_status(k).state is not ValueState.CONFIGURED
-        ]
-        if bad:
-            raise RuntimeError(f"{len(bad)} values not configured, e.g. {bad[:3]}")
+        committed = commit_timed(emulator, scheduler, values)
         before = api_requests(emulator)
         start = time.perf_counter()
         seq = scheduler.resync({}, kind="downstream")
@@ -185,6 +198,87 @@ def run_raw(emulator: EmulatorProcess, count: int) -> Timed:
     return timed
 
 
+MAX_SUBIFS = 4094
+PARENT = "uplink"
+
+
+def subif_state(count: int) -> dict[str, Any]:
+    return {
+        f"vpp/interface/{PARENT}.{vlan}": {
+            "type": "sub_interface",
+            "sub_interface": {"parent": PARENT, "sub_id": vlan, "outer_vlan": vlan},
+        }
+        for vlan in range(1, min(count, MAX_SUBIFS) + 1)
+    }
+
+
+def run_scheduler_subifs(emulator: EmulatorProcess, count: int) -> Timed:
+    """One transaction of `count` VLAN sub-interfaces of a loopback made before the count."""
+    emulator.control.restart()
+    values = subif_state(count)
+    scheduler = KVScheduler()
+    plugin = southbound.vpp.register(scheduler, socket=emulator.socket_path)
+    try:
+        if not plugin.wait_connected(30):
+            raise RuntimeError("the plugin did not connect to the emulator")
+        txn = scheduler.start_txn()
+        txn.set_value(f"vpp/interface/{PARENT}", {"type": "loopback"})
+        txn.commit()
+        timed = commit_timed(emulator, scheduler, values)
+    finally:
+        plugin.close()
+        scheduler.close()
+    return timed
+
+
+def run_raw_subifs(emulator: EmulatorProcess, count: int) -> Timed:
+    emulator.control.restart()
+    client = VPPApiClient(bootstrapapi=True, server_address=emulator.socket_path)
+    client.connect("bench-raw")
+    client.register_event_callback(lambda _name, _msg: None)
+    try:
+        api = client.api
+        if api.want_interface_events(enable_disable=1, pid=1).retval != 0:
+            raise RuntimeError("want_interface_events failed")
+        parent = api.create_loopback(mac_address=bytes(6)).sw_if_index
+        before = api_requests(emulator)
+        start = time.perf_counter()
+        for vlan in range(1, min(count, MAX_SUBIFS) + 1):
+            reply = api.create_vlan_subif(sw_if_index=parent, vlan_id=vlan)
+            idx = reply.sw_if_index
+            tag = api.sw_interface_tag_add_del(is_add=True, sw_if_index=idx, tag=f"raw{vlan}")
+            up = api.sw_interface_set_flags(sw_if_index=idx, flags=1)
+            if reply.retval or tag.retval or up.retval:
+                raise RuntimeError(f"sub-interface {vlan}: a call failed")
+        timed = Timed(time.perf_counter() - start)
+        timed.requests = api_requests(emulator) - before
+    finally:
+        client.disconnect()
+    return timed
+
+
+def measure_subifs(emulator: EmulatorProcess, count: int, runs: int) -> dict[str, Any]:
+    sched_runs: list[Timed] = []
+    raw_runs: list[Timed] = []
+    for i in range(runs):
+        if i % 2 == 0:
+            raw_runs.append(run_raw_subifs(emulator, count))
+            sched_runs.append(run_scheduler_subifs(emulator, count))
+        else:
+            sched_runs.append(run_scheduler_subifs(emulator, count))
+            raw_runs.append(run_raw_subifs(emulator, count))
+    ratios = [s.seconds / r.seconds for s, r in zip(sched_runs, raw_runs, strict=True)]
+    return {
+        "subifs_count": min(count, MAX_SUBIFS),
+        "subifs_1000_s": round(statistics.median(r.seconds for r in sched_runs), 4),
+        "subifs_raw_papi_s": round(statistics.median(r.seconds for r in raw_runs), 4),
+        "subifs_ratio_vs_raw_papi": round(statistics.median(ratios), 3),
+        "subifs_ratio_per_run": [round(r, 3) for r in ratios],
+        "subifs_scheduler_calls": round(statistics.median(r.calls for r in sched_runs)),
+        "subifs_raw_calls": round(statistics.median(r.calls for r in raw_runs)),
+    }
+
+
 def measure(count: int, runs: int) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
     """(the metrics, `mix_difference` of the last runs of the two paths)."""
     workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
@@ -194,6 +288,7 @@ def measure(count: int, runs: int) -> tuple[dict[str, Any], dict[str, tuple[int,
     raw_runs: list[Timed] = []
     ratios: list[float] = []
     overheads_us: list[float] = []
+    subifs: dict[str, Any] = {}
     try:
         emulator.start()
         run_raw(emulator, min(count, 50))  # warm-up: imports, API parsing, caches
@@ -212,6 +307,9 @@ def measure(count: int, runs: int) -> tuple[dict[str, Any], dict[str, tuple[int,
             raw = raw_runs[-1]
             ratios.append(sched.seconds / raw.seconds)
             overheads_us.append((sched.seconds - raw.seconds) / sched.calls * 1e6)
+        run_raw_subifs(emulator, min(count, 50))  # warm-up
+        run_scheduler_subifs(emulator, min(count, 50))
+        subifs = measure_subifs(emulator, count, runs)
     finally:
         emulator.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -242,6 +340,7 @@ def measure(count: int, runs: int) -> tuple[dict[str, Any], dict[str, tuple[int,
         "raw_calls_per_s": round(raw_calls / raw_s),
         "resync_downstream_s": round(med_s(resync_runs), 4),
         "resync_api_calls": med_calls(resync_runs),
+        **subifs,
     }
     return result, mix_difference(sched_runs[-1].requests, raw_runs[-1].requests)
 
@@ -282,6 +381,16 @@ def print_table(result: dict[str, Any], mix: dict[str, tuple[int, int]]) -> None
         ),
         ("downstream resync, dump-based (s)", result["resync_downstream_s"]),
         ("resync API requests (each dump + its control_ping)", result["resync_api_calls"]),
+        ("sub-interfaces of one loopback (create_vlan_subif, tag, up)", result["subifs_count"]),
+        ("subifs_1000_s: scheduler txn (s)", result["subifs_1000_s"]),
+        ("subifs: raw vpp_papi, same calls (s)", result["subifs_raw_papi_s"]),
+        ("subifs_ratio_vs_raw_papi (median of runs; target <= 1.3)",
+         result["subifs_ratio_vs_raw_papi"]),
+        ("subifs ratio per run", " ".join(str(r) for r in result["subifs_ratio_per_run"])),
+        (
+            "subifs API calls, counted: scheduler / raw",
+            f"{result['subifs_scheduler_calls']} / {result['subifs_raw_calls']}",
+        ),
     ]
     width = max(len(label) for label, _ in rows)
     print(f"| {'metric'.ljust(width)} | value |")

@@ -10,12 +10,19 @@ scheduler's comparison with the desired state is exact.
 
 Interface (`vpp/interface/<name>`)::
 
-    {"type": "loopback" | "tap" | "af_packet",
+    {"type": "loopback" | "tap" | "af_packet" | "sub_interface" | "vxlan" | "memif",
      "enabled": true, "mtu": null, "mac": null, "vrf": 0,
      "addresses": ["10.0.0.1/24", "fd00::1/64"],
      "unnumbered": {"interface_with_ip": "<name>"},      # instead of addresses
      "tap": {"host_if_name": null, "rx_ring_size": 256, "tx_ring_size": 256},
-     "af_packet": {"host_if_name": "<linux interface>"}}
+     "af_packet": {"host_if_name": "<linux interface>"},
+     "sub_interface": {"parent": "<name>", "sub_id": 10, "outer_vlan": 10,
+                       "inner_vlan": null, "exact_match": true},
+     "vxlan": {"src": "192.168.1.1", "dst": "192.168.1.2", "vni": 100, "encap_vrf": 0},
+     "memif": {"socket": "/run/vpp/app.sock", "id": 0, "master": true, "mode": "ethernet"}}
+
+The VRF table, neighbor, cross-connect and L2 FIB models have one module each (`vrf`,
+`neighbor`, `xconnect`, `l2fib`).
 
 `null` (or an absent field) for mtu, mac and tap.host_if_name means "whatever VPP chooses".
 
@@ -46,7 +53,13 @@ from scheduler import InvalidValueError
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 
-INTERFACE_TYPES = ("loopback", "tap", "af_packet")
+INTERFACE_TYPES = ("loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif")
+# The sections of the interface types that have one (each only allowed with its type).
+TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif")
+MAX_VLAN = 4095
+MAX_VNI = 0xFFFFFF
+MAX_U32 = 0xFFFFFFFF
+SOCKET_PATH_MAX = 107  # sun_path
 MIN_MTU = 64
 MAX_MTU = 9216
 MAX_VRF = 0xFFFFFFFE
@@ -172,11 +185,59 @@ class AfPacketSection(StrictModel):
     host_if_name: LinuxIfName = Field(description="the Linux interface to attach to")
 
 
+class SubInterfaceSection(StrictModel):
+    """A VLAN sub-interface of another vpp/interface (its parent): one tag (`outer_vlan`), or two
+    (QinQ, with `inner_vlan`)."""
+
+    parent: VppName = Field(description="the vpp/interface it is a sub-interface of")
+    sub_id: int = Field(ge=0, le=MAX_U32, description="sub-interface id, unique on the parent")
+    outer_vlan: int = Field(ge=1, le=MAX_VLAN, description="outer (or only) VLAN tag")
+    inner_vlan: int | None = Field(None, ge=1, le=MAX_VLAN, description="inner tag (QinQ)")
+    exact_match: bool = Field(True, description="match exactly these tags (needed for IP)")
+
+
+class VxlanSection(StrictModel):
+    """A VXLAN tunnel (an L2 interface: put it in a bridge domain or a cross-connect)."""
+
+    src: Annotated[str, AfterValidator(_ip)] = Field(description="local tunnel address")
+    dst: Annotated[str, AfterValidator(_ip)] = Field(description="remote tunnel address")
+    vni: int = Field(ge=0, le=MAX_VNI, description="VXLAN network identifier (24 bits)")
+    encap_vrf: int = Field(0, ge=0, le=MAX_VRF, description="table the tunnel packets use")
+
+    @model_validator(mode="after")
+    def _endpoints(self) -> VxlanSection:
+        src, dst = ipaddress.ip_address(self.src), ipaddress.ip_address(self.dst)
+        if src.version != dst.version:
+            raise FieldProblems({"dst": "not of the source's address family"})
+        if src == dst:
+            raise FieldProblems({"dst": "the same as the source"})
+        return self
+
+
+def _socket_path(path: str) -> str:
+    if not path.startswith("/") or len(path) > SOCKET_PATH_MAX or "\0" in path:
+        raise ValueError(f"must be an absolute path of at most {SOCKET_PATH_MAX} characters, "
+                         f"got {path!r}")
+    return path
+
+
+class MemifSection(StrictModel):
+    """A memif (shared-memory) interface on a socket file; the socket is registered with VPP by
+    its first memif and removed with its last."""
+
+    socket: Annotated[str, AfterValidator(_socket_path)] = Field(
+        description="the socket file's absolute path")
+    id: int = Field(0, ge=0, le=MAX_U32, description="memif id, unique on its socket")
+    master: bool = Field(True, description="master (listens on the socket) or slave")
+    mode: Literal["ethernet"] = Field("ethernet", description="interface mode")
+
+
 class VppInterface(StrictModel):
     """`vpp/interface/<name>`: a VPP interface kvmesh owns. `mtu` and `mac` unset (null) leave
     VPP's choice alone."""
 
-    type: Literal["loopback", "tap", "af_packet"] = Field(description="interface type")
+    type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif"] = Field(
+        description="interface type")
     enabled: bool = Field(True, description="administratively up")
     mtu: int | None = Field(None, ge=MIN_MTU, le=MAX_MTU, description="MTU (unset: VPP's)")
     mac: Mac | None = Field(None, description="MAC address (unset: VPP's)")
@@ -186,11 +247,15 @@ class VppInterface(StrictModel):
     unnumbered: UnnumberedSection | None = Field(None, description="instead of addresses")
     tap: VppTapSection | None = Field(None, description="only with type tap")
     af_packet: AfPacketSection | None = Field(None, description="required with type af_packet")
+    sub_interface: SubInterfaceSection | None = Field(
+        None, description="required with type sub_interface")
+    vxlan: VxlanSection | None = Field(None, description="required with type vxlan")
+    memif: MemifSection | None = Field(None, description="required with type memif")
 
     @classmethod
     def section_problems(cls, value: Mapping[str, Any]) -> dict[str, str]:
         problems = {}
-        for section in ("tap", "af_packet"):
+        for section in TYPE_SECTIONS:
             if value.get(section) is not None and value.get("type") != section:
                 problems[section] = f"only allowed with type '{section}'"
         return problems
@@ -205,11 +270,19 @@ class VppInterface(StrictModel):
                     "an interface cannot borrow its own addresses"
             elif self.addresses:
                 problems["unnumbered"] = "an unnumbered interface cannot have addresses of its own"
-        problems.update(self.section_problems(self.model_dump(include={"type", "tap",
-                                                                         "af_packet"})))
+        problems.update(self.section_problems(self.model_dump(include={"type", *TYPE_SECTIONS})))
         if self.type == "af_packet" and self.af_packet is None:
             problems["af_packet"] = \
                 "required with type 'af_packet': {'host_if_name': <linux interface>}"
+        for section in ("sub_interface", "vxlan", "memif"):
+            if self.type == section and getattr(self, section) is None:
+                problems[section] = f"required with type '{section}'"
+        if self.type == "sub_interface":
+            if self.sub_interface is not None and self.sub_interface.parent == name:
+                problems["sub_interface.parent"] = "an interface cannot be its own parent"
+            for field in ("mtu", "mac"):
+                if getattr(self, field) is not None:
+                    problems[field] = "a sub-interface has its parent's (leave it unset)"
         if problems:
             raise FieldProblems(problems)
         return self

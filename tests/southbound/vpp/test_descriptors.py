@@ -43,8 +43,11 @@ def test_addresses_are_derived_values(vpp):
     assert vpp.state("vpp/interface/lo1/address/10.0.0.1/24") is ValueState.NONEXISTENT
 
 
-def test_vrf_creates_the_table_and_a_change_recreates_the_interface(vpp):
-    vpp.commit({LO1: {**LOOP, "vrf": 5, "addresses": ["10.5.0.1/24"]}})
+def test_vrf_binds_the_interface_to_its_table_and_a_change_recreates_it(vpp):
+    # (issue 19: the tables are vpp/vrf values the interface depends on, not made implicitly;
+    # the IPv6 binding is made when the interface has IPv6 addresses)
+    tables: dict = {"vpp/vrf/ipv4/5": {}, "vpp/vrf/ipv4/6": {}, "vpp/vrf/ipv6/5": {}}
+    vpp.commit({**tables, LO1: {**LOOP, "vrf": 5, "addresses": ["10.5.0.1/24", "fd05::1/64"]}})
     idx = vpp.sw_if_index("lo1")
     assert vpp.papi.api.sw_interface_get_table(sw_if_index=idx).vrf_id == 5
     assert vpp.papi.api.sw_interface_get_table(sw_if_index=idx, is_ipv6=True).vrf_id == 5
@@ -146,7 +149,8 @@ def test_routes_ipv4_ipv6_and_vrf(vpp):
     r6 = "vpp/route/0/fd01::/64/fd00::2"
     r_vrf = "vpp/route/7/10.7.0.0/16/10.0.0.9"
     via_lo1 = {"outgoing_interface": "lo1"}
-    vpp.commit({r4: via_lo1, r4b: {**via_lo1, "weight": 3}, r6: via_lo1, r_vrf: via_lo1})
+    vpp.commit({r4: via_lo1, r4b: {**via_lo1, "weight": 3}, r6: via_lo1, r_vrf: via_lo1,
+                "vpp/vrf/ipv4/7": {}})
     assert all(vpp.state(k) is PENDING for k in (r4, r4b, r6, r_vrf))
     vpp.commit({LO1: {**LOOP, "addresses": ["10.0.0.1/24", "fd00::1/64"]}})
     assert all(vpp.state(k) is CONFIGURED for k in (r4, r4b, r6, r_vrf))

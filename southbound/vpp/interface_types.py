@@ -1,0 +1,179 @@
+"""The interface types issue 19 added to `vpp/interface/<name>`: sub-interfaces, VXLAN tunnels
+and memif - what the interface descriptor does differently for each of them.
+
+- sub_interface: `create_vlan_subif` when VPP's VLAN call says exactly what is wanted (one tag,
+  `sub_id` equal to the tag, exact match), else `create_subif`; `delete_subif`. Depends on its
+  parent. VPP deletes the sub-interfaces of an interface with it; the scheduler removes them
+  first anyway (they depend on the parent), and a sub-interface already gone counts as deleted.
+- vxlan: `vxlan_add_del_tunnel_v3` (deleted by the same parameters); depends on the encap VRF's
+  table (table 0 is built in).
+- memif: `memif_create_v2` / `memif_delete` on a socket file registered with
+  `memif_socket_filename_add_del_v2`. One socket id per path, shared by the memifs on it: the
+  first memif on a path registers it (VPP chooses the id), the last one removes it (see
+  docs/vpp.md for why this is not a scheduler value); a path VPP already knows is reused and,
+  not being kvmesh's, never removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from scheduler import Dependency
+from southbound.vpp import keys
+from southbound.vpp.binapi import (
+    SUB_IF_EXACT_MATCH,
+    SUB_IF_ONE_TAG,
+    SUB_IF_TWO_TAGS,
+    InterfaceDetails,
+    MemifDetails,
+    VxlanDetails,
+)
+from southbound.vpp.context import Context, MemifSocket
+from southbound.vpp.errors import INVALID_SW_IF_INDEX, NO_SUCH_ENTRY, VppApiError, VppError
+from southbound.vpp.models.vrf import vrf_dependencies
+
+TYPES = ("sub_interface", "vxlan", "memif")
+
+
+def type_dependencies(v: dict[str, Any]) -> list[Dependency]:
+    if v["type"] == "sub_interface":
+        parent = v["sub_interface"]["parent"]
+        return [Dependency(label=f"parent interface {parent}", key=keys.interface_key(parent))]
+    if v["type"] == "vxlan":
+        tunnel = v["vxlan"]
+        return list(vrf_dependencies(tunnel["encap_vrf"], (":" in tunnel["src"],)))
+    return []
+
+
+def make(ctx: Context, name: str, v: dict[str, Any]) -> int:
+    api = ctx.api
+    if v["type"] == "sub_interface":
+        sub = v["sub_interface"]
+        parent = ctx.sw_if_index(sub["parent"])
+        one_tag = sub["inner_vlan"] is None
+        if one_tag and sub["exact_match"] and sub["sub_id"] == sub["outer_vlan"]:
+            return api.create_vlan_subif(parent, sub["outer_vlan"])
+        flags = (SUB_IF_ONE_TAG if one_tag else SUB_IF_TWO_TAGS) | \
+            (SUB_IF_EXACT_MATCH if sub["exact_match"] else 0)
+        return api.create_subif(parent, sub["sub_id"], flags, sub["outer_vlan"],
+                                sub["inner_vlan"] or 0)
+    if v["type"] == "vxlan":
+        t = v["vxlan"]
+        return api.vxlan_add_del(t["src"], t["dst"], t["vni"], t["encap_vrf"], True)
+    memif = v["memif"]
+    socket = _take_socket(ctx, name, memif["socket"])
+    try:
+        return api.memif_create(socket.socket_id, memif["id"], memif["master"], v["mac"])
+    except VppError:
+        _release_socket(ctx, name, memif["socket"])
+        raise
+
+
+def unmake(ctx: Context, name: str, v: dict[str, Any], sw_if_index: int) -> None:
+    """Delete; what is already gone (VPP restarted, or deleted with its parent) is deleted."""
+    api = ctx.api
+    try:
+        if v["type"] == "sub_interface":
+            api.delete_subif(sw_if_index)
+        elif v["type"] == "vxlan":
+            t = v["vxlan"]
+            api.vxlan_add_del(t["src"], t["dst"], t["vni"], t["encap_vrf"], False)
+        else:
+            api.memif_delete(sw_if_index)
+    except VppApiError as exc:
+        if exc.retval not in (INVALID_SW_IF_INDEX, NO_SUCH_ENTRY):
+            raise
+    if v["type"] == "memif":
+        _release_socket(ctx, name, v["memif"]["socket"])
+
+
+def _take_socket(ctx: Context, name: str, path: str) -> MemifSocket:
+    socket = ctx.memif_sockets.get(path)
+    if socket is None:
+        known = {p: i for i, p in ctx.api.memif_sockets().items()}
+        if path in known:
+            socket = MemifSocket(known[path], set(), owned=False)
+        else:
+            socket = MemifSocket(ctx.api.memif_socket_add(path), set(), owned=True)
+        ctx.memif_sockets[path] = socket
+    socket.users.add(name)
+    return socket
+
+
+def _release_socket(ctx: Context, name: str, path: str) -> None:
+    socket = ctx.memif_sockets.get(path)
+    if socket is None:
+        return
+    socket.users.discard(name)
+    if socket.users:
+        return
+    del ctx.memif_sockets[path]
+    if socket.owned:
+        # Gone already (VPP restarted) is fine; anything else leaves a socket id unused.
+        with contextlib.suppress(VppApiError):
+            ctx.api.memif_socket_delete(socket.socket_id)
+
+
+def recreate(o: dict[str, Any], n: dict[str, Any]) -> bool:
+    """Any change of a type's section means a new interface."""
+    return bool(n["type"] in TYPES and o[n["type"]] != n[n["type"]])
+
+
+class Retrieved:
+    """The dumps of the added types, read once per Retrieve."""
+
+    def __init__(self, ctx: Context, details: list[InterfaceDetails]) -> None:
+        self.ctx = ctx
+        self.vxlans: dict[int, VxlanDetails] = {}
+        self.memifs: dict[int, MemifDetails] = {}
+        self.socket_paths: dict[int, str] = {}
+        if any(d.dev_type == "VXLAN" for d in details):
+            self.vxlans = ctx.api.vxlan_tunnels()
+        if any(d.dev_type == "memif" for d in details):
+            self.memifs = ctx.api.memifs()
+            self.socket_paths = ctx.api.memif_sockets()
+
+    def type_of(self, d: InterfaceDetails) -> str | None:
+        if d.sub is not None:
+            return "sub_interface"
+        if d.sw_if_index in self.vxlans:
+            return "vxlan"
+        if d.sw_if_index in self.memifs:
+            return "memif"
+        return None
+
+    def section(self, d: InterfaceDetails, names: dict[int, str]) -> dict[str, Any] | None:
+        """The type's section in model form (None: a sub-interface of a parent kvmesh does
+        not own, which no kvmesh value can describe)."""
+        if d.sub is not None:
+            parent = names.get(d.sub.parent)
+            if parent is None:
+                return None
+            return {
+                "parent": parent,
+                "sub_id": d.sub.sub_id,
+                "outer_vlan": d.sub.outer_vlan,
+                "inner_vlan": d.sub.inner_vlan if d.sub.tags == 2 else None,
+                "exact_match": d.sub.exact_match,
+            }
+        if d.sw_if_index in self.vxlans:
+            t = self.vxlans[d.sw_if_index]
+            return {"src": t.src, "dst": t.dst, "vni": t.vni, "encap_vrf": t.encap_vrf}
+        m = self.memifs[d.sw_if_index]
+        return {"socket": self.socket_paths.get(m.socket_id, ""), "id": m.memif_id,
+                "master": m.master, "mode": "ethernet"}
+
+    def adopt_sockets(self, memif_names: dict[int, str]) -> None:
+        """Rebuild the socket users from what VPP has (after a restart: nothing)."""
+        sockets: dict[str, MemifSocket] = {}
+        for idx, m in self.memifs.items():
+            path = self.socket_paths.get(m.socket_id)
+            name = memif_names.get(idx)
+            if path is None or name is None:
+                continue
+            known = self.ctx.memif_sockets.get(path)
+            owned = known.owned if known is not None else False  # unknown: not ours
+            socket = sockets.setdefault(path, MemifSocket(m.socket_id, set(), owned))
+            socket.users.add(name)
+        self.ctx.memif_sockets = sockets
