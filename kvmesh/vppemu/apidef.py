@@ -38,6 +38,11 @@ API_FILES = (
     "l2",
     "tapv2",
     "af_packet",
+    # plugins
+    "acl_types",
+    "acl",
+    "nat_types",
+    "nat44_ed",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

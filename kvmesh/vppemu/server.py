@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvmesh.vppemu import acl_handlers, nat44_handlers  # noqa: F401  (register their handlers)
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.apidef import HEADER, ApiDefinitions, DecodeError, MessageInfo, frame
 from kvmesh.vppemu.errors import ApiError
