@@ -15,6 +15,7 @@ from southbound.vpp.models import (
     VppBridgeDomain,
     VppInterface,
     VppRoute,
+    acl,
     normalize_bd,
     normalize_interface,
     normalize_route,
@@ -27,4 +28,5 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
               normalize_bd),
     ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
               VppRoute, normalize_route),
+    acl.MODEL,
 ))
