@@ -85,9 +85,11 @@ def test_binding_waits_for_its_interface_and_goes_before_it(vpp):
 def test_resync_after_a_restart_rebuilds_with_the_minimum_of_calls(vpp):
     vpp.commit({"vpp/interface/up": LOOP, "vpp/interface/down": LOOP, "vpp/acl/web": WEB,
                 "vpp/acl/dns": DNS})
+    generation = vpp.plugin.connection.generation
     vpp.papi.disconnect()
     vpp.control.restart()
-    wait_until(lambda: vpp.plugin.connected, timeout=30, message="reconnected")
+    wait_until(lambda: vpp.plugin.connected and vpp.plugin.connection.generation > generation,
+               timeout=30, message="reconnected after the restart")
     before = vpp.control.counters()
     vpp.scheduler.resync({}, kind="downstream")
     # one add per ACL, one list per binding, two dumps per resync
