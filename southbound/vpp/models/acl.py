@@ -66,6 +66,14 @@ def _range(ports: list[int]) -> list[int]:
     return ports
 
 
+def _protocol(protocol: int | str) -> int | str:
+    if isinstance(protocol, str) and protocol not in PROTOCOLS:
+        raise ValueError(f"must be 0..255 or one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if isinstance(protocol, int) and not 0 <= protocol <= 255:
+        raise ValueError(f"must be 0..255 or one of {', '.join(PROTOCOLS)}, got {protocol}")
+    return protocol
+
+
 Port = Annotated[int, Field(ge=0, le=65535)]
 PortRange = Annotated[list[Port], Field(min_length=2, max_length=2), AfterValidator(_range)]
 Network = Annotated[str, AfterValidator(_network), Field(
@@ -79,8 +87,8 @@ class AclRuleSpec(StrictModel):
         description="deny, permit, or permit and let the replies in (reflect)")
     src: Network | None = Field(None, description="source network (unset: any of the family)")
     dst: Network | None = Field(None, description="destination network (unset: any)")
-    protocol: Annotated[int, Field(ge=0, le=255)] | Literal["tcp", "udp", "icmp", "icmpv6"] = \
-        Field(0, description="IP protocol number or name (0: any)")
+    protocol: Annotated[int | str, AfterValidator(_protocol)] = Field(
+        0, description="IP protocol: 0..255 (0: any) or tcp, udp, icmp, icmpv6")
     src_ports: PortRange = Field(default_factory=lambda: [0, 65535],
                                  description="[low, high] source ports (ICMP: types)")
     dst_ports: PortRange = Field(default_factory=lambda: [0, 65535],

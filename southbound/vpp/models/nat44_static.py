@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -39,6 +39,13 @@ def _ip4(text: str) -> str:
         raise ValueError(f"must be an IPv4 address, got {text!r}") from None
 
 
+def _protocol(protocol: int | str) -> int | str:
+    if (isinstance(protocol, str) and protocol not in PROTOCOLS) or \
+            (isinstance(protocol, int) and not 1 <= protocol <= 255):
+        raise ValueError(f"must be 1..255 or one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    return protocol
+
+
 IPv4 = Annotated[str, AfterValidator(_ip4), Field(description="an IPv4 address")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
@@ -48,8 +55,8 @@ class VppNat44Static(StrictModel):
     `external_ip[:external_port]` (or the address of `external_interface`). Ports and protocol
     together, or none of them (address only)."""
 
-    protocol: Annotated[int, Field(ge=1, le=255)] | Literal["tcp", "udp", "icmp"] | None = \
-        Field(None, description="IP protocol (with ports)")
+    protocol: Annotated[int | str, AfterValidator(_protocol)] | None = Field(
+        None, description="IP protocol (with ports): 1..255 or tcp, udp, icmp")
     local_ip: IPv4 = Field(description="the inside address")
     local_port: Port | None = Field(None, description="the inside port")
     external_ip: IPv4 | None = Field(None, description="the outside address")
