@@ -9,10 +9,11 @@ the plugin and are removed before it is disabled.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from scheduler import Dependency
+from scheduler import Dependency, InvalidValueError
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -29,6 +30,26 @@ OUTSIDE = 16
 INSIDE = 32
 # nat44-ed answers 1 (not a VNET error) to enabling an enabled plugin or disabling a disabled one
 PLUGIN_ALREADY_THERE = 1
+
+
+def ip4(text: str) -> str:
+    """An IPv4 address in canonical form (pydantic validator: raises ValueError)."""
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise ValueError(f"must be an IPv4 address, got {text!r}") from None
+
+
+def same_canonical(check: Callable[[str, Any], object]) -> Callable[[str, Any, Any], bool]:
+    """A value comparator: equal canonical forms (an invalid value: equal as written)."""
+
+    def equivalent(key: str, a: Any, b: Any) -> bool:
+        try:
+            return bool(check(key, a) == check(key, b))
+        except InvalidValueError:
+            return bool(a == b)
+
+    return equivalent
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
@@ -29,7 +29,7 @@ from southbound.vpp.errors import (
     is_retriable,
 )
 from southbound.vpp.models import memoized, name_problem
-from southbound.vpp.nat44_api import ENABLED, Nat44Api
+from southbound.vpp.nat44_api import ENABLED, Nat44Api, same_canonical
 
 PREFIX = "vpp/nat44/interface/"
 DESCRIPTOR = "vpp-nat44-interface"
@@ -101,11 +101,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         name = str(interface_of(key))
         return (ENABLED, Dependency(label=f"interface {name}", key=keys.interface_key(name)))
 
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        try:
-            return bool(check_interface(key, a) == check_interface(key, b))
-        except InvalidValueError:
-            return bool(a == b)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names = ctx.names_by_index  # refreshed: interfaces are retrieved first
@@ -122,7 +117,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=equivalent,
+        value_comparator=same_canonical(check_interface),
         is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]

@@ -24,17 +24,11 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 from southbound.vpp.context import Context
 from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError, is_retriable
 from southbound.vpp.models import MAX_VRF, memoized
-from southbound.vpp.nat44_api import ENABLED, Nat44Api, PoolAddress
+from southbound.vpp.nat44_api import ENABLED, Nat44Api, PoolAddress, ip4, same_canonical
 
 PREFIX = "vpp/nat44/pool/"
 DESCRIPTOR = "vpp-nat44-pool"
 
-
-def _ip4(text: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(text))
-    except ValueError:
-        raise ValueError(f"must be an IPv4 address, got {text!r}") from None
 
 
 class VppNat44Pool(StrictModel):
@@ -66,7 +60,7 @@ def key_range(key: str) -> tuple[str, str] | None:
         return None
     first, _, last = key[len(PREFIX):].partition("-")
     try:
-        low, high = _ip4(first), _ip4(last or first)
+        low, high = ip4(first), ip4(last or first)
     except ValueError:
         return None
     return (low, high) if int(ipaddress.IPv4Address(low)) <= int(
@@ -87,7 +81,7 @@ def check_pool(key: str, value: Any) -> dict[str, Any]:
         for name in ("first_ip", "last_ip"):
             if isinstance(filled.get(name), str):
                 try:
-                    filled[name] = _ip4(filled[name])
+                    filled[name] = ip4(filled[name])
                 except ValueError as exc:
                     problems[name] = str(exc)
     model = validate(VppNat44Pool, key, filled, key_problems=problems,
@@ -132,11 +126,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
     def dependencies(key: str, value: Any) -> Sequence[Dependency]:
         return (ENABLED,)
 
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        try:
-            return bool(check_pool(key, a) == check_pool(key, b))
-        except InvalidValueError:
-            return bool(a == b)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         present = {a.address: a for a in api.addresses()}
@@ -167,7 +156,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=equivalent,
+        value_comparator=same_canonical(check_pool),
         is_retriable_failure=is_retriable,
     )]
 

@@ -12,7 +12,6 @@ that interface. Depends on NAT44 being enabled and on the external interface. Re
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -26,17 +25,11 @@ from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context, owned_name, owner_tag
 from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError, is_retriable
 from southbound.vpp.models import MAX_VRF, VppName, memoized, name_problem
-from southbound.vpp.nat44_api import ENABLED, PROTOCOLS, Nat44Api
+from southbound.vpp.nat44_api import ENABLED, PROTOCOLS, Nat44Api, ip4, same_canonical
 
 PREFIX = "vpp/nat44/static/"
 DESCRIPTOR = "vpp-nat44-static"
 
-
-def _ip4(text: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(text))
-    except ValueError:
-        raise ValueError(f"must be an IPv4 address, got {text!r}") from None
 
 
 def _protocol(protocol: int | str) -> int | str:
@@ -46,7 +39,7 @@ def _protocol(protocol: int | str) -> int | str:
     return protocol
 
 
-IPv4 = Annotated[str, AfterValidator(_ip4), Field(description="an IPv4 address")]
+IPv4 = Annotated[str, AfterValidator(ip4), Field(description="an IPv4 address")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -135,11 +128,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         return (ENABLED, Dependency(label=f"interface {external_if}",
                                     key=keys.interface_key(external_if)))
 
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        try:
-            return bool(check_static(key, a) == check_static(key, b))
-        except InvalidValueError:
-            return bool(a == b)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names = ctx.names_by_index  # refreshed: interfaces are retrieved first
@@ -173,7 +161,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=equivalent,
+        value_comparator=same_canonical(check_static),
         is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import RetryPolicy, TransactionError, ValueState
+from tests.southbound.vpp.plugin_helpers import calls, restart_vpp
 from tests.util import wait_until
 
 CONFIGURED, PENDING, OBTAINED = ValueState.CONFIGURED, ValueState.PENDING, ValueState.OBTAINED
@@ -27,11 +28,6 @@ def acls(vpp) -> dict:
 def lists(vpp, name: str) -> tuple[list[int], list[int]]:
     (d,) = vpp.papi.api.acl_interface_list_dump(sw_if_index=vpp.sw_if_index(name))
     return list(d.acls[:d.n_input]), list(d.acls[d.n_input:])
-
-
-def calls(vpp, before: dict, *names: str) -> dict:
-    after = vpp.control.counters()
-    return {n: after.get(f"msg.{n}", 0) - before.get(f"msg.{n}", 0) for n in names}
 
 
 def test_create_update_in_place_and_delete(vpp):
@@ -85,11 +81,7 @@ def test_binding_waits_for_its_interface_and_goes_before_it(vpp):
 def test_resync_after_a_restart_rebuilds_with_the_minimum_of_calls(vpp):
     vpp.commit({"vpp/interface/up": LOOP, "vpp/interface/down": LOOP, "vpp/acl/web": WEB,
                 "vpp/acl/dns": DNS})
-    generation = vpp.plugin.connection.generation
-    vpp.papi.disconnect()
-    vpp.control.restart()
-    wait_until(lambda: vpp.plugin.connected and vpp.plugin.connection.generation > generation,
-               timeout=30, message="reconnected after the restart")
+    restart_vpp(vpp)
     before = vpp.control.counters()
     vpp.scheduler.resync({}, kind="downstream")
     # one add per ACL, one list per binding, two dumps per resync

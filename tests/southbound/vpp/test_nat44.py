@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import RetryPolicy, TransactionError, ValueState
+from tests.southbound.vpp.plugin_helpers import calls, restart_vpp
 from tests.util import wait_until
 
 CONFIGURED, PENDING, OBTAINED = ValueState.CONFIGURED, ValueState.PENDING, ValueState.OBTAINED
@@ -34,11 +35,6 @@ def nat(vpp) -> dict:
         "static": sorted((d.tag, str(d.external_ip_address), d.external_port)
                          for d in api.nat44_static_mapping_dump()),
     }
-
-
-def calls(vpp, before: dict, *names: str) -> dict:
-    after = vpp.control.counters()
-    return {n: after.get(f"msg.{n}", 0) - before.get(f"msg.{n}", 0) for n in names}
 
 
 def test_create_update_delete(vpp):
@@ -98,11 +94,7 @@ def test_nat_waits_for_the_plugin_and_the_interface(vpp):
 
 def test_resync_after_a_restart_rebuilds_with_the_minimum_of_calls(vpp):
     vpp.commit(CONFIG)
-    generation = vpp.plugin.connection.generation
-    vpp.papi.disconnect()
-    vpp.control.restart()
-    wait_until(lambda: vpp.plugin.connected and vpp.plugin.connection.generation > generation,
-               timeout=30, message="reconnected after the restart")
+    restart_vpp(vpp)
     before = vpp.control.counters()
     vpp.scheduler.resync({}, kind="downstream")
     assert calls(vpp, before, "nat44_ed_plugin_enable_disable", "nat44_interface_add_del_feature",
