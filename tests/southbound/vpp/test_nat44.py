@@ -145,3 +145,16 @@ def test_nat_kvmesh_did_not_make_is_obtained_and_never_deleted(vpp):
     vpp.scheduler.resync({}, kind="full")
     assert nat(vpp)["sessions"] == 63 * 1024  # not disabled
     assert nat(vpp)["pool"] == ["192.0.2.1", "192.0.2.2"]  # kvmesh's pool removed, theirs kept
+
+
+def test_new_sessions_re_create_the_plugin_and_restore_everything(vpp):
+    vpp.commit(CONFIG)
+    before = vpp.control.counters()
+    vpp.commit({GLOBAL: {"sessions": 2000}})
+    # VPP can only disable (which drops every NAT value) and enable again: all come back
+    assert calls(vpp, before, "nat44_ed_plugin_enable_disable",
+                 "nat44_add_del_static_mapping_v2") == {
+        "nat44_ed_plugin_enable_disable": 2, "nat44_add_del_static_mapping_v2": 4}
+    assert all(vpp.state(key) is CONFIGURED for key in CONFIG)
+    state = nat(vpp)
+    assert state["sessions"] == 2000 and len(state["static"]) == 3 and len(state["pool"]) == 4
