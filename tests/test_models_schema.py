@@ -78,7 +78,7 @@ def test_model_cli() -> None:
     assert [row["model"] for row in json.loads(listed.output)] == [m.name for m in MODELS]
     schema = runner.invoke(main, ["model", "schema", "vpp/route"])
     assert json.loads(schema.output)["x-kvmesh-key"] == "vpp/route/<vrf>/<dst cidr>/<next hop>"
-    unknown = runner.invoke(main, ["model", "schema", "vpp/acl"])
+    unknown = runner.invoke(main, ["model", "schema", "vpp/ipsec"])
     assert unknown.exit_code == 2 and "unknown model" in unknown.output
 
 
@@ -89,11 +89,11 @@ def test_rest_schema_and_validate() -> None:
     body = json.dumps({"values": {
         "linux/interface/v0": {"type": "bridge", "mtu": 9},
         "linux/interface/v1": {"type": "bridge"},
-        "vpp/acl/x": {}}}).encode()
+        "vpp/ipsec/x": {}}}).encode()
     resp = dispatch(api, "POST", "/configuration/validate", body)  # type: ignore[arg-type]
     result = json.loads(resp.body)
     assert resp.status == 200 and result["valid"] is False
-    assert set(result["errors"]) == {"linux/interface/v0", "vpp/acl/x"}
+    assert set(result["errors"]) == {"linux/interface/v0", "vpp/ipsec/x"}
     assert "68..65535" in result["errors"]["linux/interface/v0"]["fields"]["mtu"]
     good = json.dumps({"values": {"linux/interface/v1": {"type": "bridge"}}}).encode()
     assert json.loads(dispatch(api, "POST", "/configuration/validate",  # type: ignore[arg-type]

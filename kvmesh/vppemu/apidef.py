@@ -41,6 +41,11 @@ API_FILES = (
     "ip_neighbor",
     "vxlan",
     "memif",
+    # plugins
+    "acl_types",
+    "acl",
+    "nat_types",
+    "nat44_ed",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

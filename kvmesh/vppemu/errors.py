@@ -48,3 +48,15 @@ class ApiError(Exception):
         super().__init__(f"{reason} ({retval})")
         self.retval = retval
         self.reason = reason
+
+# acl and nat44-ed plugins
+INVALID_VALUE_2 = -8
+INVALID_SRC_ADDRESS = -57
+INVALID_DST_ADDRESS = -58
+VALUE_EXIST = -81
+ENTRY_ALREADY_EXISTS = -116
+UNSUPPORTED = -126
+ACL_IN_USE_INBOUND = -142
+ACL_IN_USE_OUTBOUND = -143
+# nat44-ed's `fail_if_enabled`/`fail_if_disabled` return 1 (not a VNET error) as the retval.
+NAT_PLUGIN_STATE = 1

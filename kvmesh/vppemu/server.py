@@ -29,8 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
+    acl_handlers,
+    handlers_l2l3,
+    nat44_handlers,
+)
 from kvmesh.vppemu import errors as E
-from kvmesh.vppemu import handlers_l2l3  # noqa: F401  (registers its handlers)
 from kvmesh.vppemu.apidef import HEADER, ApiDefinitions, DecodeError, MessageInfo, frame
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.faults import FaultPlan, rule_from_request

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.nat44 import Nat44
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -267,6 +269,9 @@ class Dataplane:
         self._next_stats_index = 0
         self._init_l2l3_extras()
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
+        # Plugins (their own modules): state that goes with the instance.
+        self.acl = AclTable()
+        self.nat44 = Nat44(self._first_ip4)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -421,8 +426,17 @@ class Dataplane:
                 self.routes[key] = paths
             else:
                 del self.routes[key]
+        self.acl.forget_interface(idx)
+        self.nat44.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
+
+    def _first_ip4(self, sw_if_index: int) -> ipaddress.IPv4Address | None:
+        iface = self.interfaces.get(sw_if_index)
+        for address in iface.addresses if iface is not None else ():
+            if isinstance(address, ipaddress.IPv4Interface):
+                return address.ip
+        return None
 
     def set_flags(self, sw_if_index: int, flags: int) -> None:
         iface = self.interface(sw_if_index)
@@ -945,4 +959,6 @@ class Dataplane:
                 for (_ip6, table_id, prefix), paths in self.routes.items()
             ],
             **self._snapshot_l2l3(),
+            "acl": self.acl.snapshot(),
+            "nat44": self.nat44.snapshot(),
         }

@@ -67,6 +67,8 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
     -122: ("BD_ID_EXCEED_MAX", "Bridge domain ID exceeds 16M limit"),
     -126: ("UNSUPPORTED", "Unsupported"),
     -127: ("DUPLICATE_IF_ADDRESS", "Address already present on another interface"),
+    -142: ("ACL_IN_USE_INBOUND", "Inbound ACL in use"),
+    -143: ("ACL_IN_USE_OUTBOUND", "Outbound ACL in use"),
     -144: ("INIT_FAILED", "Initialization Failed"),
     -145: ("NETLINK_ERROR", "Netlink error"),
     -147: ("INSTANCE_IN_USE", "Instance in use"),
@@ -80,6 +82,8 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
 
 INVALID_SW_IF_INDEX = -2
 NO_SUCH_ENTRY = -6
+VALUE_EXIST = -81
+UNSUPPORTED = -126
 ADDRESS_NOT_FOUND_FOR_INTERFACE = -60
 SYSCALL_ERROR_1 = -11
 

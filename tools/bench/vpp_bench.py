@@ -391,12 +391,159 @@ def print_table(result: dict[str, Any], mix: dict[str, tuple[int, int]]) -> None
             "subifs API calls, counted: scheduler / raw",
             f"{result['subifs_scheduler_calls']} / {result['subifs_raw_calls']}",
         ),
+        *acl_nat_rows(result),
     ]
     width = max(len(label) for label, _ in rows)
     print(f"| {'metric'.ljust(width)} | value |")
     print(f"|{'-' * (width + 2)}|-------|")
     for label, value in rows:
         print(f"| {label.ljust(width)} | {value} |")
+
+
+# ---------------------------------------------------------------------- issue 19: ACL and NAT44
+ACL_RULES = 1000
+NAT_MAPPINGS = 1000
+
+
+def acl_rules(count: int) -> list[dict[str, Any]]:
+    """`count` rules: permit TCP to 10.a.b.0/24 port 80+i%1000, then the last one denies."""
+    return [{"action": "permit", "dst": f"10.{i // 256}.{i % 256}.0/24", "protocol": "tcp",
+             "dst_ports": [80, 80 + i % 1000]} for i in range(count - 1)] + [{"action": "deny"}]
+
+
+def _raw_client(emulator: EmulatorProcess) -> VPPApiClient:
+    client = VPPApiClient(bootstrapapi=True, server_address=emulator.socket_path)
+    client.connect("bench-raw")
+    return client
+
+
+def _checked(reply: Any) -> Any:
+    if reply.retval != 0:
+        raise RuntimeError(f"{type(reply).__name__}: retval {reply.retval}")
+    return reply
+
+
+def _scheduler_txn(emulator: EmulatorProcess, setup: dict[str, Any],
+                   values: dict[str, Any]) -> float:
+    """Seconds of one transaction of `values`, after `setup` was applied (not timed)."""
+    emulator.control.restart()
+    scheduler = KVScheduler()
+    plugin = southbound.vpp.register(scheduler, socket=emulator.socket_path)
+    try:
+        for batch in (setup, values):
+            txn = scheduler.start_txn()
+            for key, value in batch.items():
+                txn.set_value(key, value)
+            start = time.perf_counter()
+            txn.commit()
+            seconds = time.perf_counter() - start
+        bad = [k for k in values
+               if scheduler.get_value_status(k).state is not ValueState.CONFIGURED]
+        if bad:
+            raise RuntimeError(f"{len(bad)} values not configured, e.g. {bad[:3]}")
+    finally:
+        plugin.close()
+        scheduler.close()
+    return seconds
+
+
+def run_acl(emulator: EmulatorProcess, raw: bool) -> float:
+    """One ACL of ACL_RULES rules applied to an interface: what the scheduler sends, or the same
+    two calls (acl_add_replace, acl_interface_set_acl_list) made directly."""
+    rules = acl_rules(ACL_RULES)
+    if not raw:
+        return _scheduler_txn(emulator, {"vpp/interface/up": {"type": "loopback"}},
+                              {"vpp/acl/big": {"rules": rules, "interfaces": {"ingress": ["up"]}}})
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        idx = _checked(api.create_loopback(mac_address=bytes(6))).sw_if_index
+        wire = [{"is_permit": 0 if r["action"] == "deny" else 1,
+                 "src_prefix": "0.0.0.0/0", "dst_prefix": r.get("dst", "0.0.0.0/0"),
+                 "proto": 6 if "protocol" in r else 0,
+                 "srcport_or_icmptype_first": 0, "srcport_or_icmptype_last": 65535,
+                 "dstport_or_icmpcode_first": r.get("dst_ports", [0, 65535])[0],
+                 "dstport_or_icmpcode_last": r.get("dst_ports", [0, 65535])[1]} for r in rules]
+        start = time.perf_counter()
+        acl = _checked(api.acl_add_replace(acl_index=0xFFFFFFFF, tag="kvmesh:big",
+                                           count=len(wire), r=wire)).acl_index
+        _checked(api.acl_interface_set_acl_list(sw_if_index=idx, count=1, n_input=1, acls=[acl]))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
+def nat_mappings(count: int) -> dict[str, Any]:
+    return {f"vpp/nat44/static/m{i}": {
+        "protocol": "tcp", "local_ip": f"10.0.{i // 250}.{i % 250 + 1}", "local_port": 80,
+        "external_ip": "198.51.100.1", "external_port": 10000 + i} for i in range(count)}
+
+
+def run_nat(emulator: EmulatorProcess, raw: bool) -> float:
+    """NAT_MAPPINGS static mappings in one transaction (the plugin enabled first, not timed), or
+    the same nat44_add_del_static_mapping_v2 calls made directly."""
+    if not raw:
+        return _scheduler_txn(emulator, {"vpp/nat44/global": {}}, nat_mappings(NAT_MAPPINGS))
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        _checked(api.nat44_ed_plugin_enable_disable(enable=True, sessions=0, inside_vrf=0,
+                                                    outside_vrf=0, session_memory=0, flags=0))
+        start = time.perf_counter()
+        for i in range(NAT_MAPPINGS):
+            _checked(api.nat44_add_del_static_mapping_v2(
+                is_add=True, match_pool=False, flags=0, pool_ip_address="0.0.0.0",
+                local_ip_address=f"10.0.{i // 250}.{i % 250 + 1}", local_port=80,
+                external_ip_address="198.51.100.1", external_port=10000 + i, protocol=6,
+                external_sw_if_index=0, vrf_id=0, tag=f"kvmesh:m{i}"))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
+def measure_acl_nat(runs: int) -> dict[str, Any]:
+    """`acl_1000_rules_s` and `nat_static_1000_s` with their raw vpp_papi baselines (same
+    emulator, same run, back to back, alternating which goes first) and ratios (target <= 1.3)."""
+    workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), host_check=False)
+    times: dict[str, list[float]] = {name: [] for name in ("acl", "acl_raw", "nat", "nat_raw")}
+    ratios: dict[str, list[float]] = {"acl": [], "nat": []}
+    try:
+        emulator.start()
+        for name, run in (("acl", run_acl), ("nat", run_nat)):
+            run(emulator, True)  # warm-up
+            run(emulator, False)
+            for i in range(runs):
+                order = (True, False) if i % 2 == 0 else (False, True)
+                measured = {raw: run(emulator, raw) for raw in order}
+                times[f"{name}_raw"].append(measured[True])
+                times[name].append(measured[False])
+                ratios[name].append(measured[False] / measured[True])
+    finally:
+        emulator.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    med = statistics.median
+    return {
+        "acl_1000_rules_s": round(med(times["acl"]), 4),
+        "acl_1000_rules_raw_papi_s": round(med(times["acl_raw"]), 4),
+        "acl_1000_rules_ratio_vs_raw_papi": round(med(ratios["acl"]), 3),
+        "nat_static_1000_s": round(med(times["nat"]), 4),
+        "nat_static_1000_raw_papi_s": round(med(times["nat_raw"]), 4),
+        "nat_static_1000_ratio_vs_raw_papi": round(med(ratios["nat"]), 3),
+    }
+
+
+def acl_nat_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [
+        ("acl_1000_rules_s (one ACL of 1000 rules, applied)", result["acl_1000_rules_s"]),
+        ("  raw vpp_papi, same 2 calls (s)", result["acl_1000_rules_raw_papi_s"]),
+        ("  ratio (median of runs; target <= 1.3)", result["acl_1000_rules_ratio_vs_raw_papi"]),
+        ("nat_static_1000_s (1000 static mappings, one txn)", result["nat_static_1000_s"]),
+        ("  raw vpp_papi, same 1000 calls (s)", result["nat_static_1000_raw_papi_s"]),
+        ("  ratio (median of runs; target <= 1.3)", result["nat_static_1000_ratio_vs_raw_papi"]),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--count must be within 1..65536")
     logging.basicConfig(level=logging.WARNING)
     result, mix = measure(count, runs)
+    result.update(measure_acl_nat(runs))
     if args.json:
         print(json.dumps(result))
     else:

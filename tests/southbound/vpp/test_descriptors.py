@@ -259,7 +259,8 @@ def test_downstream_resync_repairs_drift(vpp):
     assert vpp.state("vpp/bd/b1/interface/ghost") is PENDING
 
 
-READS = {"control_ping", "sw_interface_get_table", "show_version", "get_api_json"}
+READS = {"control_ping", "sw_interface_get_table", "show_version", "get_api_json",
+         "nat44_show_running_config"}
 
 
 def vpp_writes(vpp) -> dict:

@@ -62,7 +62,7 @@ def test_loopback_lifecycle(papi):
     reply = papi.api.create_loopback(mac_address="02:00:00:00:00:aa")
     assert reply.retval == 0
     idx = reply.sw_if_index
-    assert papi.api.sw_interface_tag_add_del(sw_if_index=idx, tag="lo-a").retval == 0
+    assert papi.api.sw_interface_tag_add_del(is_add=True, sw_if_index=idx, tag="lo-a").retval == 0
     details = {d.sw_if_index: d for d in papi.api.sw_interface_dump()}
     assert details[0].interface_name == "local0"
     assert details[idx].interface_name == "loop0"
