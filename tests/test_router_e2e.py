@@ -157,18 +157,6 @@ def test_n2_routes_filters_and_masquerades_n1_to_n3(lab: Lab,
     planned = lab.kvmesh("plan", "-f", str(ROUTER_YAML), "--detailed-exitcode")
     assert planned.returncode == 0 and planned.stdout.strip() == "no changes", planned
 
-    # What the kernel of n2 holds.
-    neighbors = lab.n2.ip_json("neigh", "show", "dev", "r1")
-    assert [(n["dst"], n["lladdr"], n["state"]) for n in neighbors
-            if n["dst"] == "198.19.1.2"] == [("198.19.1.2", N1_MAC, ["PERMANENT"])]
-    rules = lab.n2.ip_json("rule", "show")
-    assert any(r.get("src") == "198.19.1.0" and r.get("srclen") == 24 and r["table"] == "100"
-               and r["priority"] == 100 for r in rules), rules
-    [default] = lab.n2.ip_json("route", "show", "table", "100")
-    assert default["dst"] == "default"
-    assert {(hop["gateway"], hop["dev"]) for hop in default["nexthops"]} == {
-        ("198.19.3.2", "r3"), ("198.19.4.2", "r3b")}
-
     # Traffic from n1 to n3 through n2.
     ping = lab.n1.exec("ping", "-c", "1", "-W", "2", SERVICE, check=False)
     assert ping.returncode == 0, ping.stdout + ping.stderr
@@ -177,3 +165,18 @@ def test_n2_routes_filters_and_masquerades_n1_to_n3(lab: Lab,
     assert len(peers) == CONNECTIONS
     # n3 sees n2's address, never n1's (masquerade), and both of them (ECMP over r3 and r3b).
     assert set(peers) == N2_ADDRESSES, peers
+
+    # What the kernel of n2 holds.
+    neighbors = lab.n2.ip_json("neigh", "show", "dev", "r1")
+    assert [(n["dst"], n["lladdr"], n["state"]) for n in neighbors
+            if n["dst"] == "198.19.1.2"] == [("198.19.1.2", N1_MAC, ["PERMANENT"])]
+    rules = lab.n2.ip_json("rule", "show")
+    assert any(r.get("src") == "198.19.1.0" and r.get("srclen") == 24 and r["table"] == "100"
+               and r["priority"] == 100 for r in rules), rules
+    # Nothing leaves the namespaces: no main table has a default route (n2's is in table 100).
+    for node in (lab.n1, lab.n2, lab.n3):
+        assert all(route["dst"] != "default" for route in node.ip_json("route", "show")), node
+    [default] = lab.n2.ip_json("route", "show", "table", "100")
+    assert default["dst"] == "default"
+    assert {(hop["gateway"], hop["dev"]) for hop in default["nexthops"]} == {
+        ("198.19.3.2", "r3"), ("198.19.4.2", "r3b")}
