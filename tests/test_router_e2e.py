@@ -80,7 +80,7 @@ for _ in range(count):
 """
 
 
-class Lab:
+class Nodes:
     """The cluster's node namespaces and the operator's CLI."""
 
     def __init__(self, state: cluster.ClusterState, env: dict[str, str]) -> None:
@@ -117,14 +117,14 @@ class Lab:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
+def lab(tmp_path: Path) -> Iterator[Nodes]:
     run_dir = tmp_path / "run"
     try:
         state = cluster.up(3, "chain", run_dir=run_dir, isolated=True, timeout=90)
         with state.client("n1") as client:  # n2 a known member: `apply` accepts the file
             wait_until(lambda: announced_nodes(client) == {"n1", "n2", "n3"}, 30,
                        message="node/<name>/ keys")
-        lab = Lab(state, cluster.client_env(run_dir))
+        lab = Nodes(state, cluster.client_env(run_dir))
         lab.wire()
         yield lab
     finally:
@@ -132,7 +132,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
 
 
 @pytest.fixture
-def listener(lab: Lab) -> Iterator[subprocess.Popen[str]]:
+def listener(lab: Nodes) -> Iterator[subprocess.Popen[str]]:
     """The TCP server in n3 on both ports (a drop is only a drop if something listens)."""
     proc = subprocess.Popen(["ip", "netns", "exec", lab.n3.name, sys.executable, "-c", LISTENER,
                              SERVICE, str(DROPPED_PORT), str(OPEN_PORT)],
@@ -147,7 +147,7 @@ def listener(lab: Lab) -> Iterator[subprocess.Popen[str]]:
         proc.wait()
 
 
-def test_n2_routes_filters_and_masquerades_n1_to_n3(lab: Lab,
+def test_n2_routes_filters_and_masquerades_n1_to_n3(lab: Nodes,
                                                     listener: subprocess.Popen[str]) -> None:
     keys = set(parse_state(ROUTER_YAML.read_text())["n2"])
     applied = lab.kvmesh("--json", "apply", "-f", str(ROUTER_YAML), "--wait", "--timeout", "60")
