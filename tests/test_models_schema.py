@@ -30,6 +30,9 @@ def documented_examples() -> list[tuple[str, dict]]:
         for block in GOOD_STATE.findall(text):
             for values in parse_state(block).values():
                 found += list(values.items())
+    for example in sorted((ROOT / "docs" / "examples").glob("*.yaml")):  # whole state files
+        for values in parse_state(example.read_text(), str(example)).values():
+            found += list(values.items())
     return found
 
 
