@@ -115,7 +115,10 @@ def test_unknown_node_is_refused_unless_allowed(cli: Cli) -> None:
                               "(members: n1, n2); give --allow-unknown-node to write anyway\n")
     assert cli.desired("n9") == {}
     assert "n9" not in cli.run("config", "history").stdout
+    # n9 has no agent whose scheduler could be asked: only an offline plan can succeed.
     planned = cli.run("plan", "-f", path, "--allow-unknown-node")
+    assert planned.returncode == 1 and "scheduler of n9 could not be asked" in planned.stderr
+    planned = cli.run("plan", "-f", path, "--allow-unknown-node", "--offline")
     assert planned.returncode == 0 and "node n9: 1 to add" in planned.stdout, planned
     assert cli.desired("n9") == {}  # plan writes nothing
     out = cli.run("config", "set", "n9", "linux/interface/br9", json.dumps(bridge),
