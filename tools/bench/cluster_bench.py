@@ -38,6 +38,13 @@ Operator workflow (issue 11), on the farthest node, written through n1 (needs na
     until every status is CONFIGURED (no CLI) -> the ratio is the CLI's own cost.
   Each run starts from an empty node (the previous run's values removed with --replace).
 
+Footprint (issue 21), of an idle 3-node chain 10 s after every agent is ready (medians over the
+nodes; `--only-footprint` for just these):
+  rss_node_idle_mib         RSS of a KvStore node process                               <= 30
+  rss_agent_idle_mib        RSS of its agent process                                    <= 45
+  cpu_idle_pct_per_node     CPU of node + agent over 30 s, % of one core
+  cli_key_get_s             `kvmesh key get` against a live node, median of 10          <= 0.2
+
 Needs root for the per-node network namespaces (the Linux southbound). Without root, or with
 --no-namespaces, config_to_applied cannot be measured (agents have no southbound): only the hop
 baseline and convergence are, and the output says so.
@@ -556,6 +563,79 @@ def kvmesh_cli(url: str, *args: str, timeout_s: float = 300.0) -> float:
     return elapsed
 
 
+# ---------------------------------------------------------------------- footprint (issue 21)
+
+IDLE_SETTLE_S = 10.0  # "10 s after ready": what an operator sizing a deployment would measure
+IDLE_CPU_WINDOW_S = 30.0
+CLI_KEY_GET_RUNS = 10
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise BenchError(f"no VmRSS for pid {pid}")
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15 of stat)
+
+
+def _process_pairs(state: cluster.ClusterState) -> list[tuple[int, int]]:
+    """(node pid, agent pid) of every node: `node run --agent` supervises its agent."""
+    pairs = []
+    for name, info in state.nodes.items():
+        node = info.pids["node"]
+        agents = [pid for pid in _children(node)
+                  if b"agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        if len(agents) != 1:
+            raise BenchError(f"{name}: expected one agent process under node pid {node}, "
+                             f"found {agents}")
+        pairs.append((node, agents[0]))
+    return pairs
+
+
+def measure_footprint(run_dir: Path, namespaces: bool) -> dict[str, float]:
+    """An idle 3-node chain, IDLE_SETTLE_S after every agent's device is KNOWN: the medians
+    over the nodes of each process's RSS, the CPU of node + agent over IDLE_CPU_WINDOW_S (% of
+    one core), and `kvmesh key get` against a live node (median of CLI_KEY_GET_RUNS runs)."""
+    with running_cluster(run_dir, 3, "chain", namespaces) as state:
+        os.environ.update(cluster.client_env(Path(state.run_dir), "n1"))
+        with state.client("n1") as client:
+            wait_devices_known(client, list(state.nodes))
+            client.set({"bench/footprint": make_value(b"x", version=1, originator_id="bench")})
+        say(f"footprint: idle for {IDLE_SETTLE_S:.0f} s, then CPU over "
+            f"{IDLE_CPU_WINDOW_S:.0f} s")
+        time.sleep(IDLE_SETTLE_S)  # the measurement is of an idle cluster: nothing to wait on
+        pairs = _process_pairs(state)
+        node_rss = [_rss_mib(node) for node, _agent in pairs]
+        agent_rss = [_rss_mib(agent) for _node, agent in pairs]
+        ticks = os.sysconf("SC_CLK_TCK")
+        before = [_cpu_ticks(n) + _cpu_ticks(a) for n, a in pairs]
+        time.sleep(IDLE_CPU_WINDOW_S)
+        after = [_cpu_ticks(n) + _cpu_ticks(a) for n, a in pairs]
+        cpu_pct = [100.0 * (b - a) / ticks / IDLE_CPU_WINDOW_S for a, b in
+                   zip(before, after, strict=True)]
+        n1 = state.nodes["n1"].cmd_url
+        key_get = [kvmesh_cli(n1, "key", "get", "bench/footprint")
+                   for _ in range(CLI_KEY_GET_RUNS)]
+    return {
+        "rss_node_idle_mib": round(median(node_rss), 1),
+        "rss_agent_idle_mib": round(median(agent_rss), 1),
+        "cpu_idle_pct_per_node": round(median(cpu_pct), 2),
+        "cli_key_get_s": round(median(key_get), 3),
+    }
+
+
 def raw_apply(client: KvStoreClient, node: str, values: dict[str, dict[str, object]],
               timeout_s: float = 300.0) -> float:
     """The baseline: the same values in one KEY_SET from this process, until all CONFIGURED."""
@@ -726,6 +806,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="no per-node namespaces: skips config_to_applied")
     parser.add_argument("--only-operator", action="store_true",
                         help="only apply_1000_values_wait_s and plan_1000_s")
+    parser.add_argument("--only-footprint", action="store_true",
+                        help="only the idle footprint: rss_node_idle_mib, rss_agent_idle_mib, "
+                        "cpu_idle_pct_per_node, cli_key_get_s")
     args = parser.parse_args(argv)
     private_tempdir("kvbench")
     nodes = args.nodes or (4 if args.quick else 8)
@@ -745,6 +828,15 @@ def main(argv: list[str] | None = None) -> int:
     ok = False
     try:
         operator: dict[str, float] = {}
+        footprint = {} if args.only_operator else measure_footprint(run_dir / "idle", namespaces)
+        if args.only_footprint:
+            if args.json:
+                print(json.dumps(footprint, sort_keys=True))
+            else:
+                for name, value in footprint.items():
+                    print(f"{name}  {value}")
+            ok = True
+            return 0
         with running_cluster(run_dir / "ring", nodes, "ring", namespaces) as ring:
             far = farthest_node(list(ring.nodes))
             if namespaces:
@@ -752,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.only_operator:
                 if not namespaces:
                     raise BenchError("the operator metrics need root (namespaces)")
-                result: dict[str, float] = {"nodes": nodes, **operator}
+                result: dict[str, float] = {"nodes": nodes, **operator, **footprint}
             else:
                 say(f"config_to_applied: {samples} samples (+{WARMUP_SAMPLES} warm-up), "
                     f"n1 -> {far}")
@@ -761,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"convergence: {runs} run(s) of {N_KEYS} keys")
                     convergence = measure_convergence(ring, pair, runs)
                 result = {**build_result(config, convergence, nodes, with_config=namespaces),
-                          **operator}
+                          **operator, **footprint}
         ok = True
     except KeyboardInterrupt:
         say("interrupted: cluster torn down")
