@@ -80,9 +80,10 @@ class Gateway:
         (line,) = [line for line in out.stdout.splitlines() if f" {model_key} " in line]
         return line
 
-    def remove_everything(self) -> subprocess.CompletedProcess[str]:
+    def remove_everything_within(self, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+        """`apply --replace --wait` of an empty state: every value of the node removed."""
         return self.cli("--json", "apply", "-f", self.state_file({}), "--replace", "--wait",
-                        "--timeout", "60")
+                        "--timeout", f"{timeout_s:g}")
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) ->
     assert writes == {}, f"VPP's state read back differs from the desired state: {writes}"
 
     # Removal: the file without the gateway, --replace; VPP is as it was before.
-    removed = gateway.remove_everything()
+    removed = gateway.remove_everything_within()
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert {row["key"]: row["result"] for row in json.loads(removed.stdout)} == dict.fromkeys(
         wanted, "removed")
@@ -204,6 +205,40 @@ def test_a_refused_call_is_failed_with_vpps_error_name(gateway: Gateway) -> None
         assert gateway.vpp() == before  # the refused call changed nothing
     finally:
         control.clear_faults()
-    removed = gateway.remove_everything()
+    removed = gateway.remove_everything_within()
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert gateway.vpp() == before and gateway.status() == {}
+
+
+def test_a_one_node_cluster_says_why_its_removal_waits(tmp_path: Path) -> None:
+    """A fresh one-node cluster's store is EMPTY with no peer: never known to be current, so its
+    agent creates but deletes nothing until the operator declares the store the truth. `apply
+    --wait` of a removal used to time out with only "last state CONFIGURED"; it names the hold
+    and its way out, and after `kvmesh resync --force` the removal goes through."""
+    workdir = Path(tempfile.mkdtemp(prefix="kvm-gw1-"))
+    run_dir = workdir / "run"
+    try:
+        state = cluster.up(1, vpp_emulator=True, run_dir=run_dir, namespaces=False, timeout=90)
+        lone = Gateway(workdir, state)
+        before = lone.vpp()
+        loop = {"vpp/interface/lo1": {"type": "loopback", "addresses": ["10.1.0.1/24"]}}
+        made = lone.cli("apply", "-f", lone.state_file(loop), "--wait")
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert set(by_tag(lone.vpp())) == {"lo1"}
+
+        held = lone.remove_everything_within(3)
+        assert held.returncode == 1, held.stdout + held.stderr
+        (row,) = json.loads(held.stdout)
+        assert row["result"] == "TIMEOUT", row
+        assert row["details"].startswith("last state CONFIGURED; vpp: "), row
+        assert "deletes held back" in row["details"], row
+        assert "kvmesh resync --node n1 --force" in row["details"], row
+        assert set(by_tag(lone.vpp())) == {"lo1"}  # nothing deleted
+
+        forced = lone.cli("resync", "--node", NODE, "--force")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        wait_until(lambda: lone.vpp() == before, timeout=30,
+                   message="the removal went through once the store was declared current")
+    finally:
+        cluster.down(run_dir, purge=True)
+        shutil.rmtree(workdir, ignore_errors=True)
