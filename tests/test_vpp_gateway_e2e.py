@@ -117,10 +117,17 @@ def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) ->
     assert applied.returncode == 0, applied.stdout + applied.stderr
     rows = {row["key"]: row["result"] for row in json.loads(applied.stdout)}
     assert rows == dict.fromkeys(wanted, "applied")
-    status = gateway.status()
-    assert set(wanted) <= set(status)  # and the derived values (addresses, members, bindings)
-    assert {key: rec["state"] for key, rec in status.items()} == dict.fromkeys(status,
-                                                                              "CONFIGURED")
+    # Every value CONFIGURED, the derived ones (addresses, members, bindings) too: their
+    # statuses may be published a moment after the values --wait followed.
+    def all_configured() -> dict[str, str]:
+        states = {key: rec["state"] for key, rec in gateway.status().items()}
+        return states if set(wanted) < set(states) and set(states.values()) == {
+            "CONFIGURED"} else {}
+
+    states = wait_until(all_configured, timeout=30, interval=0.2,
+                        message="every status CONFIGURED")
+    assert {"vpp/interface/bvi/address/10.10.0.1/24", "vpp/bd/lan/interface/vx100",
+            "vpp/acl/uplink-in/interface/ingress/uplink"} <= set(states)
 
     # The dataplane, as VPP reports it.
     vpp = gateway.vpp()
@@ -181,7 +188,8 @@ def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) ->
     assert {row["key"]: row["result"] for row in json.loads(removed.stdout)} == dict.fromkeys(
         wanted, "removed")
     assert gateway.vpp() == before, "something kvmesh made is still in VPP"
-    assert gateway.status() == {}
+    wait_until(lambda: gateway.status() == {}, timeout=30, interval=0.2,
+               message="every status withdrawn")
     assert gateway.vpp("n2") == other_node  # the other node's VPP was never touched
 
 
@@ -207,7 +215,9 @@ def test_a_refused_call_is_failed_with_vpps_error_name(gateway: Gateway) -> None
         control.clear_faults()
     removed = gateway.remove_everything_within()
     assert removed.returncode == 0, removed.stdout + removed.stderr
-    assert gateway.vpp() == before and gateway.status() == {}
+    assert gateway.vpp() == before
+    wait_until(lambda: gateway.status() == {}, timeout=30, interval=0.2,
+               message="every status withdrawn")
 
 
 def test_a_one_node_cluster_says_why_its_removal_waits(tmp_path: Path) -> None:
