@@ -34,8 +34,9 @@ READS = {"control_ping", "sw_interface_get_table", "nat44_show_running_config"}
 
 
 class Gateway:
-    """A 2-node cluster with a VPP emulator per node (n2 only makes n1's store SYNCED, so its
-    agent deletes what the desired state no longer holds) and the operator's CLI."""
+    """A cluster with a VPP emulator per node, and the operator's CLI. The gateway's cluster has
+    two nodes: n2 only makes n1's store SYNCED, so n1's agent deletes what the desired state
+    no longer holds (a lone fresh node never does on its own)."""
 
     def __init__(self, workdir: Path, state: cluster.ClusterState) -> None:
         self.workdir, self.state = workdir, state
