@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value
-from kvmesh.agent.keys import CONFIG, STATUS, status_prefix
+from kvmesh.agent.keys import CONFIG, NODE, STATUS, device_of, status_prefix
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
@@ -266,12 +266,26 @@ def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
     return before is None or now.get("seq") != before.get("seq")
 
 
+def held_devices(client: KvStoreClient, node: str) -> dict[str, str]:
+    """Why `node`'s agent holds its devices out of KNOWN (`reason` of node/<N>/device/<dev>),
+    by device: a removal waits for that, however long `--wait` waits."""
+    prefix = f"{NODE}{node}/device/"
+    held = {}
+    for key, value in client.dump(prefix=prefix).items():
+        record = decode_status(value.value)
+        if record is not None and record.get("reason"):
+            held[key[len(prefix):]] = str(record["reason"])
+    return held
+
+
 def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
-            done: bool) -> tuple[str, str]:
-    """(result, details) of one written value for the final table."""
+            done: bool, held: str | None = None) -> tuple[str, str]:
+    """(result, details) of one written value for the final table; `held`: why the value's
+    device is held out of KNOWN, if it is (told with a value that did not settle)."""
     if not done:
         state = record.get("state") if record else "no status"
-        return "PENDING" if state == "PENDING" else "TIMEOUT", f"last state {state}"
+        details = f"last state {state}" + (f"; {held}" if held else "")
+        return "PENDING" if state == "PENDING" else "TIMEOUT", details
     if wanted is None:
         return "removed", ""
     assert record is not None
@@ -369,10 +383,13 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
                        + f": run `kvmesh confirm` within {confirm_s:g} s or they are rolled "
                        "back", err=True)
         if not follow:
-            return diffs, None
-        return diffs, wait_settled(client, diffs, before, timeout_s, progress=True)
+            return diffs, None, {}
+        waited = wait_settled(client, diffs, before, timeout_s, progress=True)
+        unsettled = {node for node, rows in waited.items() if not all(d for d, _r in
+                                                                     rows.values())}
+        return diffs, waited, {node: held_devices(client, node) for node in unsettled}
 
-    diffs, waited = run_client(action)
+    diffs, waited, held = run_client(action)
     written = {node: d.writes() for node, d in diffs.items() if not d.empty}
     if not written:
         emit({"changed": {}}, "no changes")
@@ -385,7 +402,10 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
     for node, keys in written.items():
         for model_key, value in keys.items():
             done, record = waited[node][model_key]
-            result, details = outcome(value, record, done)
+            device = device_of(model_key)
+            reason = held.get(node, {}).get(device)
+            result, details = outcome(value, record, done,
+                                      f"{device}: {reason}" if reason else None)
             rows.append({"node": node, "key": model_key, "result": result, "details": details})
     width = max(len(r["key"]) for r in rows)
     text = [f"{'NODE':<8} {'KEY':<{width}} {'RESULT':<13} DETAILS"]
