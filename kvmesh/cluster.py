@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from kvmesh import netlab
-from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
+from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import safefs
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.curve import (

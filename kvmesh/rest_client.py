@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
+from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
 from kvstore.curve import is_loopback_host
 

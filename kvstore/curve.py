@@ -38,11 +38,10 @@ from zmq.utils.monitor import parse_monitor_message
 
 from kvstore import safefs
 from kvstore.authz import OPERATOR, PEER, ROLES, Identity
+from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
 
 log = logging.getLogger("kvstore.curve")
 
-KEY_FILE_ENV = "KVMESH_KEY_FILE"
-SERVER_KEY_ENV = "KVMESH_SERVER_KEY"
 Z85_KEY_LEN = 40
 ZAP_DOMAIN = "kvmesh"
 # Seconds between two log lines about refused connections from the same key (a refused client

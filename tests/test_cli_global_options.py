@@ -53,3 +53,31 @@ def test_completion_scripts_and_completing() -> None:
     done = subprocess.run([sys.executable, "-m", "kvmesh"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.split() == ["plain,config", "plain,confirm"], done
+
+
+def test_command_modules_lists_what_each_module_registers() -> None:
+    """The lazy top-level group knows every command's module: the table matches what the
+    modules register, and a command loads only its own module (and the ones it extends)."""
+    import importlib
+
+    import click
+
+    from kvmesh.cli import COMMAND_MODULES
+
+    for module_name, commands in COMMAND_MODULES.items():
+        group = click.Group()
+        importlib.import_module(module_name).register(group)
+        assert tuple(sorted(group.commands)) == tuple(sorted(commands)), module_name
+
+
+def test_key_get_loads_neither_the_rest_server_nor_the_models() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom kvmesh.cli import main\n"
+             "main.get_command(None, 'key')\n"
+             "print(' '.join(m for m in ('kvmesh.agent.http_server', 'pydantic', 'scheduler', "
+             "'yaml', 'kvmesh.cli.agent_cmds') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == ""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
+from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from tests.kvstore.conftest import REPO, Mesh, free_port
 from tests.kvstore.conftest import mesh as mesh  # the fixture
 from tests.util import wait_until

@@ -50,9 +50,6 @@ from kvstore.curve import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")
 
-# What a REST client reads from its environment (the CLI's --http-token-file and --http-ca).
-HTTP_TOKEN_ENV = "KVMESH_HTTP_TOKEN_FILE"  # the bearer token the REST commands send
-HTTP_CA_ENV = "KVMESH_HTTP_CA"  # the certificate (or CA) that verifies an agent's TLS
 REFUSAL_LOG_INTERVAL_S = 1.0  # at most one log line per interval for refused requests
 LINGER_S = 1.0  # how long an error answer waits for the client to stop sending
 
