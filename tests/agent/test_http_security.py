@@ -27,8 +27,6 @@ import pytest
 from kvmesh.agent.http_api import HttpApi
 from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential
 from kvmesh.agent.http_server import (
-    HTTP_CA_ENV,
-    HTTP_TOKEN_ENV,
     HttpConfigError,
     HttpLimits,
     HttpSecurity,
@@ -42,6 +40,7 @@ from kvmesh.agent.http_token import (
     write_token_file,
 )
 from kvmesh.agent.proc_net import anyone_listens, describe_uid, loopback_peer_uid
+from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvmesh.rest_client import AgentRest
 from tests.kvstore.conftest import REPO, Mesh, free_port
 from tests.kvstore.conftest import mesh as mesh  # the fixture
