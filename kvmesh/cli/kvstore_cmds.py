@@ -84,6 +84,13 @@ def node_group() -> None:
               help="Keep the store in memory only: nothing survives a restart.")
 @click.option("--discard-corrupt-state", is_flag=True,
               help="Start EMPTY when the database is corrupt (it is moved aside, loudly).")
+@click.option("--leaf", is_flag=True, help="Leaf node: store, flood and sync only the keys "
+              "matching the filters below (or originated here); one peer, never a transit.")
+@click.option("--key-prefix-filter", "key_prefix_filters", multiple=True, metavar="P",
+              help="Leaf: keep keys starting with P (repeatable; OR with the others). With "
+              "--agent, the default is what the agent needs (config/NAME/, status/NAME/, ...).")
+@click.option("--originator-filter", "originator_filters", multiple=True, metavar="O",
+              help="Leaf: keep key-values originated by O (repeatable; OR with the others).")
 @click.option("--agent", is_flag=True, help="Also run this node's agent, supervised, in its "
               "own process (options below).")
 @click.option("--key-file", "node_key_file", type=click.Path(dir_okay=False), default=None,
@@ -103,6 +110,9 @@ def node_run(
     data_dir: str | None,
     ephemeral: bool,
     discard_corrupt_state: bool,
+    leaf: bool,
+    key_prefix_filters: Sequence[str],
+    originator_filters: Sequence[str],
     agent: bool,
     node_key_file: str | None,
     authorized_keys: str | None,
@@ -154,9 +164,17 @@ def node_run(
             data_dir = ""
         elif data_dir is None and not config.data_dir:
             data_dir = str(Path(DEFAULT_DATA_ROOT) / name)
+        is_leaf = leaf or config.leaf
+        prefixes = tuple(key_prefix_filters) or config.key_prefix_filters
+        originators = tuple(originator_filters) or config.key_originator_filters
+        if is_leaf and agent and not prefixes and not originators:
+            from kvmesh.agent.keys import agent_leaf_prefixes
+
+            prefixes = agent_leaf_prefixes(name)
         config = config.with_overrides(
             name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map, data_dir=data_dir,
-            discard_corrupt_state=discard_corrupt_state or None,
+            discard_corrupt_state=discard_corrupt_state or None, leaf=is_leaf or None,
+            key_prefix_filters=prefixes, key_originator_filters=originators,
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
