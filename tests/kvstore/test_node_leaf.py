@@ -20,6 +20,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 from kvstore.storage import DB_FILE
 from kvstore.value import TTL_INFINITY, Value
 from tests.kvstore.conftest import Mesh, Node
+from tests.kvstore.test_cli_kvstore import cli
 from tests.util import wait_until
 
 PREFIXES = ["config/leaf/", "status/leaf/"]
@@ -92,6 +93,8 @@ def test_an_edge_leaf_holds_exactly_its_share(mesh: Mesh) -> None:
     mesh.wait_ready(leaf)
     wait_until(lambda: _holds_exactly_its_share(leaf, a), timeout=20, message="leaf synced")
     # Floods: b sends the leaf only its share, so the leaf refuses nothing.
+    with b.client() as client:
+        wait_until(lambda: client.peers()["leaf"].state == PeerState.INITIALIZED, timeout=20)
     _write_mixed(a, "after")
     wait_until(lambda: _holds_exactly_its_share(leaf, a), timeout=20, message="leaf flooded")
     assert _counters(leaf).get("kvstore.leaf.refused_key_vals", 0) == 0
@@ -123,6 +126,11 @@ def test_an_edge_leaf_holds_exactly_its_share(mesh: Mesh) -> None:
             return theirs.digests == cl.digests([0])
 
     wait_until(digests_agree, timeout=20, message="filtered digests agree")
+    # Asked on the leaf about another node, the CLI says which non-leaf node to ask.
+    for command in (["status", "a"], ["values", "--node", "a"]):
+        result = cli(*command, url=leaf.cmd_url, check=False)
+        assert result.returncode == 2, result
+        assert "is a leaf node" in result.stderr and "its peer b" in result.stderr
 
 
 def test_a_leaf_converges_after_partitions_and_restarts(mesh: Mesh, tmp_path: Path) -> None:
