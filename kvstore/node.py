@@ -114,6 +114,7 @@ class KvStoreNode:
             raise ValueError("a node needs a name")
         self.config = config
         self.name = config.name
+        self.leaf_filter = config.leaf_filter  # a leaf: what it keeps (None: everything)
         self.db = self._new_db()
         self.storage: DurableStore | None = None  # opened by start() when config.durable
         self.store_state = StoreState.EMPTY
@@ -286,7 +287,7 @@ class KvStoreNode:
 
     def _load_rows(self, storage: DurableStore) -> int:
         records = [record for chunk in storage.rows() for record in chunk]
-        own = self.config.leaf_filter
+        own = self.leaf_filter
         if own is not None:
             # A leaf whose filters changed since it wrote these: it keeps only its share now.
             kept = [(key, value) for key, value in records if own.matches(key, value)]
@@ -630,9 +631,9 @@ class KvStoreNode:
             key_filter = filter_from_wire(filters)
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
-        if key_filter is not None and sender and self.peering is not None:
+        if sender and self.peering is not None:
             self.peering.learn_filter(sender, key_filter)
-        own = self.config.leaf_filter
+        own = self.leaf_filter
         return own if own is not None else key_filter
 
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
@@ -671,7 +672,7 @@ class KvStoreNode:
         if request.digest is None or request.digest.node_ids is None:
             raise BadArgument("DIGEST_GET needs digest.node_ids")
         params = request.digest
-        own = self.config.leaf_filter
+        own = self.leaf_filter
         key_filter = self._peer_filter(params.filters, params.sender_id)
         try:
             if key_filter is None or key_filter == own:  # a leaf's tree is its share already
@@ -786,8 +787,7 @@ class KvStoreNode:
             uptime_ms=monotonic_ms() - self._started_ms,
             digest=self.db.root_digest(),
             store_state=self.store_state.value,
-            leaf_filters=None if self.config.leaf_filter is None
-            else self.config.leaf_filter.to_wire(),
+            leaf_filters=None if self.leaf_filter is None else self.leaf_filter.to_wire(),
         )
 
     def counter_snapshot(self) -> dict[str, int]:

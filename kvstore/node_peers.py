@@ -255,14 +255,19 @@ class Peering:
             self._failed(link, "its key changed in the authorized-keys directory")
 
     def learn_filter(self, name: str, key_filter: KeyFilter | None) -> None:
-        """A peer's sync message carried its leaf filters: from now on it gets only its share."""
-        if key_filter is None or name not in self.table:
+        """A peer's sync message said what it keeps: its leaf filters (from now on it gets only
+        its share), or none (it is not, or no longer, a leaf: it gets everything again)."""
+        if name not in self.table:
             return
         peer = self.table[name]
-        if peer.key_filter != key_filter:
-            peer.key_filter = key_filter
-            self.counters["kvstore.leaf.peer_filters_learned"] += 1
-            log.info("peer %s is a leaf: it gets only %s", name, key_filter.describe())
+        if peer.key_filter == key_filter:
+            return
+        peer.key_filter = key_filter
+        if key_filter is None:
+            log.info("peer %s is not a leaf (any more): it gets every key", name)
+            return
+        self.counters["kvstore.leaf.peer_filters_learned"] += 1
+        log.info("peer %s is a leaf: it gets only %s", name, key_filter.describe())
 
     def drain_all(self) -> None:
         for name in list(self.links):

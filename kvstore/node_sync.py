@@ -142,12 +142,12 @@ class SyncSession:
         self._expect(corr, self.DIGEST)
         if response.digest is None or response.digest.digests is None:
             raise SyncProtocolError(f"peer {self.peer}: DIGEST_GET reply without digests")
-        if response.digest.filters is not None:
+        if self._walk.replies == 0:  # the first reply says whether the peer is a leaf
             try:
                 peer_filter = filter_from_wire(response.digest.filters)
             except ValueError as exc:
                 raise SyncProtocolError(f"peer {self.peer}: bad leaf filters: {exc}") from exc
-            if self.own_filter is not None:
+            if peer_filter is not None and self.own_filter is not None:
                 raise SyncProtocolError(
                     f"peer {self.peer} is a leaf too: a leaf peers only with non-leaf nodes"
                 )

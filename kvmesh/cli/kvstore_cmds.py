@@ -164,17 +164,10 @@ def node_run(
             data_dir = ""
         elif data_dir is None and not config.data_dir:
             data_dir = str(Path(DEFAULT_DATA_ROOT) / name)
-        is_leaf = leaf or config.leaf
-        prefixes = tuple(key_prefix_filters) or config.key_prefix_filters
-        originators = tuple(originator_filters) or config.key_originator_filters
-        if is_leaf and agent and not prefixes and not originators:
-            from kvmesh.agent.keys import agent_leaf_prefixes
-
-            prefixes = agent_leaf_prefixes(name)
         config = config.with_overrides(
             name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map, data_dir=data_dir,
-            discard_corrupt_state=discard_corrupt_state or None, leaf=is_leaf or None,
-            key_prefix_filters=prefixes, key_originator_filters=originators,
+            discard_corrupt_state=discard_corrupt_state or None,
+            **leaf_overrides(config, name, leaf, agent, key_prefix_filters, originator_filters),
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
@@ -200,6 +193,21 @@ def node_run(
     finally:
         supervisor.stop()
     sys.exit(code)
+
+
+def leaf_overrides(config: NodeConfig, name: str, leaf: bool, agent: bool,
+                   prefixes: Sequence[str], originators: Sequence[str]) -> dict[str, Any]:
+    """The leaf settings of `node run`: flags win over the file; a leaf running its agent
+    without filters keeps what the agent needs (docs/kvstore.md, "Leaf nodes")."""
+    is_leaf = leaf or config.leaf
+    key_prefixes = tuple(prefixes) or config.key_prefix_filters
+    key_originators = tuple(originators) or config.key_originator_filters
+    if is_leaf and agent and not key_prefixes and not key_originators:
+        from kvmesh.agent.keys import agent_leaf_prefixes
+
+        key_prefixes = agent_leaf_prefixes(name)
+    return {"leaf": is_leaf, "key_prefix_filters": key_prefixes,
+            "key_originator_filters": key_originators}
 
 
 def node_security(config: NodeConfig, key_file: str | None, authorized_keys: str | None,

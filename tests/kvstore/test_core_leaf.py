@@ -5,10 +5,13 @@ difference (`kvstore.db`), and a whole filtered sync (`kvstore.node_sync`) drive
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from kvmesh.cli.kvstore_cmds import leaf_overrides
 from kvstore import wire
+from kvstore.config import ConfigError, NodeConfig, load_config
 from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter, filter_from_wire, leaf_filter
 from kvstore.flood import FloodProtocol
@@ -230,3 +233,34 @@ def test_two_leaves_do_not_sync() -> None:
     other = leaf_filter("other", ["config/other/"], [])
     with pytest.raises(SyncProtocolError, match="is a leaf too"):
         _sync(session, _Responder(KvStoreDb("other"), other), LEAF)
+
+
+def test_a_peer_that_is_no_longer_a_leaf_gets_everything_again() -> None:
+    full = _big_full_store(200)
+    session = SyncSession("was-leaf", "full", full, started_ms=1, buckets_per_request=4096,
+                          peer_filter=LEAF)
+    _sync(session, _Responder(KvStoreDb("was-leaf"), None), None)
+    assert session.peer_filter is None
+
+
+def test_leaf_configuration_from_toml_and_flags(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('leaf = true\nkey_prefix_filters = ["config/x/"]\n'
+                    'key_originator_filters = ["ops"]\n')
+    config = load_config(path).with_overrides(name="x")
+    assert config.leaf_filter == leaf_filter("x", ["config/x/"], ["ops"])
+    assert NodeConfig(name="y").leaf_filter is None
+    path.write_text('key_prefix_filters = ["config/x/"]\n')
+    with pytest.raises(ConfigError, match="needs leaf = true"):
+        load_config(path)
+    path.write_text('leaf = true\n[peers]\na = "tcp://127.0.0.1:1"\nb = "tcp://127.0.0.1:2"\n')
+    with pytest.raises(ConfigError, match="takes one"):
+        load_config(path).with_overrides(name="x")
+    # `node run --agent --leaf` without filters keeps what the agent needs; flags win.
+    base = NodeConfig(name="n1")
+    agent = leaf_overrides(base, "n1", True, True, (), ())
+    assert agent["key_prefix_filters"] == (
+        "config/n1/", "status/n1/", "node/n1/", "revision/n1/")
+    given = leaf_overrides(base, "n1", True, True, ("config/n1/",), ())
+    assert given["key_prefix_filters"] == ("config/n1/",)
+    assert leaf_overrides(base, "n1", False, True, (), ())["key_prefix_filters"] == ()
