@@ -502,6 +502,16 @@ class KvStoreNode:
             self.counters["kvstore.auth.ignored_flood_path"] += 1
             params.node_ids = []
             params.sender_id = None
+        for sync in (request.key_dump, request.digest):
+            # A sync request's sender_id teaches this node a peer's leaf filters (what it
+            # floods there): only that peer itself may claim it.
+            if sync is not None and sync.sender_id is not None and not (
+                decision.trust_flood_path
+                and identity is not None
+                and (identity.insecure or identity.node == sync.sender_id)
+            ):
+                self.counters["kvstore.auth.ignored_flood_path"] += 1
+                sync.sender_id = None
         return True
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:

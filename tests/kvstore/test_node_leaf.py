@@ -182,3 +182,17 @@ def _assert_disk_holds_only_the_share(data_dir: Path) -> None:
         key for key, orig in rows if not SHARE.matches(key, Value(1, orig, b"", TTL_INFINITY, 0))
     ]
     assert outside == []
+
+
+def test_only_the_peer_itself_can_declare_its_leaf_filters(secure_mesh: Mesh) -> None:
+    """An operator claiming to be peer b with leaf filters would stop a's floods to b of
+    everything else: its sender_id is ignored, and b still gets every key."""
+    a, b = secure_mesh.chain(["a", "b"])
+    forged = Request(cmd=Command.DIGEST_GET, digest=DigestParams(
+        node_ids=[0], filters=SHARE.to_wire(), sender_id="b"))
+    with a.client() as op:
+        assert op.request(forged).error is None
+        assert op.counters()["kvstore.auth.ignored_flood_path"] == 1
+        assert op.peers()["b"].filters is None
+        op.set({"config/other/k": make_value(b"v", version=1, originator_id="a")})
+    wait_until(lambda: "config/other/k" in _keys(b), timeout=20, message="b got the key")
