@@ -214,15 +214,19 @@ class FloodProtocol:
         filtered: Mapping[KeyFilter, list[str]],
         key_vals: Mapping[str, Value],
         node_ids: list[str],
+        now_ms: int,
         now_wall_ms: int,
     ) -> list[Send]:
-        """One KEY_SET per distinct filter with the share of `key_vals` (wire TTLs) it wants."""
+        """One KEY_SET per distinct filter with the share of `key_vals` it wants. The share is
+        prepared as copies (`prepare_flood`): the everything-path may still write wire TTLs
+        into the delta's own objects afterwards."""
         sends: list[Send] = []
         for key_filter, names in filtered.items():
             share = key_filter.select(key_vals)
             skipped = len(key_vals) - len(share)
             if skipped:
                 self.counters["kvstore.leaf.flood_skipped_key_vals"] += skipped * len(names)
+            share = self.db.prepare_flood(share, now_ms)
             if share:
                 sends.append(Send(names, encode_key_set(share, node_ids, now_wall_ms), len(share)))
         return sends
@@ -312,9 +316,8 @@ class FloodProtocol:
         node_ids = [*path, self.name]
         sends: list[Send] = []
         targets, filtered = self._by_filter(targets)
-        if filtered:  # copies: the plain path below may write wire TTLs in place
-            prepared = self.db.prepare_flood(delta, now_ms)
-            sends += self._filtered_sends(filtered, prepared, node_ids, now_wall_ms)
+        if filtered:
+            sends += self._filtered_sends(filtered, delta, node_ids, now_ms, now_wall_ms)
         if not targets:
             return sends
         if received:
@@ -353,13 +356,11 @@ class FloodProtocol:
     def _release(self, release: FloodRelease, now_ms: int, now_wall_ms: int) -> list[Send]:
         # A buffer flush mixes keys from many paths: it goes to every initialized peer with
         # only this node on its path (one redundant hop back to a sender, as in Open/R).
-        targets = self.table.flood_targets(release.key_vals)
+        targets, filtered = self._by_filter(self.table.flood_targets(release.key_vals))
+        sends = self._filtered_sends(filtered, release.key_vals, [self.name], now_ms,
+                                     now_wall_ms)
         key_vals = self.db.prepare_flood(release.key_vals, now_ms, in_place=True)
-        if not key_vals or not targets:
-            return []
-        targets, filtered = self._by_filter(targets)
-        sends = self._filtered_sends(filtered, key_vals, [self.name], now_wall_ms)
-        if targets:
+        if key_vals and targets:
             sends.append(
                 Send(targets, encode_key_set(key_vals, [self.name], now_wall_ms), len(key_vals))
             )

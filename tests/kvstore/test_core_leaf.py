@@ -25,6 +25,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 )
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, PeerTable
+from kvstore.ratelimit import FloodLimiter
 from kvstore.value import TTL_INFINITY, Value, WireKeyVals
 
 LEAF = leaf_filter("leaf", ["config/leaf/", "status/leaf/"], ["ops"])
@@ -264,3 +265,24 @@ def test_leaf_configuration_from_toml_and_flags(tmp_path: Path) -> None:
     given = leaf_overrides(base, "n1", True, True, ("config/n1/",), ())
     assert given["key_prefix_filters"] == ("config/n1/",)
     assert leaf_overrides(base, "n1", False, True, (), ())["key_prefix_filters"] == ()
+
+
+def test_a_rate_limited_release_sends_a_leaf_only_its_share_with_wire_ttls() -> None:
+    db = KvStoreDb("b")
+    table = _initialized_table(full=None, leaf=LEAF)
+    limiter = FloodLimiter(db, 1, 1, 0)  # one publication per second
+    flooding = FloodProtocol("b", db, table, Counter(), max_clock_skew_ms=1000, limiter=limiter)
+    first = db.merge({"config/leaf/1": _v()}, 0).delta
+    assert flooding.flood(("x",), first, (), 0, 1000)
+    finite = {"config/leaf/2": Value(1, "a", b"v", 10_000, 0), "config/other/2": _v()}
+    assert flooding.flood(("x",), db.merge(finite, 0).delta, (), 10, 1000) == []  # buffered
+    sends = flooding.poll(1_010, 2000)
+    got = {}
+    for send in sends:
+        request = wire.decode_request(send.payload)
+        assert request.key_set is not None
+        for target in send.targets:
+            got[target] = request.key_set.key_vals
+    assert sorted(got["full"]) == ["config/leaf/2", "config/other/2"]
+    assert sorted(got["leaf"]) == ["config/leaf/2"]
+    assert got["leaf"]["config/leaf/2"].ttl_ms == got["full"]["config/leaf/2"].ttl_ms == 8_989
