@@ -55,6 +55,14 @@ enum PeerState {
   INITIALIZED = 2,
 }
 
+/* A leaf node's key filters (Open/R's KvStoreFilters, OR semantics): a key-value matches when its
+ * key starts with one of key_prefixes OR its originator_id is one of originator_ids. A leaf
+ * always lists its own name among originator_ids (it keeps what it originates). */
+struct KeyFilters {
+  1: list<string> key_prefixes
+  2: list<string> originator_ids
+}
+
 struct KeySetParams {
   1: map<string, Value> key_vals
   /* false: one-way set (no reply frame at all), as used by flooding. */
@@ -82,11 +90,18 @@ struct KeyDumpParams {
   4: optional string sender_id
   /* When present, restrict the dump to these digest-tree leaf buckets (anti-entropy). */
   5: optional list<i32> buckets
+  /* A leaf's sync request: only key-values matching these filters count on either side (the
+   * difference, tobe_updated_keys); the responder floods the requester only matching ones. */
+  6: optional KeyFilters filters
 }
 
 struct DigestParams {
   /* Digest-tree node ids whose children's digests are wanted. */
   1: list<i32> node_ids
+  /* A leaf's digest walk: the digests cover only the key-values matching these filters. */
+  2: optional KeyFilters filters
+  /* Peer name of the requester (so a responder learns a leaf peer's filters). */
+  3: optional string sender_id
 }
 
 struct PeerSpec {
@@ -96,6 +111,8 @@ struct PeerSpec {
   3: PeerState state = PeerState.IDLE
   4: i64 state_since_ms = 0
   5: i32 flaps = 0
+  /* PEER_DUMP: the peer's key filters, once known (it is a leaf). */
+  6: optional KeyFilters filters
 }
 
 struct PeerAddParams {
@@ -129,6 +146,8 @@ struct Publication {
 struct DigestReply {
   /* node id -> XOR digest of every key under that node */
   1: map<i32, i64> digests
+  /* Set when the responder is a leaf: its own filters (its digests cover only those keys). */
+  2: optional KeyFilters filters
 }
 
 struct NodeInfo {
@@ -148,6 +167,8 @@ struct NodeInfo {
    * (loaded from its data directory, no peer sync completed), "SYNCED" (a full sync with at
    * least one peer completed). See kvstore/store_state.py. */
   8: optional string store_state
+  /* Set when the node is a leaf (docs/kvstore.md, "Leaf nodes"): its key filters. */
+  9: optional KeyFilters leaf_filters
 }
 
 struct Error {

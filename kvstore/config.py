@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvstore.filters import KeyFilter, leaf_filter
 from kvstore.storage import DURABILITY_MODES
 
 
@@ -75,6 +76,19 @@ class NodeConfig:
     max_peers: int = 512
     # Bytes queued for one subscriber that does not read before its publications are dropped.
     subscriber_queue_bytes: int = 32 * 1024 * 1024
+    # Leaf node (docs/kvstore.md, "Leaf nodes"): stores, floods and syncs only the key-values
+    # that start with one of key_prefix_filters OR whose originator is one of
+    # key_originator_filters (or this node), and has one peer (a leaf is never a transit node).
+    leaf: bool = False
+    key_prefix_filters: tuple[str, ...] = ()
+    key_originator_filters: tuple[str, ...] = ()
+
+    @property
+    def leaf_filter(self) -> KeyFilter | None:
+        """What this node keeps when it is a leaf (None: everything)."""
+        if not self.leaf:
+            return None
+        return leaf_filter(self.name, self.key_prefix_filters, self.key_originator_filters)
 
     def with_overrides(self, **changes: Any) -> NodeConfig:
         """A copy with the given (non-None) fields replaced, validated."""
@@ -112,6 +126,22 @@ class NodeConfig:
             raise ConfigError(
                 f"{source}: {len(self.peers)} peers configured, more than max_peers"
                 f" ({self.max_peers})"
+            )
+        for list_field in ("key_prefix_filters", "key_originator_filters"):
+            items = getattr(self, list_field)
+            if not isinstance(items, tuple) or not all(
+                isinstance(item, str) and item for item in items
+            ):
+                raise ConfigError(f"{source}: {list_field} must be a list of non-empty strings")
+            if items and not self.leaf:
+                raise ConfigError(f"{source}: {list_field} needs leaf = true (--leaf)")
+        if not isinstance(self.leaf, bool):
+            raise ConfigError(f"{source}: leaf must be true or false")
+        if self.leaf and len(self.peers) > 1:
+            raise ConfigError(
+                f"{source}: leaf node {self.name!r} has {len(self.peers)} peers; a leaf takes one"
+                " peer (a non-leaf node): it stores only its share, so it must never be a transit"
+                " node between two others"
             )
         for peer, address in self.peers.items():
             if not peer:
@@ -187,8 +217,14 @@ def load_config(path: str | Path | None) -> NodeConfig:
     for key in ("name", "cmd_url", "pub_url", "data_dir", "durability"):
         if key in values and not isinstance(values[key], str):
             raise ConfigError(f"{source}: {key} must be a string")
-    if not isinstance(values.get("discard_corrupt_state", False), bool):
-        raise ConfigError(f"{source}: discard_corrupt_state must be true or false")
+    for key in ("discard_corrupt_state", "leaf"):
+        if not isinstance(values.get(key, False), bool):
+            raise ConfigError(f"{source}: {key} must be true or false")
+    for key in ("key_prefix_filters", "key_originator_filters"):
+        if key in values:
+            if not isinstance(values[key], list):
+                raise ConfigError(f"{source}: {key} must be a list of strings")
+            values[key] = tuple(values[key])
     config = NodeConfig(**values)
     config.validate(source)
     return config

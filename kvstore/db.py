@@ -41,6 +41,7 @@ from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
+from kvstore.filters import KeyFilter
 from kvstore.hashing import MASK64, contribution, pack_version, value_hash, value_hash_head
 from kvstore.signature import store_signature
 from kvstore.ttl import ExpiryQueue
@@ -69,6 +70,9 @@ _MAX_INTERNED_ORIGINATORS: Final[int] = 65536
 _COMPACT_MIN_ENTRIES: Final[int] = 4096
 _COMPACT_RATIO: Final[int] = 8
 _BUCKET_SHIFT: Final[int] = 64 - (NUM_BUCKETS.bit_length() - 1)
+# Digest trees over leaf peers' shares kept at once (~2.5 MB each); the least recently used
+# one is dropped beyond this and built again (one scan of the store) when asked for.
+MAX_FILTERED_DIGESTS: Final[int] = 16
 _R = NoMergeReason
 
 
@@ -146,6 +150,8 @@ class KvStoreDb:
         self._keys: SortedList = SortedList()
         self._buckets: list[list[str] | None] = [None] * NUM_BUCKETS
         self._digests = DigestTree(self._bucket_digest)
+        # Digest trees of filtered views (a leaf peer's share), most recently used last.
+        self._filtered: dict[KeyFilter, DigestTree] = {}
         self._expiry = ExpiryQueue()
         self._num_finite = 0
         # Keys removed by merge() because they had already expired: reported by the next expire().
@@ -433,15 +439,22 @@ class KvStoreDb:
             self._buckets[bucket] = None
         self._digests.mark_stale(bucket)
 
-    def _bucket_digest(self, bucket: int) -> int:
-        """Unsigned XOR of the digest contributions of the keys stored in `bucket`."""
+    def _bucket_digest(self, bucket: int, key_filter: KeyFilter | None = None) -> int:
+        """Unsigned XOR of the digest contributions of the keys stored in `bucket` (only those
+        `key_filter` matches, if given)."""
         members = self._buckets[bucket]
         if members is None:
             return 0
         kv = self._kv
         acc = 0
+        if key_filter is not None:
+            prefixes, origs = key_filter.key_prefixes, key_filter.originator_ids
         for key in members:
             cur = kv[key]
+            if key_filter is not None and not (
+                key.startswith(prefixes) or cur.originator_id in origs
+            ):
+                continue
             # Inlined `hashing.contribution`: a sync after a bulk load recomputes every key.
             acc ^= xxh3_64_intdigest(key.encode(), (cur.hash + cur.ttl_version) & MASK64)
         return acc
@@ -528,10 +541,12 @@ class KvStoreDb:
         prefix: str = "",
         originator_ids: Collection[str] = (),
         buckets: Collection[int] | None = None,
+        key_filter: KeyFilter | None = None,
     ) -> dict[str, Value]:
         """Copies of every live key matching prefix AND originator AND bucket filters (an empty
-        filter matches everything; buckets=None means no bucket filter), with remaining TTL."""
-        return self._dump(now_ms, prefix, originator_ids, buckets, with_values=True)
+        filter matches everything; buckets=None means no bucket filter) AND `key_filter` (a leaf
+        peer's share), with remaining TTL."""
+        return self._dump(now_ms, prefix, originator_ids, buckets, key_filter, with_values=True)
 
     def hash_dump(
         self,
@@ -539,9 +554,10 @@ class KvStoreDb:
         prefix: str = "",
         originator_ids: Collection[str] = (),
         buckets: Collection[int] | None = None,
+        key_filter: KeyFilter | None = None,
     ) -> dict[str, Value]:
         """Like `dump` without payloads: version, originator, hash, remaining TTL, ttl_version."""
-        return self._dump(now_ms, prefix, originator_ids, buckets, with_values=False)
+        return self._dump(now_ms, prefix, originator_ids, buckets, key_filter, with_values=False)
 
     def _dump(
         self,
@@ -549,6 +565,7 @@ class KvStoreDb:
         prefix: str,
         originator_ids: Collection[str],
         buckets: Collection[int] | None,
+        key_filter: KeyFilter | None,
         *,
         with_values: bool,
     ) -> dict[str, Value]:
@@ -557,9 +574,11 @@ class KvStoreDb:
         kv = self._kv
         origs = frozenset(originator_ids) if originator_ids else None
         new_value = Value
-        for key in self._scope_keys(prefix, buckets):
+        for key in self._scope_keys(prefix, buckets, key_filter):
             cur = kv[key]
             if origs is not None and cur.originator_id not in origs:
+                continue
+            if key_filter is not None and not key_filter.matches(key, cur):
                 continue
             ttl = cur.ttl_ms
             if ttl != _INF:
@@ -582,11 +601,28 @@ class KvStoreDb:
                 return
             yield key
 
-    def _scope_keys(self, prefix: str, buckets: Collection[int] | None) -> Iterable[str]:
-        """Keys in the prefix range and (if given) the buckets; sorted unless buckets are given."""
+    def _scope_keys(
+        self, prefix: str, buckets: Collection[int] | None, key_filter: KeyFilter | None = None
+    ) -> Iterable[str]:
+        """Keys in the prefix range and (if given) the buckets; sorted unless buckets are given.
+        With `key_filter` and no buckets: only keys it may match (callers still check it)."""
         if buckets is None:
+            if key_filter is not None:
+                return sorted(k for k in self._matching_keys(key_filter) if k.startswith(prefix))
             return self.keys(prefix)
         return self._bucket_keys(prefix, buckets)
+
+    def _matching_keys(self, key_filter: KeyFilter) -> set[str]:
+        """The stored keys `key_filter` matches, without testing every key against every
+        prefix: range scans of the sorted index per prefix, one pass over the records for the
+        originators (a C-speed comprehension)."""
+        out: set[str] = set()
+        for prefix in key_filter.key_prefixes:
+            out.update(self._prefix_keys(prefix))
+        origs = key_filter.originator_ids
+        if origs:
+            out.update([key for key, cur in self._kv.items() if cur.originator_id in origs])
+        return out
 
     def _bucket_keys(self, prefix: str, buckets: Collection[int]) -> Iterator[str]:
         table = self._buckets
@@ -612,6 +648,7 @@ class KvStoreDb:
         prefix: str = "",
         originator_ids: Collection[str] = (),
         buckets: Collection[int] | None = None,
+        key_filter: KeyFilter | None = None,
     ) -> tuple[dict[str, Value], list[str]]:
         """3-way full-sync responder.
 
@@ -620,7 +657,9 @@ class KvStoreDb:
         minus ttl_decrement_ms, keys with no more than that left being dropped;
         tobe_updated_keys: keys the requester has better or only it has, to be sent back).
         Keys the requester lists are compared whatever the filters; the filters select which of MY
-        keys count as "the requester lacks them". Raises ValueError on a malformed entry.
+        keys count as "the requester lacks them". `key_filter` (a leaf requester's filters, or
+        this leaf's own) also applies to the requester's keys: one that does not match is
+        neither sent nor asked for. Raises ValueError on a malformed entry.
         """
         _check_now(now_ms)
         send: dict[str, Value] = {}
@@ -642,6 +681,12 @@ class KvStoreDb:
             ):
                 continue
             _check_hash_entry(key, theirs)
+            if (
+                key_filter is not None
+                and not key_filter.matches(key, theirs)
+                and (mine is None or not key_filter.matches(key, mine))
+            ):
+                continue
             if mine is None or (mine.ttl_ms != _INF and mine.ttl_ms <= now_ms):
                 want.append(key)
                 continue
@@ -654,11 +699,13 @@ class KvStoreDb:
                 want.append(key)
         kv = self._kv
         origs = frozenset(originator_ids) if originator_ids else None
-        for key in self._scope_keys(prefix, buckets):
+        for key in self._scope_keys(prefix, buckets, key_filter):
             if key in their_hashes:
                 continue
             mine = kv[key]
             if origs is not None and mine.originator_id not in origs:
+                continue
+            if key_filter is not None and not key_filter.matches(key, mine):
                 continue
             self._add_for_sync(send, key, mine, now_ms)
         self.counters["kvstore.full_sync.sent_keys"] += len(send)
@@ -744,6 +791,37 @@ class KvStoreDb:
         """For each requested inner digest-tree node id, its DIGEST_FANOUT children's digests
         (child id -> signed i64). Raises ValueError for an id that is not an inner node."""
         return self._digests.children(node_ids)
+
+    def filtered_digest_children(
+        self, key_filter: KeyFilter, node_ids: Iterable[int]
+    ) -> dict[int, int]:
+        """`digest_children` of the tree over only the keys `key_filter` matches (a leaf
+        peer's share), so a filtered anti-entropy walk costs in proportion to the difference."""
+        return self._filtered_tree(key_filter).children(node_ids)
+
+    def filtered_root_digest(self, key_filter: KeyFilter) -> int:
+        """`root_digest` over only the keys `key_filter` matches."""
+        return self._filtered_tree(key_filter).root()
+
+    def _filtered_tree(self, key_filter: KeyFilter) -> DigestTree:
+        """The digest tree of a filtered view, current. Built on first use (one scan of the
+        store), then kept up to date as the main one is: a change marks its bucket stale in
+        both (`DigestTree.follow`)."""
+        tree = self._filtered.pop(key_filter, None)
+        if tree is None:
+            tree = DigestTree(lambda bucket: self._bucket_digest(bucket, key_filter))
+            # The tree starts all zero: only buckets holding a matching key need computing.
+            stale = tree.stale
+            for key in self._matching_keys(key_filter):
+                stale[xxh3_64_intdigest(key.encode()) >> _BUCKET_SHIFT] = 1
+            self._digests.follow(tree.stale)
+            self.counters["kvstore.leaf.filtered_digest_builds"] += 1
+            if len(self._filtered) >= MAX_FILTERED_DIGESTS:
+                oldest = next(iter(self._filtered))
+                self._digests.unfollow(self._filtered.pop(oldest).stale)
+        self._filtered[key_filter] = tree
+        self._digests.refresh()  # hands this tree the buckets changed since its last read
+        return tree
 
     def root_digest(self) -> int:
         """XOR digest of the whole store (signed i64); equal stores have equal root digests."""

@@ -79,7 +79,7 @@ class DigestTree:
     in `bucket`; it is called only for buckets marked stale since the last read.
     """
 
-    __slots__ = ("_leaf_digest", "_levels", "_stale")
+    __slots__ = ("_followers", "_leaf_digest", "_levels", "_stale")
 
     def __init__(self, leaf_digest: Callable[[int], int]) -> None:
         # _levels[d] holds the FANOUT**d unsigned digests of depth d; _levels[DEPTH] are the leaves.
@@ -88,6 +88,17 @@ class DigestTree:
         # One flag byte per leaf: a store into a bytearray is the cheapest mark for the hot path
         # (no hashing, no allocation), and finding the marks is a C-speed scan of 64 KiB.
         self._stale = bytearray(NUM_BUCKETS)
+        # Stale flags of trees over a subset of the same keys (a leaf peer's share: see
+        # `KvStoreDb.filtered_digests`): each stale leaf found here is marked there too before
+        # the flags are cleared, so the hot path still marks one array.
+        self._followers: list[bytearray] = []
+
+    def follow(self, stale: bytearray) -> None:
+        """Mark `stale` (another tree's flags) wherever this tree's leaves go stale."""
+        self._followers.append(stale)
+
+    def unfollow(self, stale: bytearray) -> None:
+        self._followers = [f for f in self._followers if f is not stale]
 
     @property
     def stale(self) -> bytearray:
@@ -97,6 +108,10 @@ class DigestTree:
     def mark_stale(self, bucket: int) -> None:
         """The keys of `bucket` changed: recompute its leaf at the next read."""
         self._stale[bucket] = 1
+
+    def refresh(self) -> None:
+        """Recompute the stale leaves now (and so mark them in the followers)."""
+        self._refresh()
 
     def _refresh(self) -> None:
         stale = self._stale
@@ -111,7 +126,10 @@ class DigestTree:
         # bulk load every leaf changes, and a 65 k-int set would be megabytes of transient memory
         # that the allocator keeps.
         changed = bytearray(FANOUT ** (DEPTH - 1))
+        followers = self._followers
         while pos >= 0:
+            for follower in followers:
+                follower[pos] = 1
             digest = leaf_digest(pos)
             if digest != leaves[pos]:
                 leaves[pos] = digest

@@ -13,6 +13,12 @@ Receiving (`receive`), one rule for one-way floods and solicited sets alike:
   nothing to decide per sender;
 - time in transit: the age of the message (`timestamp_ms`) is charged to its finite TTLs
   (`kvstore.transit`); key-values whose TTL ran out on the way are left out and reported.
+Leaf filters (`kvstore.filters`, docs/kvstore.md "Leaf nodes"): on a leaf (`own_filter`), a
+received key-value its filters do not match is left out before the merge and counted
+(`kvstore.leaf.refused_key_vals`), never an error; a solicited set learns it per key
+(NO_MATCHED_KEY). Towards a peer whose filters are known (a leaf), `wants` decides per key: it
+gets only what matches, never a forwarded publication's bytes, and finalize keys are filtered
+the same way.
 After the merge (`merged`): a peer's publication that changed nothing is counted redundant (it
 also came by another path), and refusals showing that the sender's store and ours diverged
 (`value.diverged_from_sender`) name the peer to resync now.
@@ -38,6 +44,7 @@ from typing import Final
 from kvstore import wire
 from kvstore.batch_sizes import count_batch
 from kvstore.db import KvStoreDb, MergeResult
+from kvstore.filters import KeyFilter
 from kvstore.forward import MIN_FORWARD_KEYS, Received, envelope_tail, forwarded_payload
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request
 from kvstore.peers import PeerTable
@@ -67,12 +74,14 @@ KEYS_PER_MESSAGE: Final[int] = 20_000
 @dataclass(slots=True)
 class Intake:
     """What a received KEY_SET comes to: merge `key_vals` (unless `looped`), which came by
-    `path` (empty: from a client); `expired`: keys whose TTL ran out in transit (left out)."""
+    `path` (empty: from a client); `expired`: keys whose TTL ran out in transit (left out);
+    `refused`: keys this leaf's filters do not match (left out)."""
 
     path: Path
     key_vals: WireKeyVals
     expired: list[str] = field(default_factory=list)
     looped: bool = False
+    refused: list[str] = field(default_factory=list)  # not matched by this leaf's filters
 
 
 class IngestBatch:
@@ -157,6 +166,7 @@ class FloodProtocol:
         *,
         max_clock_skew_ms: int,
         limiter: FloodLimiter | None = None,
+        own_filter: KeyFilter | None = None,
     ) -> None:
         self.name = name
         self.db = db
@@ -164,6 +174,62 @@ class FloodProtocol:
         self.counters = counters
         self.max_clock_skew_ms = max_clock_skew_ms
         self.limiter = limiter
+        self.own_filter = own_filter  # set on a leaf: what it keeps
+
+    # ------------------------------------------------------------------ leaf filters
+
+    def admit(self, key_vals: WireKeyVals) -> list[str]:
+        """On a leaf: remove, in place, the key-values its filters do not match (counted);
+        returns their keys. Elsewhere nothing is removed."""
+        own = self.own_filter
+        if own is None or not key_vals:
+            return []
+        refused = [key for key, value in key_vals.items() if not own.matches(key, value)]
+        for key in refused:
+            del key_vals[key]
+        if refused:
+            self.counters["kvstore.leaf.refused_key_vals"] += len(refused)
+        return refused
+
+    def wants(self, peer: str, key: str, value: Value) -> bool:
+        """Does `peer` want this key-value? Only a peer with known filters (a leaf) may not."""
+        key_filter = self.table[peer].key_filter if peer in self.table else None
+        return key_filter is None or key_filter.matches(key, value)
+
+    def _by_filter(self, targets: list[str]) -> tuple[list[str], dict[KeyFilter, list[str]]]:
+        """Split flood targets: those that take everything, and the leaves by their filters."""
+        plain: list[str] = []
+        filtered: dict[KeyFilter, list[str]] = {}
+        table = self.table
+        for name in targets:
+            key_filter = table[name].key_filter
+            if key_filter is None:
+                plain.append(name)
+            else:
+                filtered.setdefault(key_filter, []).append(name)
+        return plain, filtered
+
+    def _filtered_sends(
+        self,
+        filtered: Mapping[KeyFilter, list[str]],
+        key_vals: Mapping[str, Value],
+        node_ids: list[str],
+        now_ms: int,
+        now_wall_ms: int,
+    ) -> list[Send]:
+        """One KEY_SET per distinct filter with the share of `key_vals` it wants. The share is
+        prepared as copies (`prepare_flood`): the everything-path may still write wire TTLs
+        into the delta's own objects afterwards."""
+        sends: list[Send] = []
+        for key_filter, names in filtered.items():
+            share = key_filter.select(key_vals)
+            skipped = len(key_vals) - len(share)
+            if skipped:
+                self.counters["kvstore.leaf.flood_skipped_key_vals"] += skipped * len(names)
+            share = self.db.prepare_flood(share, now_ms)
+            if share:
+                sends.append(Send(names, encode_key_set(share, node_ids, now_wall_ms), len(share)))
+        return sends
 
     # ------------------------------------------------------------------ receiving
 
@@ -180,7 +246,8 @@ class FloodProtocol:
                 counters["kvstore.looped_publications"] += 1
                 return Intake(path, key_vals, looped=True)
         expired = self.charge_transit(key_vals, params.timestamp_ms, now_wall_ms)
-        return Intake(path, key_vals, expired)
+        refused = self.admit(key_vals)
+        return Intake(path, key_vals, expired, refused=refused)
 
     def charge_transit(
         self, key_vals: WireKeyVals, sent_wall_ms: int | None, now_wall_ms: int
@@ -248,6 +315,11 @@ class FloodProtocol:
             received = ()  # a limited node re-encodes: one code path to pace
         node_ids = [*path, self.name]
         sends: list[Send] = []
+        targets, filtered = self._by_filter(targets)
+        if filtered:
+            sends += self._filtered_sends(filtered, delta, node_ids, now_ms, now_wall_ms)
+        if not targets:
+            return sends
         if received:
             delta = self._forward(targets, delta, received, node_ids, now_wall_ms, sends)
         key_vals = self.db.prepare_flood(delta, now_ms, in_place=True)
@@ -270,6 +342,9 @@ class FloodProtocol:
         asked for and those flooded while the sync ran), in KEY_SETs of at most
         KEYS_PER_MESSAGE keys, with only this node on the path."""
         key_vals = self.db.prepare_flood(self.db.get(keys, now_ms), now_ms, in_place=True)
+        key_filter = self.table[peer].key_filter if peer in self.table else None
+        if key_filter is not None:
+            key_vals = key_filter.select(key_vals)
         items = list(key_vals.items())
         sends: list[Send] = []
         for start in range(0, len(items), KEYS_PER_MESSAGE):
@@ -281,11 +356,15 @@ class FloodProtocol:
     def _release(self, release: FloodRelease, now_ms: int, now_wall_ms: int) -> list[Send]:
         # A buffer flush mixes keys from many paths: it goes to every initialized peer with
         # only this node on its path (one redundant hop back to a sender, as in Open/R).
-        targets = self.table.flood_targets(release.key_vals)
+        targets, filtered = self._by_filter(self.table.flood_targets(release.key_vals))
+        sends = self._filtered_sends(filtered, release.key_vals, [self.name], now_ms,
+                                     now_wall_ms)
         key_vals = self.db.prepare_flood(release.key_vals, now_ms, in_place=True)
-        if not key_vals or not targets:
-            return []
-        return [Send(targets, encode_key_set(key_vals, [self.name], now_wall_ms), len(key_vals))]
+        if key_vals and targets:
+            sends.append(
+                Send(targets, encode_key_set(key_vals, [self.name], now_wall_ms), len(key_vals))
+            )
+        return sends
 
     def _forward(
         self,

@@ -41,11 +41,13 @@ from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
+from kvstore.filters import KeyFilter, filter_from_wire
 from kvstore.flood import FloodProtocol, IngestBatch, Intake, Path
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestReply,
+    KeyFilters,
     NodeInfo,
     PeerSpec,
     Publication,
@@ -112,6 +114,7 @@ class KvStoreNode:
             raise ValueError("a node needs a name")
         self.config = config
         self.name = config.name
+        self.leaf_filter = config.leaf_filter  # a leaf: what it keeps (None: everything)
         self.db = self._new_db()
         self.storage: DurableStore | None = None  # opened by start() when config.durable
         self.store_state = StoreState.EMPTY
@@ -132,6 +135,7 @@ class KvStoreNode:
         # Per flood path, the peers' publications whose merge produced (part of) that delta.
         self._flood_received: dict[Path, list[Received]] = {}
         self._ingest = IngestBatch()  # one-way sets not merged yet (see _ingest_oneway)
+        self._dropped_on_load: list[str] = []  # a leaf's stored keys outside its filters
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -274,12 +278,25 @@ class KvStoreNode:
         storage.on_durable = durable
         storage.start()
         self.storage = storage
+        if self._dropped_on_load:
+            storage.submit(dict.fromkeys(self._dropped_on_load))
+            self._dropped_on_load = []
         self.store_state = initial_state(loaded)
         log.info("node %s: %d key(s) loaded from %s in %d ms: store %s", self.name, loaded,
                  storage.path, self.counters["kvstore.storage.load_ms"], self.store_state.value)
 
     def _load_rows(self, storage: DurableStore) -> int:
         records = [record for chunk in storage.rows() for record in chunk]
+        own = self.leaf_filter
+        if own is not None:
+            # A leaf whose filters changed since it wrote these: it keeps only its share now.
+            kept = [(key, value) for key, value in records if own.matches(key, value)]
+            self._dropped_on_load = [key for key, value in records if not own.matches(key, value)]
+            if self._dropped_on_load:
+                self.counters["kvstore.leaf.dropped_on_load"] += len(self._dropped_on_load)
+                log.warning("leaf %s: %d stored key(s) outside its filters dropped (e.g. %s)",
+                            self.name, len(self._dropped_on_load), self._dropped_on_load[0])
+            records = kept
         # Typed by the STRICT table and decoded by sqlite3 (invalid UTF-8 raises).
         refused = self.db.load_durable(records)
         if refused:
@@ -485,6 +502,16 @@ class KvStoreNode:
             self.counters["kvstore.auth.ignored_flood_path"] += 1
             params.node_ids = []
             params.sender_id = None
+        for sync in (request.key_dump, request.digest):
+            # A sync request's sender_id teaches this node a peer's leaf filters (what it
+            # floods there): only that peer itself may claim it.
+            if sync is not None and sync.sender_id is not None and not (
+                decision.trust_flood_path
+                and identity is not None
+                and (identity.insecure or identity.node == sync.sender_id)
+            ):
+                self.counters["kvstore.auth.ignored_flood_path"] += 1
+                sync.sender_id = None
         return True
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
@@ -577,6 +604,8 @@ class KvStoreNode:
         )
         for key in intake.expired:  # the requester learns its set arrived too late
             no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
+        for key in intake.refused:  # a leaf: not its share (counted, not an error)
+            no_merge[key] = NoMergeReason.NO_MATCHED_KEY
         reply = wire.encode(Response(no_merge_reasons=no_merge))
         if storage is not None and storage.durability == "sync":
             # Acknowledgement means durable. With no change of its own, the reply still waits
@@ -604,6 +633,19 @@ class KvStoreNode:
             return "", [], None
         return params.prefix or "", sorted(params.originator_ids or ()), params.buckets
 
+    def _peer_filter(self, filters: KeyFilters | None, sender: str | None) -> KeyFilter | None:
+        """The filters of a leaf's sync request (BadArgument if malformed), learned for its
+        floods when the sender is a peer; on a leaf, its own filters instead (it holds nothing
+        else, and must not ask for anything else)."""
+        try:
+            key_filter = filter_from_wire(filters)
+        except ValueError as exc:
+            raise BadArgument(str(exc)) from exc
+        if sender and self.peering is not None:
+            self.peering.learn_filter(sender, key_filter)
+        own = self.leaf_filter
+        return own if own is not None else key_filter
+
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
         prefix, originators, buckets = self._dump_filters(request)
         now = monotonic_ms()
@@ -612,8 +654,9 @@ class KvStoreNode:
             if params is not None and params.key_val_hashes is not None:
                 # Responder side of a 3-way full sync.
                 self.counters["kvstore.full_sync.served"] += 1
+                key_filter = self._peer_filter(params.filters, params.sender_id)
                 send, want = self.db.dump_difference(
-                    params.key_val_hashes, now, prefix, originators, buckets
+                    params.key_val_hashes, now, prefix, originators, buckets, key_filter
                 )
                 publication = Publication(
                     key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_ms()
@@ -638,11 +681,19 @@ class KvStoreNode:
     def _cmd_digest_get(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.digest is None or request.digest.node_ids is None:
             raise BadArgument("DIGEST_GET needs digest.node_ids")
+        params = request.digest
+        own = self.leaf_filter
+        key_filter = self._peer_filter(params.filters, params.sender_id)
         try:
-            digests = self.db.digest_children(request.digest.node_ids)
+            if key_filter is None or key_filter == own:  # a leaf's tree is its share already
+                digests = self.db.digest_children(params.node_ids)
+            else:
+                digests = self.db.filtered_digest_children(key_filter, params.node_ids)
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
-        return wire.encode(Response(digest=DigestReply(digests=digests)))
+        # A leaf says so: the requester then compares only this leaf's share.
+        filters = None if own is None else own.to_wire()
+        return wire.encode(Response(digest=DigestReply(digests=digests, filters=filters)))
 
     def _cmd_peer_add(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_add is None or request.peer_add.peers is None:
@@ -656,9 +707,26 @@ class KvStoreNode:
             if not spec.cmd_url.startswith(("tcp://", "ipc://", "inproc://")):
                 raise BadArgument(f"peer {name!r}: bad cmd_url {spec.cmd_url!r}")
         assert self.peering is not None
+        self._check_leaf_peers(peers)
         self._reserve_peers(peers)
         self._add_peers_or_none(peers)
         return wire.OK_RESPONSE
+
+    def _check_leaf_peers(self, peers: Mapping[str, PeerSpec]) -> None:
+        """A leaf takes one peer: it stores only its share, so it must never be the transit
+        node between two others (docs/kvstore.md, "Leaf nodes")."""
+        assert self.peering is not None
+        if not self.config.leaf:
+            return
+        names = set(self.peering.links) | set(peers)
+        if len(names) > 1:
+            self.counters["kvstore.peer_add_refused"] += 1
+            self.counters["kvstore.leaf.transit_refused"] += 1
+            raise BadArgument(
+                f"leaf node {self.name} takes one peer, would have {len(names)}"
+                f" ({', '.join(sorted(names))}): a leaf stores only its share and must never be"
+                " a transit node; nothing was added"
+            )
 
     def _reserve_peers(self, peers: Mapping[str, PeerSpec]) -> None:
         """BadArgument unless every new peer of a PEER_ADD fits: max_peers, and descriptors
@@ -729,6 +797,7 @@ class KvStoreNode:
             uptime_ms=monotonic_ms() - self._started_ms,
             digest=self.db.root_digest(),
             store_state=self.store_state.value,
+            leaf_filters=None if self.leaf_filter is None else self.leaf_filter.to_wire(),
         )
 
     def counter_snapshot(self) -> dict[str, int]:

@@ -30,6 +30,7 @@ from kvstore import wire
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
+from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Value
@@ -104,9 +105,10 @@ class Peering:
         self.limiter: FloodLimiter | None = None
         if config.flood_msg_per_sec > 0:
             self.limiter = FloodLimiter(db, config.flood_msg_per_sec, config.flood_msg_burst, now)
+        self.own_filter = config.leaf_filter  # this node is a leaf: what it keeps
         self.flooding = FloodProtocol(
             name, db, self.table, counters, max_clock_skew_ms=config.max_clock_skew_ms,
-            limiter=self.limiter,
+            limiter=self.limiter, own_filter=self.own_filter,
         )
         self._initial_sync_done = False
 
@@ -156,6 +158,7 @@ class Peering:
                 state=peer.state,
                 state_since_ms=now_wall - (now_mono - peer.state_since_ms),
                 flaps=peer.flaps,
+                filters=None if peer.key_filter is None else peer.key_filter.to_wire(),
             )
         return out
 
@@ -250,6 +253,21 @@ class Peering:
                     log.error("peer %s: cannot reconnect: %s", link.name, exc)
                     continue
             self._failed(link, "its key changed in the authorized-keys directory")
+
+    def learn_filter(self, name: str, key_filter: KeyFilter | None) -> None:
+        """A peer's sync message said what it keeps: its leaf filters (from now on it gets only
+        its share), or none (it is not, or no longer, a leaf: it gets everything again)."""
+        if name not in self.table:
+            return
+        peer = self.table[name]
+        if peer.key_filter == key_filter:
+            return
+        peer.key_filter = key_filter
+        if key_filter is None:
+            log.info("peer %s is not a leaf (any more): it gets every key", name)
+            return
+        self.counters["kvstore.leaf.peer_filters_learned"] += 1
+        log.info("peer %s is a leaf: it gets only %s", name, key_filter.describe())
 
     def drain_all(self) -> None:
         for name in list(self.links):
@@ -349,6 +367,8 @@ class Peering:
             started_ms=now,
             buckets_per_request=self.config.sync_buckets_per_request,
             reason=reason,
+            own_filter=self.own_filter,
+            peer_filter=self.table[link.name].key_filter,
         )
         link.last_activity_ms = now
         self.counters["kvstore.full_sync.started"] += 1
@@ -412,11 +432,13 @@ class Peering:
                 )
             if session.in_flight[corr] == SyncSession.DIGEST:
                 session.on_digest_reply(corr, response)
+                self.learn_filter(link.name, session.peer_filter)
             else:
                 publication = session.on_dump_reply(corr, response)
                 key_vals = wire.decoded_key_vals(publication)
                 if key_vals:
                     self.flooding.charge_transit(key_vals, publication.timestamp_ms, wall_ms())
+                    self.flooding.admit(key_vals)  # a leaf keeps only its share
                     if key_vals:  # unless all of it expired on the way
                         self._merge_reply(link, key_vals, now)
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:

@@ -9,18 +9,28 @@ A sync runs in three phases over the peer's command socket:
 3. finalize: the node sends the current values of the `tobe_updated_keys` (plus the keys flooded
    while the peer was not initialized) back with one-way KEY_SETs.
 
+Leaf filters (`kvstore.filters`): a leaf's requests carry its filters (`own_filter`), so the peer
+walks and dumps only its matching keys. A leaf peer says so in its first digest reply; from then
+on this side walks its own filtered digest tree (`KvStoreDb.filtered_digest_children`) and sends
+only matching hashes, so both trees cover the same keys and the walk still ends on the buckets
+that really differ. Two leaves do not sync with each other (a leaf is never a transit node).
+
 The node moves the messages and merges the replies; this class only decides what to ask next.
 Up to `window` bucket requests are in flight at once, to hide round trips on large differences.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kvstore.db import KvStoreDb
 from kvstore.digest import DigestWalk
+from kvstore.filters import KeyFilter, filter_from_wire
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestParams,
     KeyDumpParams,
+    KeyFilters,
     Publication,
     Request,
     Response,
@@ -45,13 +55,17 @@ class SyncSession:
         buckets_per_request: int,
         window: int = 4,
         reason: str = "peer_add",
+        own_filter: KeyFilter | None = None,
+        peer_filter: KeyFilter | None = None,
     ) -> None:
         self.peer = peer
         self.me = me
         self.db = db
         self.started_ms = started_ms
         self.reason = reason
-        self._walk = DigestWalk(db)
+        self.own_filter = own_filter  # this node is a leaf: its requests carry its filters
+        self.peer_filter = peer_filter  # the peer is a leaf: compare only its share
+        self._walk = DigestWalk(self)
         self._buckets_per_request = buckets_per_request
         self._window = window
         self._chunks: list[list[int]] | None = None
@@ -61,6 +75,12 @@ class SyncSession:
         self.differing_buckets = 0
         self.keys_received = 0
         self.requests_sent = 0
+
+    def digest_children(self, node_ids: Iterable[int]) -> dict[int, int]:
+        """The local side of the walk: the whole store, or the peer's share if it is a leaf."""
+        if self.peer_filter is None:
+            return self.db.digest_children(node_ids)
+        return self.db.filtered_digest_children(self.peer_filter, node_ids)
 
     @property
     def walk_done(self) -> bool:
@@ -73,7 +93,12 @@ class SyncSession:
                 return []
             node_ids = self._walk.next_request()
             assert node_ids is not None
-            request = Request(cmd=Command.DIGEST_GET, digest=DigestParams(node_ids=node_ids))
+            request = Request(
+                cmd=Command.DIGEST_GET,
+                digest=DigestParams(
+                    node_ids=node_ids, filters=self._wire_filter(), sender_id=self.me
+                ),
+            )
             return [(self.DIGEST, request)]
         chunks = self._bucket_chunks()
         out: list[tuple[str, Request]] = []
@@ -95,11 +120,19 @@ class SyncSession:
     def _dump_request(self, buckets: list[int], now_ms: int) -> Request:
         # The hashes are read when the request is built, so merges that happened since the walk
         # (from flooding or earlier chunks) are taken into account.
-        hashes = self.db.hash_dump(now_ms, buckets=buckets)
+        hashes = self.db.hash_dump(now_ms, buckets=buckets, key_filter=self.peer_filter)
         return Request(
             cmd=Command.KEY_DUMP,
-            key_dump=KeyDumpParams(key_val_hashes=hashes, sender_id=self.me, buckets=buckets),
+            key_dump=KeyDumpParams(
+                key_val_hashes=hashes,
+                sender_id=self.me,
+                buckets=buckets,
+                filters=self._wire_filter(),
+            ),
         )
+
+    def _wire_filter(self) -> KeyFilters | None:
+        return None if self.own_filter is None else self.own_filter.to_wire()
 
     def sent(self, corr: bytes, phase: str) -> None:
         self.in_flight[corr] = phase
@@ -109,6 +142,16 @@ class SyncSession:
         self._expect(corr, self.DIGEST)
         if response.digest is None or response.digest.digests is None:
             raise SyncProtocolError(f"peer {self.peer}: DIGEST_GET reply without digests")
+        if self._walk.replies == 0:  # the first reply says whether the peer is a leaf
+            try:
+                peer_filter = filter_from_wire(response.digest.filters)
+            except ValueError as exc:
+                raise SyncProtocolError(f"peer {self.peer}: bad leaf filters: {exc}") from exc
+            if peer_filter is not None and self.own_filter is not None:
+                raise SyncProtocolError(
+                    f"peer {self.peer} is a leaf too: a leaf peers only with non-leaf nodes"
+                )
+            self.peer_filter = peer_filter
         self._walk.on_reply(response.digest.digests)
 
     def on_dump_reply(self, corr: bytes, response: Response) -> Publication:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from kvstore.filters import KeyFilter
 from kvstore.gen.kvstore_thrift.ttypes import PeerState
 
 __all__ = [
@@ -104,6 +105,8 @@ class Peer:
     errors: int = 0
     # Keys flooded while this peer's sync was in flight: sent with its finalize step.
     pending_keys: set[str] = field(default_factory=set)
+    # The peer's key filters once known (it is a leaf: `kvstore.filters`); None: it takes all.
+    key_filter: KeyFilter | None = None
 
 
 class PeerTable:

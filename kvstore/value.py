@@ -58,6 +58,8 @@ class NoMergeReason:
     INVALID_HASH = "INVALID_HASH"  # hash present but not an i64
     # Valid, but the store already holds something at least as good.
     OLD_VERSION = "OLD_VERSION"  # lower version than the stored one
+    # Not this leaf's to keep: its filters do not match (docs/kvstore.md, "Leaf nodes").
+    NO_MATCHED_KEY = "NO_MATCHED_KEY"
     LOWER_ORIGINATOR = "LOWER_ORIGINATOR"  # same version, lower originator id
     LOWER_VALUE = "LOWER_VALUE"  # same version and originator, smaller value bytes
     OLD_TTL_VERSION = "OLD_TTL_VERSION"  # same value, lower ttl_version

@@ -54,3 +54,9 @@ def device_of(model_key: str) -> str:
 def validate_node_name(node: str) -> None:
     if not node or "/" in node or node.strip() != node:
         raise ValueError(f"invalid node name {node!r}: must be non-empty, without '/' or spaces")
+
+
+def agent_leaf_prefixes(node: str) -> tuple[str, ...]:
+    """What the agent of `node` reads and writes: a leaf running it keeps exactly these
+    (`kvmesh node run --agent --leaf`; docs/kvstore.md, "Leaf nodes")."""
+    return (config_prefix(node), status_prefix(node), f"{NODE}{node}/", f"revision/{node}/")

@@ -211,9 +211,26 @@ def status_text(node: str | None, prefix: str) -> str:
     return "\n".join(lines) if len(lines) > 1 else "no statuses found"
 
 
+def refuse_other_node_on_leaf(client: KvStoreClient, node: str | None) -> None:
+    """A leaf holds only its own share (docs/kvstore.md, "Leaf nodes"): asked about another
+    node, say which non-leaf node to ask instead of answering "nothing found"."""
+    info = client.node_info()
+    if node is None or node == info.name or info.leaf_filters is None:
+        return
+    peers = sorted(client.peers())
+    where = f"its peer {peers[0]}" if peers else "a non-leaf node"
+    fail(f"{info.name} is a leaf node: it holds only its own share, not {node}'s; ask {where}"
+         f" (a non-leaf node) instead", 2)
+
+
 def status_rows(node: str | None, prefix: str) -> dict[str, dict[str, dict[str, Any]]]:
     scan = status_prefix(node) if node else STATUS
-    dump: dict[str, Value] = run_client(lambda c: c.dump(prefix=scan))
+
+    def action(client: KvStoreClient) -> dict[str, Value]:
+        refuse_other_node_on_leaf(client, node)
+        return client.dump(prefix=scan)
+
+    dump: dict[str, Value] = run_client(action)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for key, value in sorted(dump.items()):
         node_name, _, model_key = key[len(STATUS):].partition("/")
@@ -231,6 +248,7 @@ def agent_rest(node: str | None) -> AgentRest:
     """`node`'s agent REST API (default: the agent of the node we talk to), found in the mesh."""
 
     def action(client: KvStoreClient) -> AgentAddress:
+        refuse_other_node_on_leaf(client, node)
         try:
             return find_agent(client, node or client.node_info().name)
         except RestError as exc:

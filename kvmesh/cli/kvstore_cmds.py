@@ -84,6 +84,13 @@ def node_group() -> None:
               help="Keep the store in memory only: nothing survives a restart.")
 @click.option("--discard-corrupt-state", is_flag=True,
               help="Start EMPTY when the database is corrupt (it is moved aside, loudly).")
+@click.option("--leaf", is_flag=True, help="Leaf node: store, flood and sync only the keys "
+              "matching the filters below (or originated here); one peer, never a transit.")
+@click.option("--key-prefix-filter", "key_prefix_filters", multiple=True, metavar="P",
+              help="Leaf: keep keys starting with P (repeatable; OR with the others). With "
+              "--agent, the default is what the agent needs (config/NAME/, status/NAME/, ...).")
+@click.option("--originator-filter", "originator_filters", multiple=True, metavar="O",
+              help="Leaf: keep key-values originated by O (repeatable; OR with the others).")
 @click.option("--agent", is_flag=True, help="Also run this node's agent, supervised, in its "
               "own process (options below).")
 @click.option("--key-file", "node_key_file", type=click.Path(dir_okay=False), default=None,
@@ -103,6 +110,9 @@ def node_run(
     data_dir: str | None,
     ephemeral: bool,
     discard_corrupt_state: bool,
+    leaf: bool,
+    key_prefix_filters: Sequence[str],
+    originator_filters: Sequence[str],
     agent: bool,
     node_key_file: str | None,
     authorized_keys: str | None,
@@ -157,6 +167,7 @@ def node_run(
         config = config.with_overrides(
             name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map, data_dir=data_dir,
             discard_corrupt_state=discard_corrupt_state or None,
+            **leaf_overrides(config, name, leaf, agent, key_prefix_filters, originator_filters),
         )
     except (ConfigError, ValueError) as exc:
         fail(str(exc), code=2)
@@ -182,6 +193,21 @@ def node_run(
     finally:
         supervisor.stop()
     sys.exit(code)
+
+
+def leaf_overrides(config: NodeConfig, name: str, leaf: bool, agent: bool,
+                   prefixes: Sequence[str], originators: Sequence[str]) -> dict[str, Any]:
+    """The leaf settings of `node run`: flags win over the file; a leaf running its agent
+    without filters keeps what the agent needs (docs/kvstore.md, "Leaf nodes")."""
+    is_leaf = leaf or config.leaf
+    key_prefixes = tuple(prefixes) or config.key_prefix_filters
+    key_originators = tuple(originators) or config.key_originator_filters
+    if is_leaf and agent and not key_prefixes and not key_originators:
+        from kvmesh.agent.keys import agent_leaf_prefixes
+
+        key_prefixes = agent_leaf_prefixes(name)
+    return {"leaf": is_leaf, "key_prefix_filters": key_prefixes,
+            "key_originator_filters": key_originators}
 
 
 def node_security(config: NodeConfig, key_file: str | None, authorized_keys: str | None,

@@ -116,6 +116,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (  # noqa: E402
     DigestReply,
     KeyDumpParams,
     KeySetParams,
+    PeerState,
     Publication,
     Request,
     Response,
@@ -223,14 +224,19 @@ class Cluster:
         peers: dict[str, str] | None = None,
         cmd_url: str | None = None,
         durability: str | None = None,
+        leaf_prefixes: list[str] | None = None,
     ) -> NodeProc:
-        """`durability` None: --ephemeral (memory only); else a data dir with that mode."""
+        """`durability` None: --ephemeral (memory only); else a data dir with that mode.
+        `leaf_prefixes`: a leaf node keeping the keys under those prefixes."""
         config: dict[str, object] = dict(BENCH_CONFIG)
         if durability is not None:
             config["durability"] = durability
             config["data_dir"] = str(self.data_dir(name))
+        if leaf_prefixes is not None:
+            config["key_prefix_filters"] = leaf_prefixes
         config_path = self.workdir / f"{name}.toml"
-        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))
+        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items())
+                               + ("leaf = true\n" if leaf_prefixes is not None else ""))
         cmd_url, pub_url = cmd_url or url(), url()
         args = [
             sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
@@ -1038,6 +1044,58 @@ def bench_memory(n_keys: int) -> tuple[float, float]:
     return per_key, baseline
 
 
+# ---------------------------------------------------------------------- leaf nodes
+
+LEAF_PREFIX = "config/leaf/"
+
+
+def join_time_s(c: Cluster, mesh_node: NodeProc, joiner: NodeProc, n_keys: int) -> float:
+    """Seconds from the PEER_ADDs (both sides) until `joiner` holds `n_keys` keys and the
+    mesh node has it INITIALIZED."""
+    with mesh_node.client() as cm, joiner.client() as cj:
+        start = time.monotonic()
+        cm.add_peer(joiner.name, joiner.cmd_url)
+        cj.add_peer(mesh_node.name, mesh_node.cmd_url)
+        while (cj.node_info(refresh=True).num_keys != n_keys
+               or cm.peers()[joiner.name].state != PeerState.INITIALIZED
+               or cj.peers()[mesh_node.name].state != PeerState.INITIALIZED):
+            if time.monotonic() - start > 120:
+                raise RuntimeError(f"{joiner.name} never synced")
+            time.sleep(0.002)
+        return time.monotonic() - start
+
+
+def bench_leaf(n_keys: int, n_match: int) -> tuple[float, float, float, float]:
+    """A leaf joins a node of `n_keys` keys of which `n_match` are its share: (seconds until it
+    holds them, the same for a full node joining a node of only those keys; the leaf's RSS in
+    MiB over an empty node's after the sync, the empty node's RSS in MiB)."""
+    with cluster() as c:
+        full = c.start_node("full")
+        empty = c.start_node("empty")
+        leaf = c.start_node("leaf", leaf_prefixes=[LEAF_PREFIX])
+        share = c.start_node("share")
+        joiner = c.start_node("joiner")
+        for node in (full, empty, leaf, share, joiner):
+            c.wait_ready(node)
+        load(full, n_keys - n_match)
+        mine = {f"{LEAF_PREFIX}{i:05d}": make_value(1, "loader", value_of(i))
+                for i in range(n_match)}
+        for node in (full, share):
+            with node.client() as client:
+                client.set(mine)
+            # A running mesh has read its digests (anti-entropy, NODE_INFO): the lazy refresh
+            # after a bulk load of 1 M keys is not a join's cost (as in bench_full_sync).
+            digest(node)
+        leaf_s = join_time_s(c, full, leaf, n_match)
+        baseline_s = join_time_s(c, share, joiner, n_match)
+        with leaf.client() as client:
+            if set(client.dump()) != set(mine):
+                raise RuntimeError("the leaf does not hold exactly its share")
+        mib = 1024 * 1024
+        return (leaf_s, baseline_s, (leaf.rss_bytes() - empty.rss_bytes()) / mib,
+                empty.rss_bytes() / mib)
+
+
 def start_helper_noready(c: Cluster, target: Callable[..., None], *args: Any) -> Connection:
     parent, child = mp.get_context("spawn").Pipe()
     c.spawn(target, *args, child)
@@ -1211,6 +1269,12 @@ def main() -> int:
             f"full_sync_{big_label}_10diff_ms", node, 100, False, "naive whole-store 3-way", naive
         )
     )
+    progress(f"leaf joining {big_label} keys, 1000 its share...")
+    leaf_s, share_s, leaf_mib, empty_mib = bench_leaf(big, 1_000)
+    metrics.append(Metric(f"leaf_full_sync_{big_label}_s", leaf_s, 1.0, False,
+                          "full node joining a node of only those 1000 keys", share_s))
+    metrics.append(Metric("leaf_rss_mib", leaf_mib, 10.0, False, "empty node RSS MiB",
+                          empty_mib))
     progress(f"memory {big_label} keys...")
     node, bare = bench_memory(big)
     metrics.append(Metric(f"bytes_per_key_{big_label}", node, 520, False, "bare dict", bare))

@@ -201,6 +201,102 @@ class Value(object):
         return not (self == other)
 
 
+class KeyFilters(object):
+    """
+    Attributes:
+     - key_prefixes
+     - originator_ids
+
+    """
+
+    __slots__ = (
+        'key_prefixes',
+        'originator_ids',
+    )
+
+
+    def __init__(self, key_prefixes=None, originator_ids=None,):
+        self.key_prefixes = key_prefixes
+        self.originator_ids = originator_ids
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.key_prefixes = []
+                    (_etype3, _size0) = iprot.readListBegin()
+                    for _i4 in range(_size0):
+                        _elem5 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.key_prefixes.append(_elem5)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.originator_ids = []
+                    (_etype9, _size6) = iprot.readListBegin()
+                    for _i10 in range(_size6):
+                        _elem11 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.originator_ids.append(_elem11)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('KeyFilters')
+        if self.key_prefixes is not None:
+            oprot.writeFieldBegin('key_prefixes', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRING, len(self.key_prefixes))
+            for iter12 in self.key_prefixes:
+                oprot.writeString(iter12.encode('utf-8') if sys.version_info[0] == 2 else iter12)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.originator_ids is not None:
+            oprot.writeFieldBegin('originator_ids', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRING, len(self.originator_ids))
+            for iter13 in self.originator_ids:
+                oprot.writeString(iter13.encode('utf-8') if sys.version_info[0] == 2 else iter13)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class KeySetParams(object):
     """
     Attributes:
@@ -240,12 +336,12 @@ class KeySetParams(object):
             if fid == 1:
                 if ftype == TType.MAP:
                     self.key_vals = {}
-                    (_ktype1, _vtype2, _size0) = iprot.readMapBegin()
-                    for _i4 in range(_size0):
-                        _key5 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val6 = Value()
-                        _val6.read(iprot)
-                        self.key_vals[_key5] = _val6
+                    (_ktype15, _vtype16, _size14) = iprot.readMapBegin()
+                    for _i18 in range(_size14):
+                        _key19 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val20 = Value()
+                        _val20.read(iprot)
+                        self.key_vals[_key19] = _val20
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -257,10 +353,10 @@ class KeySetParams(object):
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.node_ids = []
-                    (_etype10, _size7) = iprot.readListBegin()
-                    for _i11 in range(_size7):
-                        _elem12 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.node_ids.append(_elem12)
+                    (_etype24, _size21) = iprot.readListBegin()
+                    for _i25 in range(_size21):
+                        _elem26 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.node_ids.append(_elem26)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -287,9 +383,9 @@ class KeySetParams(object):
         if self.key_vals is not None:
             oprot.writeFieldBegin('key_vals', TType.MAP, 1)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.key_vals))
-            for kiter13, viter14 in self.key_vals.items():
-                oprot.writeString(kiter13.encode('utf-8') if sys.version_info[0] == 2 else kiter13)
-                viter14.write(oprot)
+            for kiter27, viter28 in self.key_vals.items():
+                oprot.writeString(kiter27.encode('utf-8') if sys.version_info[0] == 2 else kiter27)
+                viter28.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.solicit_response is not None:
@@ -299,8 +395,8 @@ class KeySetParams(object):
         if self.node_ids is not None:
             oprot.writeFieldBegin('node_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.node_ids))
-            for iter15 in self.node_ids:
-                oprot.writeString(iter15.encode('utf-8') if sys.version_info[0] == 2 else iter15)
+            for iter29 in self.node_ids:
+                oprot.writeString(iter29.encode('utf-8') if sys.version_info[0] == 2 else iter29)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.sender_id is not None:
@@ -363,10 +459,10 @@ class KeyGetParams(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.keys = []
-                    (_etype19, _size16) = iprot.readListBegin()
-                    for _i20 in range(_size16):
-                        _elem21 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.keys.append(_elem21)
+                    (_etype33, _size30) = iprot.readListBegin()
+                    for _i34 in range(_size30):
+                        _elem35 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.keys.append(_elem35)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -383,8 +479,8 @@ class KeyGetParams(object):
         if self.keys is not None:
             oprot.writeFieldBegin('keys', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.keys))
-            for iter22 in self.keys:
-                oprot.writeString(iter22.encode('utf-8') if sys.version_info[0] == 2 else iter22)
+            for iter36 in self.keys:
+                oprot.writeString(iter36.encode('utf-8') if sys.version_info[0] == 2 else iter36)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -420,6 +516,7 @@ class KeyDumpParams(object):
      - key_val_hashes
      - sender_id
      - buckets
+     - filters
 
     """
 
@@ -429,15 +526,17 @@ class KeyDumpParams(object):
         'key_val_hashes',
         'sender_id',
         'buckets',
+        'filters',
     )
 
 
-    def __init__(self, prefix="", originator_ids=None, key_val_hashes=None, sender_id=None, buckets=None,):
+    def __init__(self, prefix="", originator_ids=None, key_val_hashes=None, sender_id=None, buckets=None, filters=None,):
         self.prefix = prefix
         self.originator_ids = originator_ids
         self.key_val_hashes = key_val_hashes
         self.sender_id = sender_id
         self.buckets = buckets
+        self.filters = filters
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -456,22 +555,22 @@ class KeyDumpParams(object):
             elif fid == 2:
                 if ftype == TType.SET:
                     self.originator_ids = set()
-                    (_etype26, _size23) = iprot.readSetBegin()
-                    for _i27 in range(_size23):
-                        _elem28 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.originator_ids.add(_elem28)
+                    (_etype40, _size37) = iprot.readSetBegin()
+                    for _i41 in range(_size37):
+                        _elem42 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.originator_ids.add(_elem42)
                     iprot.readSetEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.MAP:
                     self.key_val_hashes = {}
-                    (_ktype30, _vtype31, _size29) = iprot.readMapBegin()
-                    for _i33 in range(_size29):
-                        _key34 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val35 = Value()
-                        _val35.read(iprot)
-                        self.key_val_hashes[_key34] = _val35
+                    (_ktype44, _vtype45, _size43) = iprot.readMapBegin()
+                    for _i47 in range(_size43):
+                        _key48 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val49 = Value()
+                        _val49.read(iprot)
+                        self.key_val_hashes[_key48] = _val49
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -483,11 +582,17 @@ class KeyDumpParams(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.buckets = []
-                    (_etype39, _size36) = iprot.readListBegin()
-                    for _i40 in range(_size36):
-                        _elem41 = iprot.readI32()
-                        self.buckets.append(_elem41)
+                    (_etype53, _size50) = iprot.readListBegin()
+                    for _i54 in range(_size50):
+                        _elem55 = iprot.readI32()
+                        self.buckets.append(_elem55)
                     iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.filters = KeyFilters()
+                    self.filters.read(iprot)
                 else:
                     iprot.skip(ftype)
             else:
@@ -507,16 +612,16 @@ class KeyDumpParams(object):
         if self.originator_ids is not None:
             oprot.writeFieldBegin('originator_ids', TType.SET, 2)
             oprot.writeSetBegin(TType.STRING, len(self.originator_ids))
-            for iter42 in self.originator_ids:
-                oprot.writeString(iter42.encode('utf-8') if sys.version_info[0] == 2 else iter42)
+            for iter56 in self.originator_ids:
+                oprot.writeString(iter56.encode('utf-8') if sys.version_info[0] == 2 else iter56)
             oprot.writeSetEnd()
             oprot.writeFieldEnd()
         if self.key_val_hashes is not None:
             oprot.writeFieldBegin('key_val_hashes', TType.MAP, 3)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.key_val_hashes))
-            for kiter43, viter44 in self.key_val_hashes.items():
-                oprot.writeString(kiter43.encode('utf-8') if sys.version_info[0] == 2 else kiter43)
-                viter44.write(oprot)
+            for kiter57, viter58 in self.key_val_hashes.items():
+                oprot.writeString(kiter57.encode('utf-8') if sys.version_info[0] == 2 else kiter57)
+                viter58.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.sender_id is not None:
@@ -526,9 +631,13 @@ class KeyDumpParams(object):
         if self.buckets is not None:
             oprot.writeFieldBegin('buckets', TType.LIST, 5)
             oprot.writeListBegin(TType.I32, len(self.buckets))
-            for iter45 in self.buckets:
-                oprot.writeI32(iter45)
+            for iter59 in self.buckets:
+                oprot.writeI32(iter59)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.filters is not None:
+            oprot.writeFieldBegin('filters', TType.STRUCT, 6)
+            self.filters.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -559,16 +668,22 @@ class DigestParams(object):
     """
     Attributes:
      - node_ids
+     - filters
+     - sender_id
 
     """
 
     __slots__ = (
         'node_ids',
+        'filters',
+        'sender_id',
     )
 
 
-    def __init__(self, node_ids=None,):
+    def __init__(self, node_ids=None, filters=None, sender_id=None,):
         self.node_ids = node_ids
+        self.filters = filters
+        self.sender_id = sender_id
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -582,11 +697,22 @@ class DigestParams(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.node_ids = []
-                    (_etype49, _size46) = iprot.readListBegin()
-                    for _i50 in range(_size46):
-                        _elem51 = iprot.readI32()
-                        self.node_ids.append(_elem51)
+                    (_etype63, _size60) = iprot.readListBegin()
+                    for _i64 in range(_size60):
+                        _elem65 = iprot.readI32()
+                        self.node_ids.append(_elem65)
                     iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.filters = KeyFilters()
+                    self.filters.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.sender_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
             else:
@@ -602,9 +728,17 @@ class DigestParams(object):
         if self.node_ids is not None:
             oprot.writeFieldBegin('node_ids', TType.LIST, 1)
             oprot.writeListBegin(TType.I32, len(self.node_ids))
-            for iter52 in self.node_ids:
-                oprot.writeI32(iter52)
+            for iter66 in self.node_ids:
+                oprot.writeI32(iter66)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.filters is not None:
+            oprot.writeFieldBegin('filters', TType.STRUCT, 2)
+            self.filters.write(oprot)
+            oprot.writeFieldEnd()
+        if self.sender_id is not None:
+            oprot.writeFieldBegin('sender_id', TType.STRING, 3)
+            oprot.writeString(self.sender_id.encode('utf-8') if sys.version_info[0] == 2 else self.sender_id)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -639,6 +773,7 @@ class PeerSpec(object):
      - state
      - state_since_ms
      - flaps
+     - filters
 
     """
 
@@ -648,15 +783,17 @@ class PeerSpec(object):
         'state',
         'state_since_ms',
         'flaps',
+        'filters',
     )
 
 
-    def __init__(self, cmd_url=None, pub_url="", state=    0, state_since_ms=0, flaps=0,):
+    def __init__(self, cmd_url=None, pub_url="", state=    0, state_since_ms=0, flaps=0, filters=None,):
         self.cmd_url = cmd_url
         self.pub_url = pub_url
         self.state = state
         self.state_since_ms = state_since_ms
         self.flaps = flaps
+        self.filters = filters
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -692,6 +829,12 @@ class PeerSpec(object):
                     self.flaps = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.filters = KeyFilters()
+                    self.filters.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -721,6 +864,10 @@ class PeerSpec(object):
         if self.flaps is not None:
             oprot.writeFieldBegin('flaps', TType.I32, 5)
             oprot.writeI32(self.flaps)
+            oprot.writeFieldEnd()
+        if self.filters is not None:
+            oprot.writeFieldBegin('filters', TType.STRUCT, 6)
+            self.filters.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -774,12 +921,12 @@ class PeerAddParams(object):
             if fid == 1:
                 if ftype == TType.MAP:
                     self.peers = {}
-                    (_ktype54, _vtype55, _size53) = iprot.readMapBegin()
-                    for _i57 in range(_size53):
-                        _key58 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val59 = PeerSpec()
-                        _val59.read(iprot)
-                        self.peers[_key58] = _val59
+                    (_ktype68, _vtype69, _size67) = iprot.readMapBegin()
+                    for _i71 in range(_size67):
+                        _key72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val73 = PeerSpec()
+                        _val73.read(iprot)
+                        self.peers[_key72] = _val73
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -796,9 +943,9 @@ class PeerAddParams(object):
         if self.peers is not None:
             oprot.writeFieldBegin('peers', TType.MAP, 1)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.peers))
-            for kiter60, viter61 in self.peers.items():
-                oprot.writeString(kiter60.encode('utf-8') if sys.version_info[0] == 2 else kiter60)
-                viter61.write(oprot)
+            for kiter74, viter75 in self.peers.items():
+                oprot.writeString(kiter74.encode('utf-8') if sys.version_info[0] == 2 else kiter74)
+                viter75.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -853,10 +1000,10 @@ class PeerDelParams(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.peer_names = []
-                    (_etype65, _size62) = iprot.readListBegin()
-                    for _i66 in range(_size62):
-                        _elem67 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.peer_names.append(_elem67)
+                    (_etype79, _size76) = iprot.readListBegin()
+                    for _i80 in range(_size76):
+                        _elem81 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.peer_names.append(_elem81)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -873,8 +1020,8 @@ class PeerDelParams(object):
         if self.peer_names is not None:
             oprot.writeFieldBegin('peer_names', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.peer_names))
-            for iter68 in self.peer_names:
-                oprot.writeString(iter68.encode('utf-8') if sys.version_info[0] == 2 else iter68)
+            for iter82 in self.peer_names:
+                oprot.writeString(iter82.encode('utf-8') if sys.version_info[0] == 2 else iter82)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1087,42 +1234,42 @@ class Publication(object):
             if fid == 1:
                 if ftype == TType.MAP:
                     self.key_vals = {}
-                    (_ktype70, _vtype71, _size69) = iprot.readMapBegin()
-                    for _i73 in range(_size69):
-                        _key74 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val75 = Value()
-                        _val75.read(iprot)
-                        self.key_vals[_key74] = _val75
+                    (_ktype84, _vtype85, _size83) = iprot.readMapBegin()
+                    for _i87 in range(_size83):
+                        _key88 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val89 = Value()
+                        _val89.read(iprot)
+                        self.key_vals[_key88] = _val89
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.expired_keys = []
-                    (_etype79, _size76) = iprot.readListBegin()
-                    for _i80 in range(_size76):
-                        _elem81 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.expired_keys.append(_elem81)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.expired_keys.append(_elem95)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.node_ids = []
-                    (_etype85, _size82) = iprot.readListBegin()
-                    for _i86 in range(_size82):
-                        _elem87 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.node_ids.append(_elem87)
+                    (_etype99, _size96) = iprot.readListBegin()
+                    for _i100 in range(_size96):
+                        _elem101 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.node_ids.append(_elem101)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.tobe_updated_keys = []
-                    (_etype91, _size88) = iprot.readListBegin()
-                    for _i92 in range(_size88):
-                        _elem93 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.tobe_updated_keys.append(_elem93)
+                    (_etype105, _size102) = iprot.readListBegin()
+                    for _i106 in range(_size102):
+                        _elem107 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.tobe_updated_keys.append(_elem107)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1144,30 +1291,30 @@ class Publication(object):
         if self.key_vals is not None:
             oprot.writeFieldBegin('key_vals', TType.MAP, 1)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.key_vals))
-            for kiter94, viter95 in self.key_vals.items():
-                oprot.writeString(kiter94.encode('utf-8') if sys.version_info[0] == 2 else kiter94)
-                viter95.write(oprot)
+            for kiter108, viter109 in self.key_vals.items():
+                oprot.writeString(kiter108.encode('utf-8') if sys.version_info[0] == 2 else kiter108)
+                viter109.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.expired_keys is not None:
             oprot.writeFieldBegin('expired_keys', TType.LIST, 2)
             oprot.writeListBegin(TType.STRING, len(self.expired_keys))
-            for iter96 in self.expired_keys:
-                oprot.writeString(iter96.encode('utf-8') if sys.version_info[0] == 2 else iter96)
+            for iter110 in self.expired_keys:
+                oprot.writeString(iter110.encode('utf-8') if sys.version_info[0] == 2 else iter110)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.node_ids is not None:
             oprot.writeFieldBegin('node_ids', TType.LIST, 3)
             oprot.writeListBegin(TType.STRING, len(self.node_ids))
-            for iter97 in self.node_ids:
-                oprot.writeString(iter97.encode('utf-8') if sys.version_info[0] == 2 else iter97)
+            for iter111 in self.node_ids:
+                oprot.writeString(iter111.encode('utf-8') if sys.version_info[0] == 2 else iter111)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tobe_updated_keys is not None:
             oprot.writeFieldBegin('tobe_updated_keys', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.tobe_updated_keys))
-            for iter98 in self.tobe_updated_keys:
-                oprot.writeString(iter98.encode('utf-8') if sys.version_info[0] == 2 else iter98)
+            for iter112 in self.tobe_updated_keys:
+                oprot.writeString(iter112.encode('utf-8') if sys.version_info[0] == 2 else iter112)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.timestamp_ms is not None:
@@ -1203,16 +1350,19 @@ class DigestReply(object):
     """
     Attributes:
      - digests
+     - filters
 
     """
 
     __slots__ = (
         'digests',
+        'filters',
     )
 
 
-    def __init__(self, digests=None,):
+    def __init__(self, digests=None, filters=None,):
         self.digests = digests
+        self.filters = filters
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1226,12 +1376,18 @@ class DigestReply(object):
             if fid == 1:
                 if ftype == TType.MAP:
                     self.digests = {}
-                    (_ktype100, _vtype101, _size99) = iprot.readMapBegin()
-                    for _i103 in range(_size99):
-                        _key104 = iprot.readI32()
-                        _val105 = iprot.readI64()
-                        self.digests[_key104] = _val105
+                    (_ktype114, _vtype115, _size113) = iprot.readMapBegin()
+                    for _i117 in range(_size113):
+                        _key118 = iprot.readI32()
+                        _val119 = iprot.readI64()
+                        self.digests[_key118] = _val119
                     iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.filters = KeyFilters()
+                    self.filters.read(iprot)
                 else:
                     iprot.skip(ftype)
             else:
@@ -1247,10 +1403,14 @@ class DigestReply(object):
         if self.digests is not None:
             oprot.writeFieldBegin('digests', TType.MAP, 1)
             oprot.writeMapBegin(TType.I32, TType.I64, len(self.digests))
-            for kiter106, viter107 in self.digests.items():
-                oprot.writeI32(kiter106)
-                oprot.writeI64(viter107)
+            for kiter120, viter121 in self.digests.items():
+                oprot.writeI32(kiter120)
+                oprot.writeI64(viter121)
             oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.filters is not None:
+            oprot.writeFieldBegin('filters', TType.STRUCT, 2)
+            self.filters.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1288,6 +1448,7 @@ class NodeInfo(object):
      - uptime_ms
      - digest
      - store_state
+     - leaf_filters
 
     """
 
@@ -1300,10 +1461,11 @@ class NodeInfo(object):
         'uptime_ms',
         'digest',
         'store_state',
+        'leaf_filters',
     )
 
 
-    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0, store_state=None,):
+    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0, store_state=None, leaf_filters=None,):
         self.name = name
         self.cmd_url = cmd_url
         self.pub_url = pub_url
@@ -1312,6 +1474,7 @@ class NodeInfo(object):
         self.uptime_ms = uptime_ms
         self.digest = digest
         self.store_state = store_state
+        self.leaf_filters = leaf_filters
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1362,6 +1525,12 @@ class NodeInfo(object):
                     self.store_state = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.STRUCT:
+                    self.leaf_filters = KeyFilters()
+                    self.leaf_filters.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1403,6 +1572,10 @@ class NodeInfo(object):
         if self.store_state is not None:
             oprot.writeFieldBegin('store_state', TType.STRING, 8)
             oprot.writeString(self.store_state.encode('utf-8') if sys.version_info[0] == 2 else self.store_state)
+            oprot.writeFieldEnd()
+        if self.leaf_filters is not None:
+            oprot.writeFieldBegin('leaf_filters', TType.STRUCT, 9)
+            self.leaf_filters.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1566,23 +1739,23 @@ class Response(object):
             elif fid == 3:
                 if ftype == TType.MAP:
                     self.peers = {}
-                    (_ktype109, _vtype110, _size108) = iprot.readMapBegin()
-                    for _i112 in range(_size108):
-                        _key113 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val114 = PeerSpec()
-                        _val114.read(iprot)
-                        self.peers[_key113] = _val114
+                    (_ktype123, _vtype124, _size122) = iprot.readMapBegin()
+                    for _i126 in range(_size122):
+                        _key127 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val128 = PeerSpec()
+                        _val128.read(iprot)
+                        self.peers[_key127] = _val128
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.counters = {}
-                    (_ktype116, _vtype117, _size115) = iprot.readMapBegin()
-                    for _i119 in range(_size115):
-                        _key120 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val121 = iprot.readI64()
-                        self.counters[_key120] = _val121
+                    (_ktype130, _vtype131, _size129) = iprot.readMapBegin()
+                    for _i133 in range(_size129):
+                        _key134 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val135 = iprot.readI64()
+                        self.counters[_key134] = _val135
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1601,11 +1774,11 @@ class Response(object):
             elif fid == 7:
                 if ftype == TType.MAP:
                     self.no_merge_reasons = {}
-                    (_ktype123, _vtype124, _size122) = iprot.readMapBegin()
-                    for _i126 in range(_size122):
-                        _key127 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val128 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.no_merge_reasons[_key127] = _val128
+                    (_ktype137, _vtype138, _size136) = iprot.readMapBegin()
+                    for _i140 in range(_size136):
+                        _key141 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val142 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.no_merge_reasons[_key141] = _val142
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1630,17 +1803,17 @@ class Response(object):
         if self.peers is not None:
             oprot.writeFieldBegin('peers', TType.MAP, 3)
             oprot.writeMapBegin(TType.STRING, TType.STRUCT, len(self.peers))
-            for kiter129, viter130 in self.peers.items():
-                oprot.writeString(kiter129.encode('utf-8') if sys.version_info[0] == 2 else kiter129)
-                viter130.write(oprot)
+            for kiter143, viter144 in self.peers.items():
+                oprot.writeString(kiter143.encode('utf-8') if sys.version_info[0] == 2 else kiter143)
+                viter144.write(oprot)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.counters is not None:
             oprot.writeFieldBegin('counters', TType.MAP, 4)
             oprot.writeMapBegin(TType.STRING, TType.I64, len(self.counters))
-            for kiter131, viter132 in self.counters.items():
-                oprot.writeString(kiter131.encode('utf-8') if sys.version_info[0] == 2 else kiter131)
-                oprot.writeI64(viter132)
+            for kiter145, viter146 in self.counters.items():
+                oprot.writeString(kiter145.encode('utf-8') if sys.version_info[0] == 2 else kiter145)
+                oprot.writeI64(viter146)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.digest is not None:
@@ -1654,9 +1827,9 @@ class Response(object):
         if self.no_merge_reasons is not None:
             oprot.writeFieldBegin('no_merge_reasons', TType.MAP, 7)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.no_merge_reasons))
-            for kiter133, viter134 in self.no_merge_reasons.items():
-                oprot.writeString(kiter133.encode('utf-8') if sys.version_info[0] == 2 else kiter133)
-                oprot.writeString(viter134.encode('utf-8') if sys.version_info[0] == 2 else viter134)
+            for kiter147, viter148 in self.no_merge_reasons.items():
+                oprot.writeString(kiter147.encode('utf-8') if sys.version_info[0] == 2 else kiter147)
+                oprot.writeString(viter148.encode('utf-8') if sys.version_info[0] == 2 else viter148)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1692,6 +1865,12 @@ Value.thrift_spec = (
     (5, TType.I64, 'ttl_version', None, 0, ),  # 5
     (6, TType.I64, 'hash', None, None, ),  # 6
 )
+all_structs.append(KeyFilters)
+KeyFilters.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'key_prefixes', (TType.STRING, 'UTF8', False), None, ),  # 1
+    (2, TType.LIST, 'originator_ids', (TType.STRING, 'UTF8', False), None, ),  # 2
+)
 all_structs.append(KeySetParams)
 KeySetParams.thrift_spec = (
     None,  # 0
@@ -1714,11 +1893,14 @@ KeyDumpParams.thrift_spec = (
     (3, TType.MAP, 'key_val_hashes', (TType.STRING, 'UTF8', TType.STRUCT, [Value, None], False), None, ),  # 3
     (4, TType.STRING, 'sender_id', 'UTF8', None, ),  # 4
     (5, TType.LIST, 'buckets', (TType.I32, None, False), None, ),  # 5
+    (6, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 6
 )
 all_structs.append(DigestParams)
 DigestParams.thrift_spec = (
     None,  # 0
     (1, TType.LIST, 'node_ids', (TType.I32, None, False), None, ),  # 1
+    (2, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 2
+    (3, TType.STRING, 'sender_id', 'UTF8', None, ),  # 3
 )
 all_structs.append(PeerSpec)
 PeerSpec.thrift_spec = (
@@ -1728,6 +1910,7 @@ PeerSpec.thrift_spec = (
     (3, TType.I32, 'state', None,     0, ),  # 3
     (4, TType.I64, 'state_since_ms', None, 0, ),  # 4
     (5, TType.I32, 'flaps', None, 0, ),  # 5
+    (6, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 6
 )
 all_structs.append(PeerAddParams)
 PeerAddParams.thrift_spec = (
@@ -1763,6 +1946,7 @@ all_structs.append(DigestReply)
 DigestReply.thrift_spec = (
     None,  # 0
     (1, TType.MAP, 'digests', (TType.I32, None, TType.I64, None, False), None, ),  # 1
+    (2, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 2
 )
 all_structs.append(NodeInfo)
 NodeInfo.thrift_spec = (
@@ -1775,6 +1959,7 @@ NodeInfo.thrift_spec = (
     (6, TType.I64, 'uptime_ms', None, 0, ),  # 6
     (7, TType.I64, 'digest', None, 0, ),  # 7
     (8, TType.STRING, 'store_state', 'UTF8', None, ),  # 8
+    (9, TType.STRUCT, 'leaf_filters', [KeyFilters, None], None, ),  # 9
 )
 all_structs.append(Error)
 Error.thrift_spec = (
