@@ -370,8 +370,10 @@ def handshake_failure(url: str, curve: ClientCurve | None, event: int) -> str:
               " max_clients for requests) and refused this connection")
     if curve is None:
         if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            return (f"connection refused by {url} during the handshake: the node requires "
-                    f"CurveZMQ (no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}), {at_cap}")
+            # The missing key comes last, as in the other no-key message: which of the two a
+            # client gets depends on libzmq's event, not on what the operator must do.
+            return (f"connection refused by {url} during the handshake (the node requires "
+                    f"CurveZMQ, {at_cap}); no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}")
         return (f"authentication refused by {url}: the node requires CurveZMQ; "
                 f"no key: set {KEY_FILE_ENV} and {SERVER_KEY_ENV}")
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
