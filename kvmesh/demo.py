@@ -29,11 +29,18 @@ import click
 
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cluster import OPERATOR_KEY, make_keys
-from kvstore import safefs
-from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
-from kvstore.curve import ClientCurve, load_key_pair, load_public_key
-from kvstore.gen.kvstore_thrift.ttypes import Publication
-from kvstore.node_ports import free_tcp_port
+from kvstore import (
+    ClientCurve,
+    KvStoreClient,
+    KvStoreError,
+    Publication,
+    Subscription,
+    free_tcp_port,
+    load_key_pair,
+    load_public_key,
+    make_value,
+    safefs,
+)
 
 NODE_NAMES = ("a", "b", "c")
 SHOWN_COUNTERS = (

@@ -55,8 +55,7 @@ from kvmesh.agent.recon import (
 )
 from kvmesh.agent.revisions import ROLLED_BACK, ConfirmTimer, revision_key, rollback_values
 from kvmesh.agent.status import StatusPublisher
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.store_state import StoreState, store_is_current, why_not_current
+from kvstore import KvStoreClient, KvStoreError, StoreState, store_is_current, why_not_current
 from scheduler import (
     KVScheduler,
     RetryPolicy,

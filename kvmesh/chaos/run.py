@@ -33,9 +33,7 @@ from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import config_key
 from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
-from kvstore import safefs
-from kvstore.client import KvStoreError
-from kvstore.value import TTL_INFINITY, Value
+from kvstore import TTL_INFINITY, KvStoreError, Value, safefs
 
 __all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
 

@@ -17,7 +17,7 @@ import click
 from kvmesh.agent.http_server import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvmesh.cli import agent_cmds, cluster_cmds, keys_cmds, kvstore_cmds, ops_cmds, vpp_cmds
 from kvmesh.cli.context import DEFAULT_URL, CliContext
-from kvstore.curve import KEY_FILE_ENV, SERVER_KEY_ENV
+from kvstore import KEY_FILE_ENV, SERVER_KEY_ENV
 
 URL_HELP = "Command URL of the KvStore node to talk to."
 JSON_HELP = "Print machine-readable JSON."

@@ -28,7 +28,7 @@ def test_the_tests_run_in_strict_mode() -> None:
 def test_a_misspelt_counter_is_an_error_in_strict_mode(strict: None) -> None:
     counters = stats.StatCounter()
     counters[stats.PEER_ADDS] += 1
-    with pytest.raises(stats.UndeclaredStat, match="kvstore.peer_add'"):
+    with pytest.raises(stats.UndeclaredStat, match=r"kvstore\.peer_add'"):
         counters["kvstore.peer_add"] += 1
     assert stats.SEND_FAILURE_TO("any-peer") == "kvstore.send_failure.any-peer"  # open family
     with pytest.raises(stats.UndeclaredStat):
