@@ -217,12 +217,12 @@ class KvStoreNode:
         handshakes = self._handshake_failed if self.security is not None else None
         max_clients, max_subscribers = connection_caps(cfg, fd_limit())
         self._cmd_limiter = ConnectionLimiter(
-            cmd, max_clients, counters, "kvstore.clients", "max_clients", handshakes,
+            cmd, max_clients, counters, stats.CLIENTS, "max_clients", handshakes,
             reap_idlest=True, before_reap=self._on_cmd_readable,
         )
         self._limiters = [
             self._cmd_limiter,
-            ConnectionLimiter(pub, max_subscribers, counters, "kvstore.subscribers",
+            ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
                               "max_subscribers", handshakes),
         ]
         for limiter in self._limiters:

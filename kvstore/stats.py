@@ -326,27 +326,39 @@ SEND_FAILURE_TO = family("kvstore.send_failure.", "peer", Kind.COUNTER,
 # ---------------------------------------------------------------------------------- connections
 
 
-def _connections(prefix: str, socket: str) -> tuple[Stat, Stat, Stat, Stat, Stat, Stat, Stat]:
-    return (
-        counter(f"{prefix}.accepted", f"Connections accepted on the {socket}."),
-        counter(f"{prefix}.disconnected", f"Connections closed on the {socket}."),
-        counter(f"{prefix}.refused",
-                f"New connections shut down at once on the {socket}: over its cap."),
-        counter(f"{prefix}.reaped",
-                f"The idlest connections of the {socket} shut down for a new one: over its cap."),
-        counter(f"{prefix}.accept_failed",
-                f"Accepts the kernel refused on the {socket} (e.g. no descriptor left)."),
-        counter(f"{prefix}.handshake_failed", f"Failed handshakes on the {socket}."),
-        gauge(f"{prefix}.connected", f"Connections open on the {socket}."),
+@dataclass(frozen=True)
+class ConnectionStats:
+    """The counters of one bound socket's connections (kvstore/node_conns.py)."""
+
+    prefix: str
+    accepted: Stat
+    disconnected: Stat
+    refused: Stat
+    reaped: Stat
+    accept_failed: Stat
+    handshake_failed: Stat
+    connected: Stat
+
+
+def _connections(prefix: str, socket: str) -> ConnectionStats:
+    return ConnectionStats(
+        prefix,
+        accepted=counter(f"{prefix}.accepted", f"Connections accepted on the {socket}."),
+        disconnected=counter(f"{prefix}.disconnected", f"Connections closed on the {socket}."),
+        refused=counter(f"{prefix}.refused",
+                        f"New connections shut down at once on the {socket}: over its cap."),
+        reaped=counter(f"{prefix}.reaped", f"The idlest connections of the {socket} shut down "
+                                           "for a new one: over its cap."),
+        accept_failed=counter(f"{prefix}.accept_failed", f"Accepts the kernel refused on the "
+                                                         f"{socket} (e.g. no descriptor left)."),
+        handshake_failed=counter(f"{prefix}.handshake_failed",
+                                 f"Failed handshakes on the {socket}."),
+        connected=gauge(f"{prefix}.connected", f"Connections open on the {socket}."),
     )
 
 
-(CLIENTS_ACCEPTED, CLIENTS_DISCONNECTED, CLIENTS_REFUSED, CLIENTS_REAPED,
- CLIENTS_ACCEPT_FAILED, CLIENTS_HANDSHAKE_FAILED, CLIENTS_CONNECTED) = _connections(
-    "kvstore.clients", "command socket")
-(SUBSCRIBERS_ACCEPTED, SUBSCRIBERS_DISCONNECTED, SUBSCRIBERS_REFUSED, SUBSCRIBERS_REAPED,
- SUBSCRIBERS_ACCEPT_FAILED, SUBSCRIBERS_HANDSHAKE_FAILED, SUBSCRIBERS_CONNECTED) = _connections(
-    "kvstore.subscribers", "publication socket")
+CLIENTS = _connections("kvstore.clients", "command socket")
+SUBSCRIBERS = _connections("kvstore.subscribers", "publication socket")
 SUBSCRIBERS_DROPPED_PUBLICATIONS = counter(
     "kvstore.subscribers.dropped_publications",
     "Times a subscriber's queue was found full (a publication dropped for it).")

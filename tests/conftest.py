@@ -1,0 +1,184 @@
+"""Test tiers, applied in one place.
+
+Every test carries the markers of what it needs, so that the inner loop can leave out the costly
+ones::
+
+    pytest -m "not slow and not netns and not process"     # the fast tier (the inner loop)
+    pytest                                                 # everything (CI)
+
+* ``process``: the test starts processes (nodes, agents, the VPP emulator, the CLI, tools);
+* ``netns``: the test needs root and creates network namespaces;
+* ``slow``: fuzzing, chaos runs, lint (mypy over the tree), long simulations, anything that
+  takes seconds on its own.
+
+The markers come from ``tests/tiers.json`` (test id -> markers), written by a recording run
+(``KVMESH_RECORD_TIERS=1 pytest -p no:xdist``, see docs/testing.md) that watches what each test
+really does. The classification is enforced: a test that starts a process without the
+``process`` marker fails with a message saying so, so the fast tier cannot silently grow a
+process-starting test. Tests added since the last recording carry every tier marker (they run
+in the full suite only) until it is re-recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TIERS_FILE = Path(__file__).with_name("tiers.json")
+TIER_MARKERS = ("process", "netns", "slow")
+RECORD = os.environ.get("KVMESH_RECORD_TIERS") == "1"
+SLOW_SECONDS = 2.0  # a test that takes this long on its own (idle machine) is slow
+ALWAYS_SLOW_FILES = ("tests/test_lint.py", "tests/fuzz/", "tests/test_chaos_")
+
+# A KvStore counter name that kvstore/stats.py does not declare is an error in every test, in
+# this process and in the node processes the tests start (they inherit the environment).
+os.environ["KVSTORE_STRICT_COUNTERS"] = "1"
+
+
+def _load_tiers() -> dict[str, list[str]]:
+    if not TIERS_FILE.exists():
+        return {}
+    tiers: dict[str, list[str]] = json.loads(TIERS_FILE.read_text())["tests"]
+    return tiers
+
+
+TIERS = _load_tiers()
+
+
+def _base_id(nodeid: str) -> str:
+    """The test id without its parameters: parametrised cases share one classification."""
+    return nodeid.split("[", 1)[0]
+
+
+def _markers_for(nodeid: str) -> set[str]:
+    # Not recorded yet: assume the worst (left out of the fast tier until re-recorded).
+    markers = set(TIERS.get(_base_id(nodeid), TIER_MARKERS))
+    if nodeid.startswith(ALWAYS_SLOW_FILES):
+        markers.add("slow")
+    return markers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(_markers_for(item.nodeid)):
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+# --- what a test really does: the recorder and the enforcement share one probe -----------------
+
+class _Probe:
+    """Counts the processes and namespaces started since the session began."""
+
+    def __init__(self) -> None:
+        self.processes = 0
+        self.namespaces = 0
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.processes, self.namespaces
+
+    def saw_command(self, args: Any) -> None:
+        self.processes += 1
+        words = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+        if "netns" in words and ("add" in words or "exec" in words):
+            self.namespaces += 1
+
+
+_probe = _Probe()
+_real_popen_init = subprocess.Popen.__init__
+_real_process_start = multiprocessing.Process.start
+
+
+def _popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    _probe.saw_command(args)
+    _real_popen_init(self, args, *rest, **kwargs)
+
+
+def _process_start(self: Any) -> None:
+    _probe.processes += 1
+    _real_process_start(self)
+
+
+subprocess.Popen.__init__ = _popen_init  # type: ignore[method-assign]
+multiprocessing.Process.start = _process_start  # type: ignore[method-assign]
+
+_recorded: dict[str, dict[str, Any]] = {}
+_spawning_fixtures: set[str] = set()  # recorded: fixtures whose setup starts processes
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
+    # A module- or session-scoped fixture starts its processes for the first test that asks:
+    # the tests that use it are all "process" tests, whichever runs first.
+    before = _probe.processes
+    yield
+    if _probe.processes > before:
+        _spawning_fixtures.add(fixturedef.argname)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    processes, namespaces = _probe.snapshot()
+    started = time.perf_counter()
+    yield
+    elapsed = time.perf_counter() - started
+    spawned = _probe.processes - processes
+    if RECORD:
+        entry = _recorded.setdefault(_base_id(item.nodeid), {
+            "process": False, "netns": False, "seconds": 0.0,
+            "fixtures": sorted(getattr(item, "fixturenames", ()))})
+        entry["process"] |= spawned > 0
+        entry["netns"] |= _probe.namespaces > namespaces
+        entry["seconds"] = max(entry["seconds"], elapsed)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test that starts a process in its body without the ``process`` marker."""
+    before = _probe.processes
+    yield
+    spawned = _probe.processes - before
+    marked = {m.name for m in request.node.iter_markers() if m.name in TIER_MARKERS}
+    if not RECORD and spawned and "process" not in marked:
+        pytest.fail(f"{request.node.nodeid} started {spawned} process(es) but is not marked "
+                    "'process': re-record tests/tiers.json (docs/testing.md)", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not RECORD or not _recorded or hasattr(session.config, "workerinput"):
+        return
+    tests: dict[str, list[str]] = {}
+    for nodeid, entry in sorted(_recorded.items()):
+        markers = []
+        if entry["process"] or _spawning_fixtures.intersection(entry["fixtures"]):
+            markers.append("process")
+        if entry["netns"]:
+            markers.append("netns")
+        if entry["seconds"] >= SLOW_SECONDS or nodeid.startswith(ALWAYS_SLOW_FILES):
+            markers.append("slow")
+        tests[nodeid] = markers
+    merged = {**TIERS, **tests}
+    TIERS_FILE.write_text(json.dumps(
+        {"comment": "test id -> tier markers; written by KVMESH_RECORD_TIERS=1 pytest "
+                    "(tests/conftest.py), do not edit by hand", "tests": merged},
+        indent=0, sort_keys=True) + "\n")
+
+
+# --- hypothesis: the full search in CI, a quick one in the inner loop ---------------------------
+# `pytest --hypothesis-profile=dev` (or HYPOTHESIS_PROFILE=dev) runs each property with fewer
+# examples; tests that set their own max_examples keep them.
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
+else:
+    _hypothesis_settings.register_profile("ci", _hypothesis_settings.get_profile("default"))
+    _hypothesis_settings.register_profile("dev", max_examples=10, deadline=None)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
