@@ -15,8 +15,11 @@ CORE_HARNESS = ("kvmesh/chaos/sim.py", "kvmesh/chaos/model.py")
 
 
 def _internal_imports(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    found: list[str] = []
+    text = path.read_text()
+    if "kvstore" not in text:
+        return found
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvstore."):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import")
         elif isinstance(node, ast.ImportFrom) and node.module == "kvstore":
