@@ -40,16 +40,17 @@ from kvstore import (
     load_public_key,
     make_value,
     safefs,
+    stats,
 )
 
 NODE_NAMES = ("a", "b", "c")
 SHOWN_COUNTERS = (
-    "kvstore.num_keys",
-    "kvstore.received_publications",
-    "kvstore.sent_publications",
-    "kvstore.full_sync.success",
-    "kvstore.looped_publications",
-    "kvstore.malformed_requests",
+    stats.NUM_KEYS,
+    stats.RECEIVED_PUBLICATIONS,
+    stats.SENT_PUBLICATIONS,
+    stats.FULL_SYNC_SUCCESS,
+    stats.LOOPED_PUBLICATIONS,
+    stats.MALFORMED_REQUESTS,
 )
 
 
@@ -229,7 +230,7 @@ def run_demo(keep: bool = False) -> int:
         step("4. counters")
         rows = []
         for name in SHOWN_COUNTERS:
-            row = [name]
+            row: list[str] = [name]
             for node in cluster.nodes:
                 with node.client() as client:
                     row.append(str(client.counters().get(name, 0)))
