@@ -35,18 +35,19 @@ from pathlib import Path
 
 from kvmesh import netlab
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
-from kvstore import safefs
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.curve import (
+from kvstore import (
+    DB_FILE,
     KEY_FILE_ENV,
     SERVER_KEY_ENV,
     ClientCurve,
+    KvStoreClient,
+    KvStoreError,
+    free_tcp_port,
     generate,
     load_key_pair,
     load_public_key,
+    safefs,
 )
-from kvstore.node_ports import free_tcp_port
-from kvstore.storage import DB_FILE
 
 RUN_DIR_ENV = "KVMESH_RUN_DIR"
 

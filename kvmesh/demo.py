@@ -29,20 +29,28 @@ import click
 
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cluster import OPERATOR_KEY, make_keys
-from kvstore import safefs
-from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
-from kvstore.curve import ClientCurve, load_key_pair, load_public_key
-from kvstore.gen.kvstore_thrift.ttypes import Publication
-from kvstore.node_ports import free_tcp_port
+from kvstore import (
+    ClientCurve,
+    KvStoreClient,
+    KvStoreError,
+    Publication,
+    Subscription,
+    free_tcp_port,
+    load_key_pair,
+    load_public_key,
+    make_value,
+    safefs,
+    stats,
+)
 
 NODE_NAMES = ("a", "b", "c")
 SHOWN_COUNTERS = (
-    "kvstore.num_keys",
-    "kvstore.received_publications",
-    "kvstore.sent_publications",
-    "kvstore.full_sync.success",
-    "kvstore.looped_publications",
-    "kvstore.malformed_requests",
+    stats.NUM_KEYS,
+    stats.RECEIVED_PUBLICATIONS,
+    stats.SENT_PUBLICATIONS,
+    stats.FULL_SYNC_SUCCESS,
+    stats.LOOPED_PUBLICATIONS,
+    stats.MALFORMED_REQUESTS,
 )
 
 
@@ -222,7 +230,7 @@ def run_demo(keep: bool = False) -> int:
         step("4. counters")
         rows = []
         for name in SHOWN_COUNTERS:
-            row = [name]
+            row: list[str] = [name]
             for node in cluster.nodes:
                 with node.client() as client:
                     row.append(str(client.counters().get(name, 0)))

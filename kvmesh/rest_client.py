@@ -28,7 +28,7 @@ from typing import Any
 
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
-from kvstore.curve import is_loopback_host
+from kvstore import is_loopback_host
 
 HTTP_TIMEOUT_S = 30.0
 

@@ -1,2 +1,153 @@
 """KvStore: the replicated, eventually consistent key-value mesh (a sans-I/O core plus an
-asyncio/ZeroMQ node)."""
+asyncio/ZeroMQ node).
+
+This module is the public surface: code outside `kvstore/` (the CLI, the agent, tools) imports
+from here only (`from kvstore import KvStoreClient, Value`), so the modules behind it (the core,
+the node's shells, the generated Thrift code) can change without touching their users. A test
+(tests/kvstore/test_surface.py) keeps kvmesh/cli and kvmesh/agent on this surface.
+
+What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncKvStoreClient`,
+`KeyManager`) and their errors (`KvStoreError` and its subclasses); the node (`KvStoreNode`,
+`run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
+(`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
+`make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
+`StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+
+Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
+import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
+names; a test checks that both agree.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvstore import safefs, stats
+    from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
+    from kvstore.client import (
+        DEFAULT_TIMEOUT_S,
+        KvStoreAuthError,
+        KvStoreClient,
+        KvStoreError,
+        KvStoreRequestError,
+        KvStoreTimeout,
+        KvStoreVersionExhausted,
+        Subscription,
+        check_response,
+        make_value,
+        next_version,
+    )
+    from kvstore.config import ConfigError, NodeConfig, PeerAddress, load_config, parse_peer
+    from kvstore.curve import (
+        ClientCurve,
+        CurveError,
+        KeyPair,
+        NodeSecurity,
+        fingerprint,
+        generate,
+        is_loopback_host,
+        load_key_pair,
+        load_public_key,
+        non_loopback,
+    )
+    from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
+    from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Publication
+    from kvstore.node import KvStoreNode, run_node
+    from kvstore.node_ports import free_tcp_port
+    from kvstore.signature import record_identity, store_signature
+    from kvstore.storage import DB_FILE
+    from kvstore.store_state import StoreState, store_is_current, why_not_current
+    from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
+
+# Where each public name lives (a submodule for `safefs` and `stats`).
+_SURFACE: dict[str, tuple[str, ...]] = {
+    "kvstore.safefs": ("safefs",),
+    "kvstore.stats": ("stats",),
+    "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
+    "kvstore.client": (
+        "DEFAULT_TIMEOUT_S", "KvStoreAuthError", "KvStoreClient", "KvStoreError",
+        "KvStoreRequestError", "KvStoreTimeout", "KvStoreVersionExhausted", "Subscription",
+        "check_response", "make_value", "next_version",
+    ),
+    "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
+    "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
+    "kvstore.curve": (
+        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
+        "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
+    ),
+    "kvstore.gen.kvstore_thrift.ttypes": ("PeerSpec", "PeerState", "Publication"),
+    "kvstore.node": ("KvStoreNode", "run_node"),
+    "kvstore.node_ports": ("free_tcp_port",),
+    "kvstore.signature": ("record_identity", "store_signature"),
+    "kvstore.storage": ("DB_FILE",),
+    "kvstore.store_state": ("StoreState", "store_is_current", "why_not_current"),
+    "kvstore.value": ("I64_MAX", "I64_MIN", "TTL_INFINITY", "NoMergeReason", "Value", "with_ttl"),
+}
+_MODULE_OF = {name: module for module, names in _SURFACE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvstore' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"kvstore.{name}" else getattr(loaded, name)
+    globals()[name] = value  # next time without __getattr__
+    return value
+
+
+__all__ = [
+    "DB_FILE",
+    "DEFAULT_TIMEOUT_S",
+    "I64_MAX",
+    "I64_MIN",
+    "KEY_FILE_ENV",
+    "SERVER_KEY_ENV",
+    "TTL_INFINITY",
+    "AsyncKvStoreClient",
+    "AsyncSubscription",
+    "ClientCurve",
+    "ConfigError",
+    "CurveError",
+    "KeyManager",
+    "KeyPair",
+    "KvStoreAuthError",
+    "KvStoreClient",
+    "KvStoreError",
+    "KvStoreNode",
+    "KvStoreRequestError",
+    "KvStoreTimeout",
+    "KvStoreVersionExhausted",
+    "NoMergeReason",
+    "NodeConfig",
+    "NodeSecurity",
+    "PeerAddress",
+    "PeerSpec",
+    "PeerState",
+    "Publication",
+    "StoreState",
+    "Subscription",
+    "Value",
+    "check_response",
+    "fingerprint",
+    "free_tcp_port",
+    "generate",
+    "is_loopback_host",
+    "load_config",
+    "load_key_pair",
+    "load_public_key",
+    "make_value",
+    "next_version",
+    "non_loopback",
+    "parse_peer",
+    "record_identity",
+    "run_node",
+    "safefs",
+    "stats",
+    "store_is_current",
+    "store_signature",
+    "why_not_current",
+    "with_ttl",
+]

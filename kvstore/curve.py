@@ -36,7 +36,7 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
-from kvstore import safefs
+from kvstore import safefs, stats
 from kvstore.authz import OPERATOR, PEER, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
 
@@ -204,7 +204,7 @@ class NodeSecurity:
         self.node_name = node_name
         self._keys: dict[bytes, AuthorizedKey] = {}
         self._state: tuple[tuple[str, int, int], ...] = ()
-        self._counters: Counter[str] = Counter()
+        self._counters = stats.StatCounter()
         self._lock = threading.Lock()
         self._last_logged: dict[str, float] = {}
         self._auth: ThreadAuthenticator | None = None
@@ -228,7 +228,7 @@ class NodeSecurity:
         self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
         self._state = state
         with self._lock:
-            self._counters["kvstore.auth.key_reloads"] += 1
+            self._counters[stats.AUTH_KEY_RELOADS] += 1
         roles = Counter(k.identity.role for k in keys.values())
         log.info("authorized keys from %s: %s", self.directory,
                  ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none")
@@ -291,7 +291,7 @@ class NodeSecurity:
         """Count a refusal (kvstore.auth.refused.<reason>) and log it, at most once per
         REFUSAL_LOG_INTERVAL_S per (reason, key fingerprint `name`)."""
         with self._lock:
-            self._counters[f"kvstore.auth.refused.{reason}"] += 1
+            self._counters[stats.AUTH_REFUSED(reason)] += 1
         now = time.monotonic()
         tag = f"{reason}:{name}"
         if now - self._last_logged.get(tag, -1e9) >= REFUSAL_LOG_INTERVAL_S:

@@ -32,7 +32,6 @@ the bytes (a forged or stale hash would hide a difference from anti-entropy for 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -40,6 +39,7 @@ from typing import Final
 from sortedcontainers import SortedList
 from xxhash import xxh3_64_intdigest
 
+from kvstore import stats
 from kvstore.digest import NUM_BUCKETS, DigestTree, bucket_of_hash
 from kvstore.filters import KeyFilter
 from kvstore.hashing import MASK64, contribution, pack_version, value_hash, value_hash_head
@@ -145,7 +145,7 @@ class KvStoreDb:
         self.node_id = node_id
         self.ttl_decrement_ms = ttl_decrement_ms
         self.ttl_threshold_ms = ttl_threshold_ms
-        self.counters: Counter[str] = Counter()
+        self.counters = stats.StatCounter()
         self._kv: dict[str, Value] = {}
         self._keys: SortedList = SortedList()
         self._buckets: list[list[str] | None] = [None] * NUM_BUCKETS
@@ -229,7 +229,7 @@ class KvStoreDb:
             else:
                 members.append(key)
         self._digests.stale[:] = b"\x01" * NUM_BUCKETS
-        self.counters["kvstore.loaded"] += len(kv)
+        self.counters[stats.LOADED] += len(kv)
         return refused
 
     def durable_records(self) -> Iterator[tuple[str, Value]]:
@@ -417,10 +417,10 @@ class KvStoreDb:
         for expires, keys in expiring.items():
             self._expiry.push_many(keys, expires)
         counters = self.counters
-        counters["kvstore.merge.received"] += received
-        counters["kvstore.merge.updated"] += len(delta)
+        counters[stats.MERGE_RECEIVED] += received
+        counters[stats.MERGE_UPDATED] += len(delta)
         for reason in no_merge.values():
-            counters[f"kvstore.no_merge.{reason}"] += 1
+            counters[stats.NO_MERGE(reason)] += 1
         self._maybe_compact_expiry()
         return MergeResult(delta, no_merge)
 
@@ -477,7 +477,7 @@ class KvStoreDb:
                 self._num_finite -= 1
                 expired.append(key)
         if expired:
-            self.counters["kvstore.expired_keys"] += len(expired)
+            self.counters[stats.EXPIRED_KEYS] += len(expired)
         return expired
 
     def next_expiry_ms(self) -> int | None:
@@ -514,7 +514,7 @@ class KvStoreDb:
             queue.rebuild(
                 (key, value.ttl_ms) for key, value in self._kv.items() if value.ttl_ms != _INF
             )
-            self.counters["kvstore.ttl_queue_compactions"] += 1
+            self.counters[stats.TTL_QUEUE_COMPACTIONS] += 1
 
     # ------------------------------------------------------------------ reads
 
@@ -708,8 +708,8 @@ class KvStoreDb:
             if key_filter is not None and not key_filter.matches(key, mine):
                 continue
             self._add_for_sync(send, key, mine, now_ms)
-        self.counters["kvstore.full_sync.sent_keys"] += len(send)
-        self.counters["kvstore.full_sync.requested_keys"] += len(want)
+        self.counters[stats.FULL_SYNC_SENT_KEYS] += len(send)
+        self.counters[stats.FULL_SYNC_REQUESTED_KEYS] += len(want)
         return send, want
 
     def _add_for_sync(self, out: dict[str, Value], key: str, cur: Value, now_ms: int) -> None:
@@ -771,7 +771,7 @@ class KvStoreDb:
                 continue
             out[key] = with_ttl(value, wire_ttl)
         if dropped:
-            self.counters["kvstore.flood.dropped_keys"] += dropped
+            self.counters[stats.FLOOD_DROPPED_KEYS] += dropped
         return out
 
     def stored_as_merged(self, key_vals: Mapping[str, Value]) -> bool:
@@ -815,7 +815,7 @@ class KvStoreDb:
             for key in self._matching_keys(key_filter):
                 stale[xxh3_64_intdigest(key.encode()) >> _BUCKET_SHIFT] = 1
             self._digests.follow(tree.stale)
-            self.counters["kvstore.leaf.filtered_digest_builds"] += 1
+            self.counters[stats.LEAF_FILTERED_DIGEST_BUILDS] += 1
             if len(self._filtered) >= MAX_FILTERED_DIGESTS:
                 oldest = next(iter(self._filtered))
                 self._digests.unfollow(self._filtered.pop(oldest).stale)
@@ -867,9 +867,9 @@ class KvStoreDb:
     def gauges(self) -> dict[str, int]:
         """Current sizes, for the node's counters."""
         return {
-            "kvstore.num_keys": len(self._kv),
-            "kvstore.num_finite_ttl_keys": self._num_finite,
-            "kvstore.ttl_queue_size": len(self._expiry),
+            stats.NUM_KEYS: len(self._kv),
+            stats.NUM_FINITE_TTL_KEYS: self._num_finite,
+            stats.TTL_QUEUE_SIZE: len(self._expiry),
         }
 
 

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from kvstore import wire
+from kvstore import stats, wire
 from kvstore.batch_sizes import count_batch
 from kvstore.db import KvStoreDb, MergeResult
 from kvstore.filters import KeyFilter
@@ -188,7 +188,7 @@ class FloodProtocol:
         for key in refused:
             del key_vals[key]
         if refused:
-            self.counters["kvstore.leaf.refused_key_vals"] += len(refused)
+            self.counters[stats.LEAF_REFUSED_KEY_VALS] += len(refused)
         return refused
 
     def wants(self, peer: str, key: str, value: Value) -> bool:
@@ -225,7 +225,7 @@ class FloodProtocol:
             share = key_filter.select(key_vals)
             skipped = len(key_vals) - len(share)
             if skipped:
-                self.counters["kvstore.leaf.flood_skipped_key_vals"] += skipped * len(names)
+                self.counters[stats.LEAF_FLOOD_SKIPPED_KEY_VALS] += skipped * len(names)
             share = self.db.prepare_flood(share, now_ms)
             if share:
                 sends.append(Send(names, encode_key_set(share, node_ids, now_wall_ms), len(share)))
@@ -240,10 +240,10 @@ class FloodProtocol:
         path = tuple(node_ids)
         if node_ids:
             counters = self.counters
-            counters["kvstore.received_publications"] += 1
-            counters["kvstore.received_key_vals"] += len(key_vals)
+            counters[stats.RECEIVED_PUBLICATIONS] += 1
+            counters[stats.RECEIVED_KEY_VALS] += len(key_vals)
             if self.name in node_ids:
-                counters["kvstore.looped_publications"] += 1
+                counters[stats.LOOPED_PUBLICATIONS] += 1
                 return Intake(path, key_vals, looped=True)
         expired = self.charge_transit(key_vals, params.timestamp_ms, now_wall_ms)
         refused = self.admit(key_vals)
@@ -260,13 +260,13 @@ class FloodProtocol:
         aging = age_in_transit(key_vals, sent_wall_ms, now_wall_ms, self.max_clock_skew_ms)
         counters = self.counters
         if aging.expired:
-            counters["kvstore.ttl.expired_in_transit"] += len(aging.expired)
+            counters[stats.TTL_EXPIRED_IN_TRANSIT] += len(aging.expired)
             log.debug("%d key(s) expired in transit (%d ms)", len(aging.expired), aging.age_ms)
         if aging.clock_ahead_ms:
-            counters["kvstore.ttl.clock_ahead"] += 1
+            counters[stats.TTL_CLOCK_AHEAD] += 1
             log.debug("peer timestamp %d ms in the future", aging.clock_ahead_ms)
-        if aging.age_ms > counters["kvstore.ttl.transit_age_ms_max"]:
-            counters["kvstore.ttl.transit_age_ms_max"] = aging.age_ms
+        if aging.age_ms > counters[stats.TTL_TRANSIT_AGE_MS_MAX]:
+            counters[stats.TTL_TRANSIT_AGE_MS_MAX] = aging.age_ms
         return aging.expired
 
     def merged(
@@ -278,13 +278,13 @@ class FloodProtocol:
         delta = result.delta
         counters = self.counters
         if delta:
-            counters["kvstore.updated_key_vals"] += len(delta)
+            counters[stats.UPDATED_KEY_VALS] += len(delta)
         redundant = 0
         for key_vals in received:
             if not delta or not any(key in delta for key in key_vals):
                 redundant += 1
         if redundant:
-            counters["kvstore.received_redundant_publications"] += redundant
+            counters[stats.RECEIVED_REDUNDANT_PUBLICATIONS] += redundant
         if path and diverged_from_sender(result.no_merge):
             return path[-1]
         return None
@@ -388,12 +388,12 @@ class FloodProtocol:
                 continue
             end = message.entries_end()
             if end is None:
-                counters["kvstore.flood.reencoded_layout"] += 1
+                counters[stats.FLOOD_REENCODED_LAYOUT] += 1
                 continue
             if tail is None:
                 tail = envelope_tail(node_ids, now_wall_ms)
             sends.append(Send(targets, forwarded_payload(message, end, tail), len(key_vals)))
-            counters["kvstore.flood.forwarded_publications"] += 1
+            counters[stats.FLOOD_FORWARDED_PUBLICATIONS] += 1
             forwarded.append(key_vals)
             forwarded_keys += len(key_vals)
         if not forwarded:

@@ -31,12 +31,12 @@ import signal
 import sys
 import time
 import traceback
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 import zmq
 
-from kvstore import wire
+from kvstore import stats, wire
 from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
@@ -121,7 +121,7 @@ class KvStoreNode:
         # Solicited KEY_SET replies waiting for their key-values to be on disk:
         # (storage ticket, envelope, reply), in ticket order.
         self._acks_waiting: deque[tuple[int, list[bytes], bytes]] = deque()
-        self.counters: Counter[str] = Counter()
+        self.counters = stats.StatCounter()
         self.cmd_url = config.cmd_url
         self.pub_url = config.pub_url
         self._context = context or zmq.Context.instance()
@@ -160,7 +160,7 @@ class KvStoreNode:
             Command.NODE_INFO: self._cmd_node_info,
         }
         self._command_names = {
-            value: f"kvstore.cmd_{name.lower()}"
+            value: stats.CMD(name.lower())
             for name, value in Command._NAMES_TO_VALUES.items()
         }
 
@@ -221,12 +221,12 @@ class KvStoreNode:
         handshakes = self._handshake_failed if self.security is not None else None
         max_clients, max_subscribers = connection_caps(cfg, fd_limit())
         self._cmd_limiter = ConnectionLimiter(
-            cmd, max_clients, counters, "kvstore.clients", "max_clients", handshakes,
+            cmd, max_clients, counters, stats.CLIENTS, "max_clients", handshakes,
             reap_idlest=True, before_reap=self._on_cmd_readable,
         )
         self._limiters = [
             self._cmd_limiter,
-            ConnectionLimiter(pub, max_subscribers, counters, "kvstore.subscribers",
+            ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
                               "max_subscribers", handshakes),
         ]
         for limiter in self._limiters:
@@ -265,8 +265,8 @@ class KvStoreNode:
             storage.discard(str(exc))
             self.db = self._new_db()
             loaded = 0
-        self.counters["kvstore.storage.loaded_keys"] = loaded
-        self.counters["kvstore.storage.load_ms"] = int((time.monotonic() - started) * 1000)
+        self.counters[stats.STORAGE_LOADED_KEYS] = loaded
+        self.counters[stats.STORAGE_LOAD_MS] = int((time.monotonic() - started) * 1000)
         self.db.enable_journal()
         loop = self._loop
         assert loop is not None
@@ -283,7 +283,7 @@ class KvStoreNode:
             self._dropped_on_load = []
         self.store_state = initial_state(loaded)
         log.info("node %s: %d key(s) loaded from %s in %d ms: store %s", self.name, loaded,
-                 storage.path, self.counters["kvstore.storage.load_ms"], self.store_state.value)
+                 storage.path, self.counters[stats.STORAGE_LOAD_MS], self.store_state.value)
 
     def _load_rows(self, storage: DurableStore) -> int:
         records = [record for chunk in storage.rows() for record in chunk]
@@ -293,14 +293,14 @@ class KvStoreNode:
             kept = [(key, value) for key, value in records if own.matches(key, value)]
             self._dropped_on_load = [key for key, value in records if not own.matches(key, value)]
             if self._dropped_on_load:
-                self.counters["kvstore.leaf.dropped_on_load"] += len(self._dropped_on_load)
+                self.counters[stats.LEAF_DROPPED_ON_LOAD] += len(self._dropped_on_load)
                 log.warning("leaf %s: %d stored key(s) outside its filters dropped (e.g. %s)",
                             self.name, len(self._dropped_on_load), self._dropped_on_load[0])
             records = kept
         # Typed by the STRICT table and decoded by sqlite3 (invalid UTF-8 raises).
         refused = self.db.load_durable(records)
         if refused:
-            self.counters["kvstore.storage.load_refused"] += len(refused)
+            self.counters[stats.STORAGE_LOAD_REFUSED] += len(refused)
             log.warning("%d stored row(s) refused on load, e.g. %s", len(refused),
                         next(iter(refused.items())))
         return len(self.db)
@@ -324,7 +324,7 @@ class KvStoreNode:
             self._send_reply(envelope, reply)
 
     def _storage_error(self, error: str) -> bytes:
-        self.counters[f"kvstore.errors.{wire.STORAGE_ERROR}"] += 1
+        self.counters[stats.ERRORS(wire.STORAGE_ERROR)] += 1
         return wire.error_response(
             wire.STORAGE_ERROR,
             f"{error}: not acknowledged (the node keeps serving reads and flooding; write again "
@@ -453,7 +453,7 @@ class KvStoreNode:
         if identity is not INSECURE_IDENTITY and not self._authorized(identity, request, envelope):
             return
         if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
-            self.counters["kvstore.cmd_key_set"] += 1
+            self.counters[stats.CMD("key_set")] += 1
             return
         # Anything else sees the one-way sets received before it (read-your-writes).
         self._merge_ingest()
@@ -499,7 +499,7 @@ class KvStoreNode:
         if params is not None and not decision.trust_flood_path and (
             params.node_ids or params.sender_id is not None
         ):
-            self.counters["kvstore.auth.ignored_flood_path"] += 1
+            self.counters[stats.AUTH_IGNORED_FLOOD_PATH] += 1
             params.node_ids = []
             params.sender_id = None
         for sync in (request.key_dump, request.digest):
@@ -510,13 +510,13 @@ class KvStoreNode:
                 and identity is not None
                 and (identity.insecure or identity.node == sync.sender_id)
             ):
-                self.counters["kvstore.auth.ignored_flood_path"] += 1
+                self.counters[stats.AUTH_IGNORED_FLOOD_PATH] += 1
                 sync.sender_id = None
         return True
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
-        self.counters["kvstore.malformed_requests"] += 1
-        self.counters[f"kvstore.errors.{code}"] += 1
+        self.counters[stats.MALFORMED_REQUESTS] += 1
+        self.counters[stats.ERRORS(code)] += 1
         log.debug("request error %s: %s", code, message)
         self._send_reply(envelope, wire.error_response(code, message))
 
@@ -524,14 +524,14 @@ class KvStoreNode:
         if self._cmd is None:
             # Closed: a durable acknowledgement can land after the sockets are gone (the writer
             # committed during shutdown). The requester never hears; count it, do not crash.
-            self.counters["kvstore.send_failures"] += 1
-            self.counters["kvstore.send_failure.reply"] += 1
+            self.counters[stats.SEND_FAILURES] += 1
+            self.counters[stats.SEND_FAILURE_REPLY] += 1
             return
         try:
             self._cmd.send_multipart([*envelope, payload], zmq.NOBLOCK)
         except zmq.ZMQError:  # requester gone (ROUTER_MANDATORY) or its queue is full
-            self.counters["kvstore.send_failures"] += 1
-            self.counters["kvstore.send_failure.reply"] += 1
+            self.counters[stats.SEND_FAILURES] += 1
+            self.counters[stats.SEND_FAILURE_REPLY] += 1
 
     # ------------------------------------------------------------------ KEY_SET
 
@@ -594,7 +594,7 @@ class KvStoreNode:
         if storage is not None and not storage.healthy:
             # Known not to reach the disk: refuse before changing anything.
             assert storage.last_error is not None
-            self.counters["kvstore.storage.refused_sets"] += 1
+            self.counters[stats.STORAGE_REFUSED_SETS] += 1
             return self._storage_error(storage.last_error)
         intake = self._receive(request)
         if intake.looped:
@@ -653,7 +653,7 @@ class KvStoreNode:
         try:
             if params is not None and params.key_val_hashes is not None:
                 # Responder side of a 3-way full sync.
-                self.counters["kvstore.full_sync.served"] += 1
+                self.counters[stats.FULL_SYNC_SERVED] += 1
                 key_filter = self._peer_filter(params.filters, params.sender_id)
                 send, want = self.db.dump_difference(
                     params.key_val_hashes, now, prefix, originators, buckets, key_filter
@@ -720,8 +720,8 @@ class KvStoreNode:
             return
         names = set(self.peering.links) | set(peers)
         if len(names) > 1:
-            self.counters["kvstore.peer_add_refused"] += 1
-            self.counters["kvstore.leaf.transit_refused"] += 1
+            self.counters[stats.PEER_ADD_REFUSED] += 1
+            self.counters[stats.LEAF_TRANSIT_REFUSED] += 1
             raise BadArgument(
                 f"leaf node {self.name} takes one peer, would have {len(names)}"
                 f" ({', '.join(sorted(names))}): a leaf stores only its share and must never be"
@@ -736,14 +736,14 @@ class KvStoreNode:
         new = sum(1 for name in peers if name not in links)
         cap = self.config.max_peers
         if len(links) + new > cap:
-            self.counters["kvstore.peer_add_refused"] += 1
+            self.counters[stats.PEER_ADD_REFUSED] += 1
             raise BadArgument(
                 f"PEER_ADD of {new} new peer(s) refused: {len(links)} configured, max_peers is"
                 f" {cap}; nothing was added"
             )
         free = fd_limit() - open_fds()
         if 2 * new > free - FD_RESERVE:
-            self.counters["kvstore.peer_add_refused"] += 1
+            self.counters[stats.PEER_ADD_REFUSED] += 1
             raise BadArgument(
                 f"PEER_ADD of {new} new peer(s) refused: {free} file descriptors free, each peer"
                 f" needs 2 and {FD_RESERVE} stay reserved; nothing was added"
@@ -808,22 +808,23 @@ class KvStoreNode:
             out.update(self.peering.gauges())
         if self.storage is not None:
             out.update(self.storage.gauges())
-        out["kvstore.storage.durable"] = int(self.storage is not None)
-        out["kvstore.store_state"] = self.store_state.code
+        out[stats.STORAGE_DURABLE] = int(self.storage is not None)
+        out[stats.STORE_STATE] = self.store_state.code
         for state in StoreState:
-            out[f"kvstore.store_state.{state.value}"] = int(state is self.store_state)
-        out["kvstore.storage.acks_waiting"] = len(self._acks_waiting)
+            out[stats.STORE_STATE_IS(state.value)] = int(state is self.store_state)
+        out[stats.STORAGE_ACKS_WAITING] = len(self._acks_waiting)
         if self.security is not None:
             out.update(self.security.counters())
         for limiter in self._limiters:
             out.update(limiter.gauges())
-        out["kvstore.subscriptions"] = self._publisher.subscriptions if self._publisher else 0
-        out["kvstore.uptime_ms"] = monotonic_ms() - self._started_ms
+        out[stats.SUBSCRIPTIONS] = self._publisher.subscriptions if self._publisher else 0
+        out[stats.UPTIME_MS] = monotonic_ms() - self._started_ms
+        out[stats.UNDECLARED_COUNTERS] = len(stats.undeclared(out))
         for name, value in out.items():
             if not I64_MIN <= value <= I64_MAX:
                 # A bug (counters go on the wire as i64): COUNTERS_GET must keep answering, so
                 # clamp, and say so loudly (the fuzz harness fails on this counter).
-                self.counters["kvstore.counters_out_of_range"] += 1
+                self.counters[stats.COUNTERS_OUT_OF_RANGE] += 1
                 log.error("counter %s = %d is outside i64: reported clamped", name, value)
                 out[name] = max(I64_MIN, min(I64_MAX, value))
         return out
@@ -843,10 +844,10 @@ class KvStoreNode:
         try:
             for frame in publication_frames(publication, PUBLICATION_CHUNK_BYTES):
                 self._publisher.send(frame)
-                self.counters["kvstore.published_publications"] += 1
+                self.counters[stats.PUBLISHED_PUBLICATIONS] += 1
         except zmq.ZMQError:
-            self.counters["kvstore.send_failures"] += 1
-            self.counters["kvstore.send_failure.pub"] += 1
+            self.counters[stats.SEND_FAILURES] += 1
+            self.counters[stats.SEND_FAILURE_PUB] += 1
 
     # ------------------------------------------------------------------ flooding
 
@@ -903,7 +904,7 @@ class KvStoreNode:
         expired = self.db.expire(monotonic_ms())
         if expired:
             # Expired keys go to local subscribers only: every node expires them by itself.
-            self.counters["kvstore.expired_key_vals"] += len(expired)
+            self.counters[stats.EXPIRED_KEY_VALS] += len(expired)
             self._publish(
                 Publication(key_vals={}, expired_keys=expired, node_ids=[self.name])
             )

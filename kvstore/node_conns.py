@@ -40,6 +40,7 @@ from collections.abc import Callable
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from kvstore import stats
 from kvstore.config import NodeConfig
 from kvstore.shell import ThrottledWarning
 
@@ -76,7 +77,7 @@ class ConnectionLimiter:
         sock: zmq.Socket[bytes],
         cap: int,
         counters: Counter[str],
-        prefix: str,
+        names: stats.ConnectionStats,
         knob: str,
         on_handshake_failed: Callable[[int], None] | None = None,
         *,
@@ -93,7 +94,7 @@ class ConnectionLimiter:
         # Open connections by descriptor, the least recently active first (reap_idlest).
         self._idle_order: OrderedDict[int, None] = OrderedDict()
         self._counters = counters
-        self._prefix = prefix
+        self._names = names
         self._knob = knob
         self._local_port = _bound_port(sock)
         self._warning = ThrottledWarning(log)  # a refused or reaped client reconnects
@@ -107,7 +108,7 @@ class ConnectionLimiter:
         """Drain every pending event (the monitor's descriptor is edge-triggered)."""
         monitor = self.monitor
         counters = self._counters
-        prefix = self._prefix
+        names = self._names
         while True:
             try:
                 frames = monitor.recv_multipart(zmq.NOBLOCK)
@@ -119,18 +120,18 @@ class ConnectionLimiter:
             kind = int(event["event"])
             if kind == zmq.EVENT_ACCEPTED:
                 self.connected += 1
-                counters[f"{prefix}.accepted"] += 1
+                counters[names.accepted] += 1
                 self._on_accepted(int(event["value"]))
             elif kind == zmq.EVENT_DISCONNECTED:
                 self.connected = max(0, self.connected - 1)
-                counters[f"{prefix}.disconnected"] += 1
+                counters[names.disconnected] += 1
                 self._idle_order.pop(int(event["value"]), None)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
-                counters[f"{prefix}.accept_failed"] += 1
+                counters[names.accept_failed] += 1
                 why = _errno_text(int(event["value"]))
-                self._warning.warn(f"{prefix}: accept failed: {why}")
+                self._warning.warn(f"{names.prefix}: accept failed: {why}")
             elif kind & _HANDSHAKE_FAILED:
-                counters[f"{prefix}.handshake_failed"] += 1
+                counters[names.handshake_failed] += 1
                 if self.on_handshake_failed is not None:
                     self.on_handshake_failed(kind)
 
@@ -144,10 +145,10 @@ class ConnectionLimiter:
         if not self.reap_idlest:
             if self.connected <= self.cap:
                 return
-            self._counters[f"{self._prefix}.refused"] += 1
+            self._counters[self._names.refused] += 1
             self._shut(fd)
-            self._warning.warn(f"{self._prefix}: connection refused: {self.connected - 1} open,"
-                               f" the cap is {self._knob} = {self.cap}")
+            self._warning.warn(f"{self._names.prefix}: connection refused: "
+                               f"{self.connected - 1} open, the cap is {self._knob} = {self.cap}")
             return
         order = self._idle_order
         order.pop(fd, None)  # a number reused before its DISCONNECTED event was read
@@ -159,9 +160,9 @@ class ConnectionLimiter:
         # Out of the order at once, not when ZeroMQ reports the disconnection: the next
         # newcomer must reap another connection.
         idlest, _ = order.popitem(last=False)
-        self._counters[f"{self._prefix}.reaped"] += 1
+        self._counters[self._names.reaped] += 1
         self._shut(idlest)
-        self._warning.warn(f"{self._prefix}: the idlest connection was closed for a new one:"
+        self._warning.warn(f"{self._names.prefix}: the idlest connection was closed for a new one:"
                            f" the cap is {self._knob} = {self.cap}")
 
     def _shut(self, fd: int) -> None:
@@ -187,7 +188,7 @@ class ConnectionLimiter:
         return isinstance(name, tuple) and name[1] == self._local_port
 
     def gauges(self) -> dict[str, int]:
-        return {f"{self._prefix}.connected": self.connected}
+        return {self._names.connected: self.connected}
 
     def close(self) -> None:
         with contextlib.suppress(zmq.ZMQError):

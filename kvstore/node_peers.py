@@ -26,7 +26,7 @@ from typing import Protocol
 
 import zmq
 
-from kvstore import wire
+from kvstore import stats, wire
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
@@ -126,7 +126,7 @@ class Peering:
         self._open_socket(link)
         self.links[name] = link
         self.table.add(name, monotonic_ms(), spec=cmd_url)
-        self.counters["kvstore.peer_adds"] += 1
+        self.counters[stats.PEER_ADDS] += 1
         log.info("peer %s added (%s)", name, cmd_url)
         self.start_due_syncs()
 
@@ -137,7 +137,7 @@ class Peering:
         self._drop_session(link)
         self._close_socket(link)
         self.table.remove(name)
-        self.counters["kvstore.peer_dels"] += 1
+        self.counters[stats.PEER_DELS] += 1
         log.info("peer %s removed", name)
         self.update_initial_sync()
 
@@ -176,19 +176,19 @@ class Peering:
 
     def gauges(self) -> dict[str, int]:
         peers = self.table.peers()
-        out = {
-            "kvstore.num_peers": len(peers),
-            "kvstore.pending_full_sync": sum(1 for p in peers if p.state != INITIALIZED),
-            "kvstore.initial_sync_done": int(self._initial_sync_done),
-            "kvstore.full_sync.parallel_cap": self.table.parallel_syncs,
-            "kvstore.full_sync.running": sum(1 for s in self.links.values() if s.session),
+        out: dict[str, int] = {
+            stats.NUM_PEERS: len(peers),
+            stats.PENDING_FULL_SYNC: sum(1 for p in peers if p.state != INITIALIZED),
+            stats.INITIAL_SYNC_DONE: int(self._initial_sync_done),
+            stats.FULL_SYNC_PARALLEL_CAP: self.table.parallel_syncs,
+            stats.FULL_SYNC_RUNNING: sum(1 for s in self.links.values() if s.session),
         }
         for state, state_name in PeerState._VALUES_TO_NAMES.items():
-            out[f"kvstore.num_peers.{state_name}"] = sum(1 for p in peers if p.state == state)
+            out[stats.NUM_PEERS_IN(state_name)] = sum(1 for p in peers if p.state == state)
         if self.limiter is not None:
-            out["kvstore.rate_limit_suppress"] = self.limiter.suppressed
-            out["kvstore.rate_limit_keys"] = self.limiter.buffered_keys
-            out["kvstore.rate_limit_buffered_keys"] = len(self.limiter.buffer)
+            out[stats.RATE_LIMIT_SUPPRESS] = self.limiter.suppressed
+            out[stats.RATE_LIMIT_KEYS] = self.limiter.buffered_keys
+            out[stats.RATE_LIMIT_BUFFERED_KEYS] = len(self.limiter.buffer)
         return out
 
     # ------------------------------------------------------------------ sockets
@@ -226,8 +226,8 @@ class Peering:
             for i, frame in enumerate(frames):
                 sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0))
         except zmq.ZMQError as exc:
-            self.counters["kvstore.send_failures"] += 1
-            self.counters[f"kvstore.send_failure.{link.name}"] += 1
+            self.counters[stats.SEND_FAILURES] += 1
+            self.counters[stats.SEND_FAILURE_TO(link.name)] += 1
             # Something was lost on the way to this peer: resync it (after backoff).
             self._failed(link, f"send failed: {exc}")
             return False
@@ -245,7 +245,7 @@ class Peering:
         for link in list(self.links.values()):
             if self.security.peer_key(link.name) == link.server_key:
                 continue
-            self.counters["kvstore.auth.peer_key_changes"] += 1
+            self.counters[stats.AUTH_PEER_KEY_CHANGES] += 1
             if link.sock is None:  # its key was missing: try again with the new one
                 try:
                     self._open_socket(link)
@@ -266,7 +266,7 @@ class Peering:
         if key_filter is None:
             log.info("peer %s is not a leaf (any more): it gets every key", name)
             return
-        self.counters["kvstore.leaf.peer_filters_learned"] += 1
+        self.counters[stats.LEAF_PEER_FILTERS_LEARNED] += 1
         log.info("peer %s is a leaf: it gets only %s", name, key_filter.describe())
 
     def drain_all(self) -> None:
@@ -293,8 +293,8 @@ class Peering:
             for name in send.targets:
                 link = self.links.get(name)
                 if link is not None and self._send(link, frames):
-                    counters["kvstore.sent_publications"] += 1
-                    counters["kvstore.sent_key_vals"] += send.key_count
+                    counters[stats.SENT_PUBLICATIONS] += 1
+                    counters[stats.SENT_KEY_VALS] += send.key_count
 
     # ------------------------------------------------------------------ timers
 
@@ -309,7 +309,7 @@ class Peering:
         timeout = self.config.sync_timeout_ms
         for link in list(self.links.values()):
             if link.session is not None and now - link.last_activity_ms > timeout:
-                self.counters["kvstore.full_sync.timeouts"] += 1
+                self.counters[stats.FULL_SYNC_TIMEOUTS] += 1
                 self._failed(link, f"no reply within {timeout} ms")
 
     def resync_diverged(self, name: str) -> None:
@@ -319,7 +319,7 @@ class Peering:
         if link is None or link.session is not None:
             return
         if self.table.inconsistency(name, monotonic_ms()):
-            self.counters["kvstore.full_sync.divergence_resyncs"] += 1
+            self.counters[stats.FULL_SYNC_DIVERGENCE_RESYNCS] += 1
             log.info("peer %s: a flood showed our stores diverged; resyncing", name)
             self.start_due_syncs()
 
@@ -345,7 +345,7 @@ class Peering:
             return
         chosen = self.anti_entropy.poll(now, candidates)
         if chosen is not None:
-            self.counters["kvstore.anti_entropy_syncs"] += 1
+            self.counters[stats.ANTI_ENTROPY_SYNCS] += 1
             self.request_sync(chosen, now)
 
     def request_sync(self, name: str, now: int | None = None) -> bool:
@@ -371,7 +371,7 @@ class Peering:
             peer_filter=self.table[link.name].key_filter,
         )
         link.last_activity_ms = now
-        self.counters["kvstore.full_sync.started"] += 1
+        self.counters[stats.FULL_SYNC_STARTED] += 1
         log.debug("sync with %s started (%s)", link.name, reason)
         self._advance(link, now)
 
@@ -414,13 +414,13 @@ class Peering:
 
     def _handle_reply(self, link: PeerLink, frames: list[bytes]) -> None:
         if len(frames) != 3 or frames[1] != b"":
-            self.counters["kvstore.full_sync.bad_replies"] += 1
+            self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             return
         corr = frames[0]
         owner = self._requests.pop(corr, None)
         session = link.session
         if owner != link.name or session is None or corr not in session.in_flight:
-            self.counters["kvstore.full_sync.stale_replies"] += 1
+            self.counters[stats.FULL_SYNC_STALE_REPLIES] += 1
             return
         now = monotonic_ms()
         link.last_activity_ms = now
@@ -442,14 +442,14 @@ class Peering:
                     if key_vals:  # unless all of it expired on the way
                         self._merge_reply(link, key_vals, now)
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
-            self.counters["kvstore.full_sync.bad_replies"] += 1
+            self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             self._failed(link, str(exc))
             return
         self._advance(link, now)
 
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
         result = self.db.merge_decoded(key_vals, now)
-        self.counters["kvstore.full_sync.received_key_vals"] += len(key_vals)
+        self.counters[stats.FULL_SYNC_RECEIVED_KEY_VALS] += len(key_vals)
         # No divergence resync here: this sync is what repairs it.
         self.flooding.merged((link.name,), result)
         if result.delta:
@@ -476,14 +476,14 @@ class Peering:
         link.sync_id = None
         duration = now - session.started_ms
         counters = self.counters
-        counters["kvstore.full_sync.success"] += 1
+        counters[stats.FULL_SYNC_SUCCESS] += 1
         self._sink.on_peer_synced(link.name)
-        counters["kvstore.full_sync.sent_key_vals"] += sent
-        counters["kvstore.full_sync.duration_ms_sum"] += duration
-        counters["kvstore.full_sync.duration_ms_last"] = duration
-        counters["kvstore.full_sync.differing_buckets"] += session.differing_buckets
+        counters[stats.FULL_SYNC_SENT_KEY_VALS] += sent
+        counters[stats.FULL_SYNC_DURATION_MS_SUM] += duration
+        counters[stats.FULL_SYNC_DURATION_MS_LAST] = duration
+        counters[stats.FULL_SYNC_DIFFERING_BUCKETS] += session.differing_buckets
         if session.reason == "anti_entropy" and session.keys_received + sent > 0:
-            counters["kvstore.anti_entropy_repairs"] += 1
+            counters[stats.ANTI_ENTROPY_REPAIRS] += 1
         log.info(
             "sync with %s done (%s) in %d ms: %d bucket(s) differed, %d key(s) in, %d out",
             link.name,
@@ -502,7 +502,7 @@ class Peering:
         self._drop_session(link)
         link.sync_id = None
         self.table.sync_failed(link.name, now)
-        self.counters["kvstore.full_sync.failures" if had_session else "kvstore.peer_failures"] += 1
+        self.counters[stats.FULL_SYNC_FAILURES if had_session else stats.PEER_FAILURES] += 1
         backoff = self.table[link.name].backoff.current_ms
         log.warning("peer %s: %s; retry in ~%d ms", link.name, why, backoff)
         # A fresh socket drops whatever was queued for an unreachable peer; the next sync

@@ -35,7 +35,7 @@ from collections import Counter
 
 import zmq
 
-from kvstore import wire
+from kvstore import stats, wire
 from kvstore.gen.kvstore_thrift.ttypes import Publication
 from kvstore.shell import ThrottledWarning
 
@@ -162,9 +162,9 @@ class Publisher:
         (they are dropped for it without an error) until it has read part of its queue, so this
         counts the times a queue filled up, not each publication dropped."""
         counters = self._counters
-        counters["kvstore.subscribers.dropped_publications"] += 1
-        counters["kvstore.send_failures"] += 1
-        counters["kvstore.send_failure.pub"] += 1
+        counters[stats.SUBSCRIBERS_DROPPED_PUBLICATIONS] += 1
+        counters[stats.SEND_FAILURES] += 1
+        counters[stats.SEND_FAILURE_PUB] += 1
         self._warning.warn(
             "a subscriber is not reading: its queue is full (subscriber_queue_bytes),"
             " publications to it are dropped"

@@ -33,7 +33,7 @@ from itertools import starmap
 from pathlib import Path
 from typing import Final, Literal
 
-from kvstore import safefs
+from kvstore import safefs, stats
 from kvstore.value import TTL_INFINITY, Value
 
 log = logging.getLogger("kvstore.storage")
@@ -112,12 +112,12 @@ class DurableStore:
         self.discard_corrupt = discard_corrupt
         self.on_durable: DurableCallback | None = None
         self.counters: dict[str, int] = {
-            "kvstore.storage.commits": 0,
-            "kvstore.storage.rows_written": 0,
-            "kvstore.storage.rows_deleted": 0,
-            "kvstore.storage.errors": 0,
-            "kvstore.storage.commit_ms_last": 0,
-            "kvstore.storage.commit_ms_max": 0,
+            stats.STORAGE_COMMITS: 0,
+            stats.STORAGE_ROWS_WRITTEN: 0,
+            stats.STORAGE_ROWS_DELETED: 0,
+            stats.STORAGE_ERRORS: 0,
+            stats.STORAGE_COMMIT_MS_LAST: 0,
+            stats.STORAGE_COMMIT_MS_MAX: 0,
         }
         self.last_error: str | None = None
         self.discarded_to: Path | None = None  # where a corrupt database was moved aside
@@ -283,7 +283,7 @@ class DurableStore:
                 error = self._write(batch)
             except Exception as exc:  # a bug: keep the writer (and every waiting reply) alive
                 log.exception("writer failed on %s", self.path)
-                self.counters["kvstore.storage.errors"] += 1
+                self.counters[stats.STORAGE_ERRORS] += 1
                 error = self.last_error = f"internal error writing {self.path}: {exc}"
             if error is not None:
                 with self._cond:
@@ -339,19 +339,19 @@ class DurableStore:
                 raise
         except sqlite3.Error as exc:
             error = _storage_error_text(exc, self.path)
-            self.counters["kvstore.storage.errors"] += 1
+            self.counters[stats.STORAGE_ERRORS] += 1
             if self.last_error != error:
                 log.error("cannot write %s: %s (retrying)", self.path, error)
             self.last_error = error
             return error
         elapsed_ms = int((time.monotonic() - started) * 1000)
         counters = self.counters
-        counters["kvstore.storage.commits"] += 1
-        counters["kvstore.storage.rows_written"] += len(upserts) // 5
-        counters["kvstore.storage.rows_deleted"] += len(deletes)
-        counters["kvstore.storage.commit_ms_last"] = elapsed_ms
-        counters["kvstore.storage.commit_ms_max"] = max(
-            counters["kvstore.storage.commit_ms_max"], elapsed_ms
+        counters[stats.STORAGE_COMMITS] += 1
+        counters[stats.STORAGE_ROWS_WRITTEN] += len(upserts) // 5
+        counters[stats.STORAGE_ROWS_DELETED] += len(deletes)
+        counters[stats.STORAGE_COMMIT_MS_LAST] = elapsed_ms
+        counters[stats.STORAGE_COMMIT_MS_MAX] = max(
+            counters[stats.STORAGE_COMMIT_MS_MAX], elapsed_ms
         )
         if self.last_error is not None:
             log.warning("writing %s works again", self.path)
@@ -393,8 +393,8 @@ class DurableStore:
 
     def gauges(self) -> dict[str, int]:
         out = dict(self.counters)
-        out["kvstore.storage.pending_rows"] = self.pending_rows()
-        out["kvstore.storage.healthy"] = int(self.healthy)
+        out[stats.STORAGE_PENDING_ROWS] = self.pending_rows()
+        out[stats.STORAGE_HEALTHY] = int(self.healthy)
         return out
 
 

@@ -38,6 +38,10 @@ RECORD = os.environ.get("KVMESH_RECORD_TIERS") == "1"
 SLOW_SECONDS = 2.0  # a test that takes this long on its own (idle machine) is slow
 ALWAYS_SLOW_FILES = ("tests/test_lint.py", "tests/fuzz/", "tests/test_chaos_")
 
+# A KvStore counter name that kvstore/stats.py does not declare is an error in every test, in
+# this process and in the node processes the tests start (they inherit the environment).
+os.environ["KVSTORE_STRICT_COUNTERS"] = "1"
+
 
 def _load_tiers() -> dict[str, list[str]]:
     if not TIERS_FILE.exists():

@@ -43,6 +43,7 @@ from kvmesh.agent.metrics import (
     MetricFamily,
     flat_counters,
     flood_batch_histogram,
+    kvstore_families,
 )
 from kvmesh.agent.recon import (
     CancelToken,
@@ -54,8 +55,7 @@ from kvmesh.agent.recon import (
 )
 from kvmesh.agent.revisions import ROLLED_BACK, ConfirmTimer, revision_key, rollback_values
 from kvmesh.agent.status import StatusPublisher
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.store_state import StoreState, store_is_current, why_not_current
+from kvstore import KvStoreClient, KvStoreError, StoreState, store_is_current, why_not_current
 from scheduler import (
     KVScheduler,
     RetryPolicy,
@@ -873,8 +873,7 @@ class Agent:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
             up.add(1)
-            families += flat_counters("kvmesh", kv, gauges=[k for k in kv if ".num_" in k],
-                                      help_prefix="KvStore counter ")
+            families += kvstore_families(kv)
             histogram = flood_batch_histogram(kv)
             if histogram is not None:
                 extra.append(histogram)

@@ -18,8 +18,7 @@ from typing import Any
 from kvmesh.agent import revisions
 from kvmesh.agent.desired import decode_config_value, encode_config_value
 from kvmesh.agent.keys import config_key
-from kvstore.client import KvStoreClient, make_value
-from kvstore.gen.kvstore_thrift.ttypes import Value
+from kvstore import KvStoreClient, Value, make_value
 
 
 class WriteRefused(RuntimeError):

@@ -46,7 +46,7 @@ from kvmesh.agent.http_wire import (
     render_response,
 )
 from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
-from kvstore.curve import is_loopback_host
+from kvstore import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")
 

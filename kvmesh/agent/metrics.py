@@ -27,7 +27,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kvstore.batch_sizes import BOUNDS, PREFIX
+from kvstore import stats
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -82,7 +82,7 @@ def flat_counters(prefix: str, counters: Mapping[str, float], gauges: Iterable[s
     families = []
     for key in sorted(counters):
         value = counters[key]
-        if not isinstance(value, int | float) or key.startswith(PREFIX):
+        if not isinstance(value, int | float) or stats.kind_of(key) is stats.Kind.HISTOGRAM:
             continue
         kind = "gauge" if key in gauge_set else "counter"
         families.append(MetricFamily(metric_name(prefix, key), kind, f"{help_prefix}{key}")
@@ -90,20 +90,38 @@ def flat_counters(prefix: str, counters: Mapping[str, float], gauges: Iterable[s
     return families
 
 
+def kvstore_families(counters: Mapping[str, float]) -> list[MetricFamily]:
+    """A KvStore node's counters (COUNTERS_GET) as families `kvmesh_<name>`, of the kind and
+    with the help kvstore.stats declares. The batch size counters are left out (see
+    `flood_batch_histogram`); a name the node reports but this agent's kvstore does not
+    declare (a newer node) is exported untyped rather than guessed."""
+    families = []
+    for key in sorted(counters):
+        value = counters[key]
+        declared = stats.lookup(key)
+        if not isinstance(value, int | float) or (
+                declared is not None and declared.kind is stats.Kind.HISTOGRAM):
+            continue
+        kind, help = ((declared.kind.value, declared.help) if declared is not None
+                      else ("untyped", f"KvStore counter {key} (not declared here)"))
+        families.append(MetricFamily(metric_name("kvmesh", key), kind, help).add(value))
+    return families
+
+
 def flood_batch_histogram(counters: Mapping[str, float]) -> Metric | None:
     """The KvStore's flood batch size bucket counters as a cumulative histogram."""
-    if f"{PREFIX}.count" not in counters:
+    if stats.FLOOD_BATCH_SIZE_COUNT not in counters:
         return None
     buckets: list[tuple[str, float]] = []
     total = 0.0
-    for bound in BOUNDS:
-        total += counters.get(f"{PREFIX}.le.{bound}", 0)
+    for bound in stats.BATCH_SIZE_BOUNDS:
+        total += counters.get(stats.FLOOD_BATCH_SIZE_BUCKET(bound), 0)
         buckets.append((str(float(bound)), total))
-    total += counters.get(f"{PREFIX}.le.inf", 0)
+    total += counters.get(stats.FLOOD_BATCH_SIZE_BUCKET("inf"), 0)
     buckets.append(("+Inf", total))
     return HistogramMetricFamily(
         "kvmesh_kvstore_flood_batch_size", "Key-values per batch the KvStore node flooded to "
-        "its peers", buckets=buckets, sum_value=counters.get(f"{PREFIX}.sum", 0))
+        "its peers", buckets=buckets, sum_value=counters.get(stats.FLOOD_BATCH_SIZE_SUM, 0))
 
 
 class AgentMetrics:

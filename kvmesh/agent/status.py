@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 
 from kvmesh.agent.keys import model_key_of, status_key, status_prefix
-from kvstore.gen.kvstore_thrift.ttypes import Value
+from kvstore import Value
 from scheduler import ValueOrigin, ValueState, ValueStatus
 
 #: Lifetime of a tombstone that announces a removed status.

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from kvstore.client import KvStoreClient, KvStoreError
+from kvstore import KvStoreClient, KvStoreError
 
 log = logging.getLogger("kvmesh.agent.supervisor")
 

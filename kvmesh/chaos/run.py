@@ -33,9 +33,7 @@ from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import config_key
 from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
 from kvmesh.chaos.workload import Writer, monotonic_ms
-from kvstore import safefs
-from kvstore.client import KvStoreError
-from kvstore.value import TTL_INFINITY, Value
+from kvstore import TTL_INFINITY, KvStoreError, Value, safefs, stats
 
 __all__ = ["ALL_FAULTS", "DEFAULT_FAULTS", "ChaosConfig", "RoundReport", "run"]
 
@@ -43,8 +41,8 @@ ALL_FAULTS = ("partition", "loss", "pause", "crash", "link", "restart-all")
 # restart-all keeps acknowledged writes thanks to the durable store (issue 9): every node runs
 # with a data dir; finite-TTL keys are not durable and the checker does not expect them back.
 DEFAULT_FAULTS = ALL_FAULTS
-ERROR_COUNTER_PREFIXES = ("kvstore.errors.", "kvstore.no_merge.INVALID", "kvstore.ttl.clock_ahead")
-ERROR_COUNTERS = ("kvstore.malformed_requests", "kvstore.full_sync.bad_replies")
+ERROR_COUNTER_PREFIXES = (stats.ERRORS.prefix, "kvstore.no_merge.INVALID", stats.TTL_CLOCK_AHEAD)
+ERROR_COUNTERS = (stats.MALFORMED_REQUESTS, stats.FULL_SYNC_BAD_REPLIES)
 BOUND_MS = 250  # documented bound (wall-clock offset: 0, one kernel) + measurement slack
 PRESENT_MARGIN_MS = 2000  # ttl_threshold_ms + transit + polling slack
 AGENT_PREFIXES = ("status/", "node/")  # what agents publish: theirs, not the workload's
@@ -308,8 +306,8 @@ def _redundancy(before: dict[str, dict[str, int]], after: dict[str, dict[str, in
     for name, counters in after.items():
         if name in restarted or name not in before:
             continue
-        received = counters.get("kvstore.received_key_vals", 0) - before[name].get(
-            "kvstore.received_key_vals", 0)
+        received = counters.get(stats.RECEIVED_KEY_VALS, 0) - before[name].get(
+            stats.RECEIVED_KEY_VALS, 0)
         out[name] = round(received / written, 2)
     return out
 

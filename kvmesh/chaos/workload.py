@@ -15,9 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kvmesh.chaos.model import Write, WriteLog
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.curve import ClientCurve
-from kvstore.value import TTL_INFINITY, Value
+from kvstore import TTL_INFINITY, ClientCurve, KvStoreClient, KvStoreError, Value
 
 __all__ = ["Writer", "monotonic_ms"]
 

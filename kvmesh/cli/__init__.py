@@ -22,7 +22,7 @@ import click
 
 from kvmesh.cli.context import DEFAULT_URL, CliContext
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
-from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
+from kvstore import KEY_FILE_ENV, SERVER_KEY_ENV
 
 URL_HELP = "Command URL of the KvStore node to talk to."
 JSON_HELP = "Print machine-readable JSON."

@@ -42,8 +42,7 @@ from kvmesh.cli.common import (
 )
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.rest_client import AgentAddress, AgentRest, RestError, find_agent
-from kvstore.client import KvStoreClient, next_version
-from kvstore.gen.kvstore_thrift.ttypes import Value
+from kvstore import KvStoreClient, Value, next_version
 
 # -- agent run ----------------------------------------------------------------------------------
 

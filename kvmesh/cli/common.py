@@ -14,7 +14,7 @@ import click
 
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cli.context import CliContext
-from kvstore.client import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
+from kvstore import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
 
 
 class OneLineUsageError(click.ClickException):

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kvmesh.cli.common import KvGroup, emit, fail
-from kvstore.curve import CurveError, fingerprint, generate, load_public_key
+from kvstore import CurveError, fingerprint, generate, load_public_key
 
 
 @click.group("keys", cls=KvGroup)

@@ -13,8 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
-from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Publication, Value
+from kvstore import TTL_INFINITY, PeerSpec, PeerState, Publication, Value
 
 
 def ttl_json(ttl_ms: int) -> int | None:

@@ -30,19 +30,21 @@ from kvmesh.cli.common import (
     parse_http,
     run_client,
 )
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.config import NodeConfig
-from kvstore.curve import (
+from kvstore import (
+    I64_MAX,
     KEY_FILE_ENV,
     SERVER_KEY_ENV,
+    TTL_INFINITY,
     CurveError,
+    KvStoreClient,
+    KvStoreError,
+    NodeConfig,
     NodeSecurity,
+    Value,
     non_loopback,
+    record_identity,
+    store_signature,
 )
-from kvstore.gen.kvstore_thrift.constants import TTL_INFINITY
-from kvstore.gen.kvstore_thrift.ttypes import Value
-from kvstore.signature import record_identity, store_signature
-from kvstore.value import I64_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -132,8 +134,7 @@ def node_run(
     assume_current: bool,
 ) -> None:
     """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
-    from kvstore.config import ConfigError, load_config, parse_peer
-    from kvstore.node import run_node
+    from kvstore import ConfigError, load_config, parse_peer, run_node
 
     agent_args: list[str] = []
     for flag, given in (("--linux-netns", linux_netns), ("--vpp-socket", vpp_socket),

@@ -19,7 +19,7 @@ import click
 
 from kvmesh.agent.keys import NODE, config_prefix
 from kvmesh.cli.common import fail
-from kvstore.client import KvStoreClient
+from kvstore import KvStoreClient
 
 ALLOW_OPTION = "--allow-unknown-node"
 F = TypeVar("F", bound=Callable[..., Any])

@@ -24,7 +24,7 @@ from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
-from kvstore.client import KvStoreClient
+from kvstore import KvStoreClient
 
 # RETRYING counts as settled (as FAILED): the value failed; the node keeps retrying on its own.
 SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",

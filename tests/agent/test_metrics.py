@@ -100,3 +100,41 @@ def test_a_scrape_without_the_kvstore_says_so() -> None:
                        for name in parsed)
     finally:
         agent.scheduler.close()
+
+
+def test_kvstore_families_take_kind_and_help_from_the_declarations() -> None:
+    from kvmesh.agent.metrics import kvstore_families
+    from kvstore import stats
+    from kvstore.batch_sizes import count_batch
+
+    counters = {stats.NUM_KEYS: 3, stats.SENT_KEY_VALS: 12, stats.UPTIME_MS: 5,
+                stats.NUM_PEERS_IN("INITIALIZED"): 1, stats.ERRORS("TOO_LARGE"): 2,
+                stats.FULL_SYNC_DURATION_MS_LAST: 7, "kvstore.from_a_newer_node": 1}
+    count_batch(counters, 3)
+    parsed = {f.name: f for f in text_string_to_metric_families(
+        render(kvstore_families(counters)))}
+    kinds = {name: family.type for name, family in parsed.items()}
+    assert kinds == {
+        "kvmesh_kvstore_num_keys": "gauge",
+        "kvmesh_kvstore_sent_key_vals": "counter",
+        "kvmesh_kvstore_uptime_ms": "gauge",
+        "kvmesh_kvstore_num_peers_INITIALIZED": "gauge",
+        "kvmesh_kvstore_errors_TOO_LARGE": "counter",
+        "kvmesh_kvstore_full_sync_duration_ms_last": "gauge",
+        "kvmesh_kvstore_from_a_newer_node": "unknown",
+    }  # and the batch size counters are the histogram's, not families of their own
+    assert parsed["kvmesh_kvstore_num_keys"].documentation == stats.NUM_KEYS.help
+    assert parsed["kvmesh_kvstore_errors_TOO_LARGE"].documentation == stats.ERRORS.help
+
+
+def test_every_declared_kvstore_counter_becomes_a_family_of_its_kind() -> None:
+    from kvmesh.agent.metrics import kvstore_families
+    from kvstore import stats
+
+    families = {f.name: f for f in kvstore_families(dict.fromkeys(stats.STATS, 1))}
+    for name, stat in stats.STATS.items():
+        family = families.get(metric_name("kvmesh", name))
+        if stat.kind is stats.Kind.HISTOGRAM:
+            assert family is None
+        else:
+            assert family is not None and family.kind == stat.kind.value, name
