@@ -28,6 +28,7 @@ from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
+from scheduler.transitions import Event, settle
 
 log = logging.getLogger("scheduler")
 
@@ -256,10 +257,7 @@ class Walker:
     def _unimplemented(self, node: Node, rec: RecordedOp) -> bool:
         """No descriptor selects the key (yet): kept, applied when one registers."""
         self.graph.set_deps(node, ())
-        node.state = ValueState.UNIMPLEMENTED
-        node.error = None
-        node.last_op = CREATE
-        node.details = ()
+        _settle(node, Event.NO_DESCRIPTOR, op=CREATE)
         self.ctx.record(rec, node.state, noop=True)
         return True
 
@@ -289,10 +287,7 @@ class Walker:
         return derived
 
     def _wait_for_dependencies(self, node: Node, rec: RecordedOp) -> bool:
-        node.state = ValueState.PENDING
-        node.error = None
-        node.last_op = CREATE
-        node.details = missing_labels(self.graph, node)
+        _settle(node, Event.DEPENDENCY_MISSING, op=CREATE, details=missing_labels(self.graph, node))
         rec.details = node.details  # a plan shows what the value waits for
         self.ctx.record(rec, node.state, noop=True)
         return True
@@ -309,10 +304,7 @@ class Walker:
         self, node: Node, rec: RecordedOp, origin: ValueOrigin, metadata: Metadata
     ) -> None:
         node.available = True
-        node.state = ValueState.OBTAINED if origin is SB else ValueState.CONFIGURED
-        node.error = None
-        node.last_op = CREATE
-        node.details = ()
+        _settle(node, Event.OBTAINED if origin is SB else Event.CREATED, op=CREATE)
         self._store_metadata(node, metadata, via_crud=origin is NB)
         rec.property = node.descriptor is None
         self.ctx.record(rec, node.state)
@@ -400,9 +392,7 @@ class Walker:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
             if prev_state is not ValueState.CONFIGURED:
-                node.state = ValueState.CONFIGURED
-                node.error = None
-                node.details = ()
+                _settle(node, Event.UPDATED)
         elif not self._update_in_sb(node, value, rec, was_obtained):
             node.derived = still_derived
             return False
@@ -424,10 +414,7 @@ class Walker:
                 self._fail(node, exc, rec)
                 return False
         node.value = value
-        node.state = ValueState.CONFIGURED
-        node.error = None
-        node.last_op = UPDATE
-        node.details = ()
+        _settle(node, Event.UPDATED, op=UPDATE)
         self._store_metadata(node, new_metadata, via_crud=True)
         if was_obtained:
             rec.prev_state = ValueState.OBTAINED
@@ -476,9 +463,8 @@ class Walker:
         node.value = value
         node.derived = derived
         node.relations_of = value
-        node.state = ValueState.OBTAINED
+        _settle(node, Event.OBTAINED, op=None if equivalent else UPDATE, details=None)
         if not equivalent:
-            node.last_op = UPDATE
             self.ctx.record(rec, node.state)
         self._apply_derived(node, derived, SB)
         return True
@@ -511,13 +497,12 @@ class Walker:
             for dk, _ in sorted(node.derived, reverse=True):
                 if dk in graph.nodes:
                     self._apply(dk, None, node.origin, derived_from=key)
-            node.state = ValueState.REMOVED
-            node.last_op = DELETE
+            _settle(node, Event.DELETED, op=DELETE, details=None)
             graph.remove(key)
             return True
 
         node.available = False  # first, so the value no longer satisfies dependencies
-        node.state = ValueState.REMOVED
+        _settle(node, Event.DELETING, details=None)
 
         for dk, _ in sorted(node.derived, reverse=True):
             if not self._apply(dk, None, node.origin, derived_from=key):
@@ -545,17 +530,13 @@ class Walker:
         if descriptor is not None:
             self._drop_metadata(node, via_crud=via_crud)
         node.metadata = None
-        node.error = None
-        node.last_op = DELETE
         rec.property = descriptor is None
         if pending:
-            node.state = ValueState.PENDING
-            node.details = missing_labels(graph, node)
+            _settle(node, Event.DEPENDENCY_MISSING, op=DELETE, details=missing_labels(graph, node))
             rec.details = node.details
             self.ctx.record(rec, node.state)
         else:
-            node.state = ValueState.REMOVED
-            node.details = ()
+            _settle(node, Event.DELETED, op=DELETE)
             self.ctx.record(rec, node.state)
             if not recreate:
                 graph.remove(key)
@@ -564,8 +545,7 @@ class Walker:
     def _abort_delete(self, node: Node, prev_state: ValueState) -> bool:
         # A derived value or dependent could not be removed: the base stays as it was.
         node.available = True
-        node.state = prev_state
-        node.last_op = DELETE
+        _settle(node, Event.DELETE_ABORTED, op=DELETE, details=None, restore=prev_state)
         return False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -657,23 +637,17 @@ class Walker:
         attempt = ctx.next_attempt(base.key)
         to_be_reverted = ctx.revert or ctx.reverting
         if retriable and not to_be_reverted and policy is not None and policy.allows(attempt):
-            node.state = ValueState.RETRYING
+            _settle(node, Event.FAILED_RETRYING, op=rec.op, cause=exc)
             ctx.retry_keys[node.key] = attempt
         else:
-            node.state = ValueState.FAILED
-        node.error = exc
-        node.last_op = rec.op
-        node.details = ()
+            _settle(node, Event.FAILED, op=rec.op, cause=exc)
         ctx.failed.add(node.key)
         rec.error = exc
         self.ctx.record(rec, node.state)
         self._count_error(node, rec.op, exc)
 
     def _invalid(self, node: Node, rec: RecordedOp, exc: BaseException) -> bool:
-        node.state = ValueState.INVALID
-        node.error = exc
-        node.last_op = rec.op
-        node.details = _invalid_fields(exc)
+        _settle(node, Event.INVALID, op=rec.op, details=_invalid_fields(exc), cause=exc)
         rec.error = exc
         self.ctx.record(rec, node.state, noop=True)
         self._count_error(node, rec.op, exc)
@@ -717,9 +691,7 @@ class Walker:
         """A failed create whose dependency went away: it now waits for it like any value."""
         self.graph.touch(node)
         self._touched(node.key)
-        node.state = ValueState.PENDING
-        node.error = None
-        node.details = missing_labels(self.graph, node)
+        _settle(node, Event.DEPENDENCY_MISSING, details=missing_labels(self.graph, node))
 
     def _set_details(self, node: Node) -> None:
         details = missing_labels(self.graph, node)
@@ -795,6 +767,24 @@ class Walker:
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
+
+
+def _settle(
+    node: Node,
+    event: Event,
+    *,
+    op: TxnOperation | None = None,
+    details: tuple[str, ...] | None = (),
+    cause: BaseException | None = None,
+    restore: ValueState | None = None,
+) -> None:
+    """Apply ``event`` to ``node`` (its state and error as :func:`settle` decides); ``op``
+    becomes its last operation and ``details`` its details (None keeps both as they are)."""
+    node.state, node.error = settle(node.state, node.error, event, cause=cause, restore=restore)
+    if op is not None:
+        node.last_op = op
+    if details is not None:
+        node.details = details
 
 
 def base_of(graph: Graph, node: Node) -> Node:

@@ -1,0 +1,102 @@
+"""The one place that decides a value's next state: ``settle(state, error, event)``.
+
+The walk reports what happened to a value (an :class:`Event`); the rules table below says
+which state follows, from which states the event may happen at all, and whether the value's
+error is set, cleared or kept. Pure: no graph, no descriptors, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from scheduler.api import ValueState
+
+S = ValueState
+
+
+class Event(enum.Enum):
+    """What happened to a value."""
+
+    NO_DESCRIPTOR = "no descriptor selects the key"
+    DEPENDENCY_MISSING = "a dependency is not available"
+    CREATED = "created in the southbound"
+    UPDATED = "updated in the southbound, or an equivalent value adopted"
+    OBTAINED = "reported by the southbound (notification or refresh of an SB value)"
+    DELETING = "its delete started (derived values and dependents go first)"
+    DELETED = "deleted"
+    DELETE_ABORTED = "a derived value or dependent could not go: the delete is abandoned"
+    INVALID = "rejected by validation or by its descriptor's relations"
+    FAILED = "an operation failed and will not be retried"
+    FAILED_RETRYING = "an operation failed, a retry is scheduled"
+
+
+class Error(enum.Enum):
+    """What an event does to the value's error."""
+
+    CLEAR = "clear"
+    KEEP = "keep"
+    SET = "set"  # the event's cause becomes the error
+
+
+class IllegalTransition(ValueError):
+    """An event that cannot happen to a value in its state: a bug of the walk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    target: ValueState | None  # None: the state before the delete started (DELETE_ABORTED)
+    sources: frozenset[ValueState]
+    error: Error
+
+
+ALL = frozenset(ValueState)
+#: States of a value that exists in the southbound (or may: a failed update or delete).
+_EXISTING = frozenset(
+    {S.CONFIGURED, S.OBTAINED, S.DISCOVERED, S.FAILED, S.RETRYING, S.INVALID, S.PENDING}
+)
+#: Transient: a value is REMOVED only while its delete runs or once it is gone.
+_NOT_REMOVED = ALL - {S.REMOVED}
+
+RULES: dict[Event, Rule] = {
+    Event.NO_DESCRIPTOR: Rule(S.UNIMPLEMENTED, _NOT_REMOVED - {S.CONFIGURED}, Error.CLEAR),
+    Event.DEPENDENCY_MISSING: Rule(S.PENDING, ALL, Error.CLEAR),
+    Event.CREATED: Rule(S.CONFIGURED, ALL, Error.CLEAR),
+    Event.UPDATED: Rule(S.CONFIGURED, _EXISTING, Error.CLEAR),
+    Event.OBTAINED: Rule(S.OBTAINED, ALL, Error.CLEAR),
+    Event.DELETING: Rule(S.REMOVED, _NOT_REMOVED, Error.KEEP),
+    Event.DELETED: Rule(S.REMOVED, ALL, Error.CLEAR),
+    Event.DELETE_ABORTED: Rule(None, frozenset({S.REMOVED}), Error.KEEP),
+    Event.INVALID: Rule(S.INVALID, ALL, Error.SET),
+    Event.FAILED: Rule(S.FAILED, ALL, Error.SET),
+    Event.FAILED_RETRYING: Rule(S.RETRYING, ALL, Error.SET),
+}
+
+
+def settle(
+    state: ValueState,
+    error: BaseException | None,
+    event: Event,
+    *,
+    cause: BaseException | None = None,
+    restore: ValueState | None = None,
+) -> tuple[ValueState, BaseException | None]:
+    """The state and error of a value in ``state`` (with ``error``) after ``event``.
+
+    ``cause``: the error of INVALID and FAILED events (required there, refused elsewhere).
+    ``restore``: the state the value had before its delete started (DELETE_ABORTED only).
+    """
+    rule = RULES[event]
+    if state not in rule.sources:
+        raise IllegalTransition(f"{event.name} cannot happen to a {state.name} value")
+    if (cause is not None) != (rule.error is Error.SET):
+        raise IllegalTransition(f"{event.name}: a cause is required with, and only with, errors")
+    if (restore is not None) != (rule.target is None):
+        raise IllegalTransition(f"{event.name}: restore is given with, and only with, aborts")
+    target = restore if rule.target is None else rule.target
+    assert target is not None
+    if rule.error is Error.CLEAR:
+        return target, None
+    if rule.error is Error.KEEP:
+        return target, error
+    return target, cause
