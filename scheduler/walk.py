@@ -2,13 +2,12 @@
 
 The same walk serves planning (every operation assumed to succeed; southbound calls collected
 as effects; graph changes journaled) and, after a failed effect, execution (calls made, or
-replayed when already made; failures handled). Its cost is proportional to the values it
+replayed when already made; failures handled): only the :class:`~scheduler.effects.Effects`
+object it is given differs. Its cost is proportional to the values it
 touches.
 """
 
 from __future__ import annotations
-
-import logging
 
 from scheduler.api import (
     Dependency,
@@ -23,14 +22,12 @@ from scheduler.api import (
 )
 from scheduler.compare import first
 from scheduler.context import WalkContext
-from scheduler.effects import Effect, Raised, invoke
+from scheduler.effects import Effects, keeps_metadata
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
 from scheduler.transitions import Event, settle
-
-log = logging.getLogger("scheduler")
 
 CREATE = TxnOperation.CREATE
 UPDATE = TxnOperation.UPDATE
@@ -53,10 +50,13 @@ class DescriptorOutputError(ValueError):
 class Walker:
     """Applies values to the graph for one transaction (see the module docstring)."""
 
-    def __init__(self, graph: Graph, registry: Registry, ctx: WalkContext) -> None:
+    def __init__(
+        self, graph: Graph, registry: Registry, ctx: WalkContext, effects: Effects
+    ) -> None:
         self.graph = graph
         self.registry = registry
         self.ctx = ctx
+        self.effects = effects  # planning or execution: the walk is the same
         self._branch: set[Key] = set()
 
     # -- entry points ----------------------------------------------------------------------
@@ -701,69 +701,18 @@ class Walker:
             self._touched(node.key)
 
     def _crud(self, op: TxnOperation, node: Node, args: tuple[Value, ...]) -> Metadata:
-        """Call the descriptor (execution), or record the call for later (planning)."""
-        descriptor = node.descriptor
-        assert descriptor is not None
-        ctx = self.ctx
-        if not ctx.execute:
-            ctx.effects.append(
-                Effect(
-                    op,
-                    node.key,
-                    descriptor,
-                    node.label,
-                    args,
-                    node.metadata,
-                    descriptor.with_metadata and node.derived_from is None,
-                )
-            )
-            return node.metadata if op is UPDATE else None
-        if ctx.replay_pos < len(ctx.replay):
-            recorded_op, recorded_key, outcome = ctx.replay[ctx.replay_pos]
-            ctx.replay_pos += 1
-            if recorded_op is op and recorded_key == node.key:
-                if isinstance(outcome, Raised):
-                    raise outcome.exc
-                return outcome
-            # Descriptors answered differently this time: call for real from here on.
-            log.error(
-                "replay diverged at %s %s (recorded %s %s)", op, node.key, recorded_op, recorded_key
-            )
-            ctx.replay_pos = len(ctx.replay)
-        return invoke(descriptor, op, node.key, args, node.metadata)
+        return self.effects.call(op, node, args)
 
     def _store_metadata(self, node: Node, metadata: Metadata, *, via_crud: bool) -> None:
-        descriptor = node.descriptor
-        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
+        if not keeps_metadata(node):
             node.metadata = None
             return
         node.metadata = metadata
-        if self.ctx.execute:
-            self.registry.set_metadata(descriptor, node.label, metadata)
-        elif not via_crud:
-            self.ctx.effects.append(
-                Effect(TxnOperation.UNDEFINED, node.key, descriptor, node.label, (), metadata, True)
-            )
+        self.effects.metadata(node, metadata, drop=False, by_call=via_crud)
 
     def _drop_metadata(self, node: Node, *, via_crud: bool) -> None:
-        descriptor = node.descriptor
-        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
-            return
-        if self.ctx.execute:
-            self.registry.drop_metadata(descriptor, node.label)
-        elif not via_crud:
-            self.ctx.effects.append(
-                Effect(
-                    TxnOperation.UNDEFINED,
-                    node.key,
-                    descriptor,
-                    node.label,
-                    (),
-                    None,
-                    True,
-                    drop=True,
-                )
-            )
+        if keeps_metadata(node):
+            self.effects.metadata(node, None, drop=True, by_call=via_crud)
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
