@@ -137,7 +137,7 @@ class Engine:
         delete_missing: bool = True,
     ) -> TxnOutcome:
         record = self._new_record(TxnType.NB_TRANSACTION, description)
-        record.resync = kind.value
+        record.resync = kind
         self.resync_count += 1
         refreshed = RefreshResult()
         if kind is not ResyncKind.UPSTREAM and refresh:
