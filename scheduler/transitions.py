@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from scheduler.api import ValueState
+from scheduler.api import TxnOperation, ValueState
+from scheduler.graph import Node
 
 S = ValueState
 
@@ -23,6 +24,9 @@ class Event(enum.Enum):
     CREATED = "created in the southbound"
     UPDATED = "updated in the southbound, or an equivalent value adopted"
     OBTAINED = "reported by the southbound (notification or refresh of an SB value)"
+    DISCOVERED = "found by a refresh, of NB origin, not yet confirmed by NB"
+    FOUND = "found by a refresh while waiting or missing: it exists after all"
+    VANISHED = "a refresh no longer finds a configured value"
     DELETING = "its delete started (derived values and dependents go first)"
     DELETED = "deleted"
     DELETE_ABORTED = "a derived value or dependent could not go: the delete is abandoned"
@@ -55,6 +59,8 @@ ALL = frozenset(ValueState)
 _EXISTING = frozenset(
     {S.CONFIGURED, S.OBTAINED, S.DISCOVERED, S.FAILED, S.RETRYING, S.INVALID, S.PENDING}
 )
+#: States with an error: a refresh keeps them (the retry, resync or next change settles them).
+_ERRONEOUS = frozenset({S.FAILED, S.RETRYING, S.INVALID})
 #: Transient: a value is REMOVED only while its delete runs or once it is gone.
 _NOT_REMOVED = ALL - {S.REMOVED}
 
@@ -64,6 +70,9 @@ RULES: dict[Event, Rule] = {
     Event.CREATED: Rule(S.CONFIGURED, ALL, Error.CLEAR),
     Event.UPDATED: Rule(S.CONFIGURED, _EXISTING, Error.CLEAR),
     Event.OBTAINED: Rule(S.OBTAINED, ALL, Error.CLEAR),
+    Event.DISCOVERED: Rule(S.DISCOVERED, ALL - _ERRONEOUS, Error.CLEAR),
+    Event.FOUND: Rule(S.CONFIGURED, ALL - _ERRONEOUS, Error.CLEAR),
+    Event.VANISHED: Rule(S.MISSING, frozenset({S.CONFIGURED}), Error.CLEAR),
     Event.DELETING: Rule(S.REMOVED, _NOT_REMOVED, Error.KEEP),
     Event.DELETED: Rule(S.REMOVED, ALL, Error.CLEAR),
     Event.DELETE_ABORTED: Rule(None, frozenset({S.REMOVED}), Error.KEEP),
@@ -100,3 +109,21 @@ def settle(
     if rule.error is Error.KEEP:
         return target, error
     return target, cause
+
+
+def settle_node(
+    node: Node,
+    event: Event,
+    *,
+    op: TxnOperation | None = None,
+    details: tuple[str, ...] | None = (),
+    cause: BaseException | None = None,
+    restore: ValueState | None = None,
+) -> None:
+    """Apply ``event`` to ``node``: its state and error as :func:`settle` decides; ``op``
+    becomes its last operation and ``details`` its details (None keeps either as it is)."""
+    node.state, node.error = settle(node.state, node.error, event, cause=cause, restore=restore)
+    if op is not None:
+        node.last_op = op
+    if details is not None:
+        node.details = details

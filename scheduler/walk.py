@@ -27,7 +27,8 @@ from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
-from scheduler.transitions import Event, settle
+from scheduler.transitions import Event
+from scheduler.transitions import settle_node as _settle
 
 CREATE = TxnOperation.CREATE
 UPDATE = TxnOperation.UPDATE
@@ -716,24 +717,6 @@ class Walker:
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None
-
-
-def _settle(
-    node: Node,
-    event: Event,
-    *,
-    op: TxnOperation | None = None,
-    details: tuple[str, ...] | None = (),
-    cause: BaseException | None = None,
-    restore: ValueState | None = None,
-) -> None:
-    """Apply ``event`` to ``node`` (its state and error as :func:`settle` decides); ``op``
-    becomes its last operation and ``details`` its details (None keeps both as they are)."""
-    node.state, node.error = settle(node.state, node.error, event, cause=cause, restore=restore)
-    if op is not None:
-        node.last_op = op
-    if details is not None:
-        node.details = details
 
 
 def base_of(graph: Graph, node: Node) -> Node:

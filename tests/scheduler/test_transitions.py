@@ -22,6 +22,9 @@ EXPECTED_TARGET = {
     Event.CREATED: S.CONFIGURED,
     Event.UPDATED: S.CONFIGURED,
     Event.OBTAINED: S.OBTAINED,
+    Event.DISCOVERED: S.DISCOVERED,
+    Event.FOUND: S.CONFIGURED,
+    Event.VANISHED: S.MISSING,
     Event.DELETING: S.REMOVED,
     Event.DELETED: S.REMOVED,
     Event.DELETE_ABORTED: None,
@@ -35,6 +38,10 @@ EXPECTED_ILLEGAL = {
     Event.UPDATED: {S.NONEXISTENT, S.MISSING, S.UNIMPLEMENTED, S.REMOVED},
     Event.DELETING: {S.REMOVED},
     Event.DELETE_ABORTED: set(ValueState) - {S.REMOVED},
+    # A refresh keeps erroneous values as they are (their retry, resync or next change decides).
+    Event.DISCOVERED: WITH_ERROR,
+    Event.FOUND: WITH_ERROR,
+    Event.VANISHED: set(ValueState) - {S.CONFIGURED},
 }
 
 
@@ -108,3 +115,15 @@ def test_random_sequences_keep_error_and_state_consistent(events: list[Event]) -
         assert (error is not None) == (state in WITH_ERROR) or (
             state is S.REMOVED and before_delete is not None and before_delete[0] in WITH_ERROR
         )
+
+
+def test_only_settle_writes_states() -> None:
+    """The walk and the refresh report events; neither writes a state or an error itself."""
+    import scheduler.refresh
+    import scheduler.walk
+
+    for module in (scheduler.walk, scheduler.refresh):
+        assert module.__file__ is not None
+        with open(module.__file__, encoding="utf-8") as source:
+            text = source.read()
+        assert ".state = " not in text and "node.error = " not in text, module.__name__
