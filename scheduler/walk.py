@@ -27,8 +27,7 @@ from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
-from scheduler.transitions import Event
-from scheduler.transitions import settle_node as _settle
+from scheduler.transitions import Event, settle_node
 
 CREATE = TxnOperation.CREATE
 UPDATE = TxnOperation.UPDATE
@@ -258,7 +257,7 @@ class Walker:
     def _unimplemented(self, node: Node, rec: RecordedOp) -> bool:
         """No descriptor selects the key (yet): kept, applied when one registers."""
         self.graph.set_deps(node, ())
-        _settle(node, Event.NO_DESCRIPTOR, op=CREATE)
+        settle_node(node, Event.NO_DESCRIPTOR, op=CREATE)
         self.ctx.record(rec, node.state, noop=True)
         return True
 
@@ -288,7 +287,8 @@ class Walker:
         return derived
 
     def _wait_for_dependencies(self, node: Node, rec: RecordedOp) -> bool:
-        _settle(node, Event.DEPENDENCY_MISSING, op=CREATE, details=missing_labels(self.graph, node))
+        missing = missing_labels(self.graph, node)
+        settle_node(node, Event.DEPENDENCY_MISSING, op=CREATE, details=missing)
         rec.details = node.details  # a plan shows what the value waits for
         self.ctx.record(rec, node.state, noop=True)
         return True
@@ -305,7 +305,7 @@ class Walker:
         self, node: Node, rec: RecordedOp, origin: ValueOrigin, metadata: Metadata
     ) -> None:
         node.available = True
-        _settle(node, Event.OBTAINED if origin is SB else Event.CREATED, op=CREATE)
+        settle_node(node, Event.OBTAINED if origin is SB else Event.CREATED, op=CREATE)
         self._store_metadata(node, metadata, via_crud=origin is NB)
         rec.property = node.descriptor is None
         self.ctx.record(rec, node.state)
@@ -393,7 +393,7 @@ class Walker:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
             if prev_state is not ValueState.CONFIGURED:
-                _settle(node, Event.UPDATED)
+                settle_node(node, Event.UPDATED)
         elif not self._update_in_sb(node, value, rec, was_obtained):
             node.derived = still_derived
             return False
@@ -415,7 +415,7 @@ class Walker:
                 self._fail(node, exc, rec)
                 return False
         node.value = value
-        _settle(node, Event.UPDATED, op=UPDATE)
+        settle_node(node, Event.UPDATED, op=UPDATE)
         self._store_metadata(node, new_metadata, via_crud=True)
         if was_obtained:
             rec.prev_state = ValueState.OBTAINED
@@ -464,7 +464,7 @@ class Walker:
         node.value = value
         node.derived = derived
         node.relations_of = value
-        _settle(node, Event.OBTAINED, op=None if equivalent else UPDATE, details=None)
+        settle_node(node, Event.OBTAINED, op=None if equivalent else UPDATE, details=None)
         if not equivalent:
             self.ctx.record(rec, node.state)
         self._apply_derived(node, derived, SB)
@@ -498,12 +498,12 @@ class Walker:
             for dk, _ in sorted(node.derived, reverse=True):
                 if dk in graph.nodes:
                     self._apply(dk, None, node.origin, derived_from=key)
-            _settle(node, Event.DELETED, op=DELETE, details=None)
+            settle_node(node, Event.DELETED, op=DELETE, details=None)
             graph.remove(key)
             return True
 
         node.available = False  # first, so the value no longer satisfies dependencies
-        _settle(node, Event.DELETING, details=None)
+        settle_node(node, Event.DELETING, details=None)
 
         for dk, _ in sorted(node.derived, reverse=True):
             if not self._apply(dk, None, node.origin, derived_from=key):
@@ -533,11 +533,12 @@ class Walker:
         node.metadata = None
         rec.property = descriptor is None
         if pending:
-            _settle(node, Event.DEPENDENCY_MISSING, op=DELETE, details=missing_labels(graph, node))
+            missing = missing_labels(graph, node)
+            settle_node(node, Event.DEPENDENCY_MISSING, op=DELETE, details=missing)
             rec.details = node.details
             self.ctx.record(rec, node.state)
         else:
-            _settle(node, Event.DELETED, op=DELETE)
+            settle_node(node, Event.DELETED, op=DELETE)
             self.ctx.record(rec, node.state)
             if not recreate:
                 graph.remove(key)
@@ -546,7 +547,7 @@ class Walker:
     def _abort_delete(self, node: Node, prev_state: ValueState) -> bool:
         # A derived value or dependent could not be removed: the base stays as it was.
         node.available = True
-        _settle(node, Event.DELETE_ABORTED, op=DELETE, details=None, restore=prev_state)
+        settle_node(node, Event.DELETE_ABORTED, op=DELETE, details=None, restore=prev_state)
         return False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -638,17 +639,17 @@ class Walker:
         attempt = ctx.next_attempt(base.key)
         to_be_reverted = ctx.revert or ctx.reverting
         if retriable and not to_be_reverted and policy is not None and policy.allows(attempt):
-            _settle(node, Event.FAILED_RETRYING, op=rec.op, cause=exc)
+            settle_node(node, Event.FAILED_RETRYING, op=rec.op, cause=exc)
             ctx.retry_keys[node.key] = attempt
         else:
-            _settle(node, Event.FAILED, op=rec.op, cause=exc)
+            settle_node(node, Event.FAILED, op=rec.op, cause=exc)
         ctx.failed.add(node.key)
         rec.error = exc
         self.ctx.record(rec, node.state)
         self._count_error(node, rec.op, exc)
 
     def _invalid(self, node: Node, rec: RecordedOp, exc: BaseException) -> bool:
-        _settle(node, Event.INVALID, op=rec.op, details=_invalid_fields(exc), cause=exc)
+        settle_node(node, Event.INVALID, op=rec.op, details=_invalid_fields(exc), cause=exc)
         rec.error = exc
         self.ctx.record(rec, node.state, noop=True)
         self._count_error(node, rec.op, exc)
@@ -692,7 +693,7 @@ class Walker:
         """A failed create whose dependency went away: it now waits for it like any value."""
         self.graph.touch(node)
         self._touched(node.key)
-        _settle(node, Event.DEPENDENCY_MISSING, details=missing_labels(self.graph, node))
+        settle_node(node, Event.DEPENDENCY_MISSING, details=missing_labels(self.graph, node))
 
     def _set_details(self, node: Node) -> None:
         details = missing_labels(self.graph, node)
