@@ -81,6 +81,12 @@ RULES: dict[Event, Rule] = {
     Event.FAILED_RETRYING: Rule(S.RETRYING, ALL, Error.SET),
 }
 
+# The rule of each event by the state it may happen to (absent: illegal).
+_RULE_FROM: dict[Event, dict[ValueState, Rule]] = {
+    event: dict.fromkeys(rule.sources, rule) for event, rule in RULES.items()
+}
+_CLEAR, _SET = Error.CLEAR, Error.SET
+
 
 def settle(
     state: ValueState,
@@ -95,20 +101,25 @@ def settle(
     ``cause``: the error of INVALID and FAILED events (required there, refused elsewhere).
     ``restore``: the state the value had before its delete started (DELETE_ABORTED only).
     """
-    rule = RULES[event]
-    if state not in rule.sources:
+    rule = _RULE_FROM[event].get(state)  # one lookup: the walk settles every value it touches
+    if rule is None:
         raise IllegalTransition(f"{event.name} cannot happen to a {state.name} value")
-    if (cause is not None) != (rule.error is Error.SET):
-        raise IllegalTransition(f"{event.name}: a cause is required with, and only with, errors")
-    if (restore is not None) != (rule.target is None):
-        raise IllegalTransition(f"{event.name}: restore is given with, and only with, aborts")
-    target = restore if rule.target is None else rule.target
-    assert target is not None
-    if rule.error is Error.CLEAR:
-        return target, None
-    if rule.error is Error.KEEP:
-        return target, error
-    return target, cause
+    target, mode = rule.target, rule.error
+    if restore is None:
+        if target is not None:
+            if mode is _CLEAR:
+                if cause is None:
+                    return target, None
+            elif mode is _SET:
+                if cause is not None:
+                    return target, cause
+            elif cause is None:
+                return target, error
+    elif target is None and cause is None:
+        return restore, error
+    raise IllegalTransition(
+        f"{event.name}: a cause goes with failures only, a restore state with aborts only"
+    )
 
 
 def settle_node(
