@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from scheduler.api import Dependency, Key, RetryPolicy, TxnOperation, TxnType, Value, ValueState
 from scheduler.compare import Comparisons
-from scheduler.effects import Effect, Replay
 from scheduler.graph import DerivedPairs
 from scheduler.records import RecordedOp
 
@@ -20,7 +21,6 @@ class WalkContext:
 
     seq: int
     txn_type: TxnType
-    execute: bool = False
     revert: bool = False  # stop and undo at the first failure of a txn value
     retry: RetryPolicy | None = None  # policy given by the NB transaction
     retry_attempt: int = 0  # > 0 in a retry transaction
@@ -42,16 +42,10 @@ class WalkContext:
     retry_keys: dict[Key, int] = field(default_factory=dict)
     stop: bool = False
     reverting: bool = False
-    # Planning (execute=False) collects the southbound calls; an execution walk replays the
-    # outcomes of calls already made before running new ones.
-    effects: list[Effect] = field(default_factory=list)
-    replay: Replay = field(default_factory=list)
-    replay_pos: int = 0
     _pending_create_op: dict[Key, int] = field(default_factory=dict)
     _pending_delete_op: dict[Key, int] = field(default_factory=dict)
 
-    def reset_outcome(self, execute: bool) -> None:
-        self.execute = execute
+    def reset_outcome(self) -> None:
         self.ops = []
         self.errors = {}
         self.failed = set()
@@ -60,10 +54,17 @@ class WalkContext:
         self.retry_keys = {}
         self.stop = False
         self.reverting = False
-        self.effects = []
-        self.replay_pos = 0
         self._pending_create_op = {}
         self._pending_delete_op = {}
+
+    @contextmanager
+    def reverting_changes(self) -> Iterator[None]:
+        """While the applied values of a failed transaction are put back (whatever raises)."""
+        self.reverting = True
+        try:
+            yield
+        finally:
+            self.reverting = False
 
     def retries(self, base_key: Key) -> bool:
         """Whether this is a retry transaction retrying the values of ``base_key``."""

@@ -23,7 +23,7 @@ from scheduler.api import (
     ValueStatus,
 )
 from scheduler.context import WalkContext
-from scheduler.effects import Effect, Raised, Replay, invoke
+from scheduler.effects import ExecuteEffects, PlanEffects
 from scheduler.gcpause import GcPause
 from scheduler.graph import Graph, Node
 from scheduler.history import History
@@ -58,6 +58,21 @@ class TxnOutcome:
 
 
 Applier = Callable[[Walker], None]
+
+
+@dataclass
+class Txn:
+    """One transaction to process: its context, record and the walk that applies its values."""
+
+    ctx: WalkContext
+    record: TxnRecord
+    apply: Applier
+    # Revert (NB transactions): the values in order, to undo those applied before a failure.
+    revert_values: list[tuple[Key, Value]] | None = None
+    # Values a resync's refresh changed before the walk: their statuses are published too.
+    extra_touched: dict[Key, None] | None = None
+    # Retry transactions: the transaction whose failed values they retry.
+    retry_for: int | None = None
 
 
 class Engine:
@@ -108,7 +123,7 @@ class Engine:
         )
         ctx.txn_keys = set(values)
         ordered = self._order(values)
-        return self._process(ctx, record, self._nb_applier(ordered), revert_values=ordered)
+        return self._process(Txn(ctx, record, self._nb_applier(ordered), revert_values=ordered))
 
     def run_resync(
         self,
@@ -122,7 +137,7 @@ class Engine:
         delete_missing: bool = True,
     ) -> TxnOutcome:
         record = self._new_record(TxnType.NB_TRANSACTION, description)
-        record.resync = kind.value
+        record.resync = kind
         self.resync_count += 1
         refreshed = RefreshResult()
         if kind is not ResyncKind.UPSTREAM and refresh:
@@ -139,10 +154,8 @@ class Engine:
         ctx.txn_keys = set(desired)
         ordered = self._order(desired)
         follow_up = list(refreshed.availability_changed)
-        outcome = self._process(
-            ctx, record, self._nb_applier(ordered, follow_up), extra_touched=refreshed.touched
-        )
-        return outcome
+        apply = self._nb_applier(ordered, follow_up)
+        return self._process(Txn(ctx, record, apply, extra_touched=refreshed.touched))
 
     def run_notifications(self, items: Iterable[tuple[Key, Value, Metadata]]) -> TxnOutcome:
         record = self._new_record(TxnType.SB_NOTIFICATION, "")
@@ -163,7 +176,7 @@ class Engine:
             for key, (value, metadata) in accepted.items():
                 walker.apply_sb(key, value, metadata)
 
-        return self._process(ctx, record, apply)
+        return self._process(Txn(ctx, record, apply))
 
     def run_retry(self, keys: Iterable[Key], for_seq: int, attempt: int) -> TxnOutcome:
         record = self._new_record(TxnType.RETRY_FAILED_OPS, "")
@@ -183,7 +196,7 @@ class Engine:
             for key in live:
                 walker.apply_retry(key)
 
-        outcome = self._process(ctx, record, apply, retry_for=for_seq)
+        outcome = self._process(Txn(ctx, record, apply, retry_for=for_seq))
         self.stats.add(retries=1)
         return outcome
 
@@ -208,46 +221,29 @@ class Engine:
                 desired = dict(values)
             ctx = WalkContext(seq=self.next_seq, txn_type=TxnType.NB_TRANSACTION)
             ctx.txn_keys = set(desired)
-            ctx.reset_outcome(execute=False)
-            self._nb_applier(self._order(desired))(Walker(graph, self.registry, ctx))
+            ctx.reset_outcome()
+            walker = Walker(graph, self.registry, ctx, PlanEffects())
+            self._nb_applier(self._order(desired))(walker)
             return ctx.recorded_ops()
         finally:
             graph.rollback()
 
     # -- pipeline --------------------------------------------------------------------------
 
-    def _process(
-        self,
-        ctx: WalkContext,
-        record: TxnRecord,
-        apply: Applier,
-        *,
-        revert_values: list[tuple[Key, Value]] | None = None,
-        extra_touched: dict[Key, None] | None = None,
-        retry_for: int | None = None,
-    ) -> TxnOutcome:
-        with GcPause(len(ctx.txn_keys) >= self.gc_pause_threshold > 0) as gc_pause:
-            return self._process_paused(
-                ctx, record, apply, gc_pause, revert_values, extra_touched, retry_for
-            )
+    def _process(self, txn: Txn) -> TxnOutcome:
+        with GcPause(len(txn.ctx.txn_keys) >= self.gc_pause_threshold > 0) as gc_pause:
+            return self._process_paused(txn, gc_pause)
 
-    def _process_paused(
-        self,
-        ctx: WalkContext,
-        record: TxnRecord,
-        apply: Applier,
-        gc_pause: GcPause,
-        revert_values: list[tuple[Key, Value]] | None,
-        extra_touched: dict[Key, None] | None,
-        retry_for: int | None,
-    ) -> TxnOutcome:
+    def _process_paused(self, txn: Txn, gc_pause: GcPause) -> TxnOutcome:
         graph = self.graph
+        ctx, record, apply = txn.ctx, txn.record, txn.apply
         # 1. planning: the walk runs on the live graph with an undo journal; southbound calls
         #    are collected, not made.
         graph.begin_journal()
+        plan = PlanEffects()
         try:
-            ctx.reset_outcome(execute=False)
-            apply(Walker(graph, self.registry, ctx))
+            ctx.reset_outcome()
+            apply(Walker(graph, self.registry, ctx, plan))
         except BaseException:
             graph.rollback()
             raise
@@ -260,8 +256,9 @@ class Engine:
         #    walked again for real, replaying the outcomes of the calls already made.
         # A plan that already fails (e.g. validation) with revert needs the real walk.
         gc_pause.resume()  # southbound calls run with the collector on
+        execute = ExecuteEffects(self.registry)
         try:
-            replay = [] if ctx.revert and ctx.errors else self._run_effects(ctx.effects)
+            replay = [] if ctx.revert and ctx.errors else execute.run(plan.planned, graph.nodes)
         except BaseException:  # not a descriptor failure (those are Exceptions): give up cleanly
             graph.rollback()
             raise
@@ -270,12 +267,11 @@ class Engine:
             graph.end_journal()
         else:
             graph.rollback()
-            ctx.reset_outcome(execute=True)
-            ctx.replay = replay
+            ctx.reset_outcome()
             processed: list[tuple[Key, Value]] = []
-            if ctx.revert and revert_values is not None:
-                apply = self._tracking_applier(revert_values, processed)
-            walker = Walker(graph, self.registry, ctx)
+            if ctx.revert and txn.revert_values is not None:
+                apply = self._tracking_applier(txn.revert_values, processed)
+            walker = Walker(graph, self.registry, ctx, ExecuteEffects(self.registry, replay))
             apply(walker)
             walker.settle_failures()
             if ctx.stop and ctx.revert:
@@ -290,10 +286,10 @@ class Engine:
 
         # 3. post-processing: history, statuses, retries, stats
         touched = dict(ctx.touched)
-        if extra_touched:
-            touched.update(extra_touched)
+        if txn.extra_touched:
+            touched.update(txn.extra_touched)
         changed = self._publish(touched, record)
-        retries = self._retries(ctx, retry_for)
+        retries = self._retries(ctx, txn.retry_for)
         self.history.add_transaction(record)
         if record.end - self._last_trim > 60.0:
             self._last_trim = record.end
@@ -304,40 +300,6 @@ class Engine:
         if txn_log.isEnabledFor(logging.INFO):
             txn_log.info("\n%s", record.executed_text())
         return TxnOutcome(record=record, changed=changed, retries=retries)
-
-    def _run_effects(self, effects: list[Effect]) -> Replay | None:
-        """Make the planned southbound calls; None if all succeeded, else the outcomes so far
-        (the last one the failure) for the replaying walk."""
-        registry = self.registry
-        nodes = self.graph.nodes
-        live: dict[Key, Metadata] = {}  # metadata returned by calls made so far
-        for index, effect in enumerate(effects):
-            op = effect.op
-            key = effect.key
-            if op is TxnOperation.UNDEFINED:  # metadata of an SB value
-                if effect.drop:
-                    registry.drop_metadata(effect.descriptor, effect.label)
-                else:
-                    registry.set_metadata(effect.descriptor, effect.label, effect.metadata)
-                continue
-            metadata = live.get(key, effect.metadata)
-            try:
-                result = invoke(effect.descriptor, op, key, effect.args, metadata)
-            except Exception as exc:
-                return _replay_of(effects[:index], (op, key, Raised(exc)))
-            effect.result = result
-            live[key] = result
-            if effect.keeps_metadata:
-                node = nodes.get(key)
-                if op is TxnOperation.DELETE:
-                    registry.drop_metadata(effect.descriptor, effect.label)
-                    if node is not None:
-                        node.metadata = None
-                else:
-                    registry.set_metadata(effect.descriptor, effect.label, result)
-                    if node is not None:
-                        node.metadata = result
-        return None
 
     def _nb_applier(
         self, ordered: list[tuple[Key, Value]], follow_up: list[Key] | None = None
@@ -378,10 +340,9 @@ class Engine:
             if (node := self.graph.get(key)) is not None
         }
         self._refresh_keys(walker, failed_bases)
-        ctx.reverting = True
-        for key, previous in reversed(processed):
-            walker.apply_nb(key, previous)
-        ctx.reverting = False
+        with ctx.reverting_changes():
+            for key, previous in reversed(processed):
+                walker.apply_nb(key, previous)
 
     def _refresh_failed(self, walker: Walker) -> None:
         failed = walker.ctx.failed
@@ -555,16 +516,6 @@ class Engine:
     def status(self, key: Key) -> ValueStatus:
         found = self.statuses.get(key)
         return found if found is not None else ValueStatus(key=key, state=ValueState.NONEXISTENT)
-
-
-def _replay_of(done: list[Effect], failure: tuple[TxnOperation, Key, object]) -> Replay:
-    replay: Replay = [
-        (effect.op, effect.key, effect.result)
-        for effect in done
-        if effect.op is not TxnOperation.UNDEFINED
-    ]
-    replay.append(failure)
-    return replay
 
 
 def _status_of(node: Node, seq: int) -> ValueStatus:

@@ -6,7 +6,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.api import Key, TxnOperation, TxnType, Value, ValueOrigin, ValueState
+from scheduler.api import Key, ResyncKind, TxnOperation, TxnType, Value, ValueOrigin, ValueState
 
 WIDTH = 120
 
@@ -114,7 +114,9 @@ class TxnRecord:
     txn_type: TxnType
     start: float
     description: str = ""
-    resync: str | None = None
+    # A resync is an NB transaction with its own resync type, as Ligato records it
+    # (RecordedTxn.TxnType NBTransaction + ResyncType); None for every other transaction.
+    resync: ResyncKind | None = None
     retry_for: int | None = None
     retry_attempt: int = 0
     values: list[RecordedValue] = field(default_factory=list)
@@ -140,7 +142,7 @@ class TxnRecord:
         return {
             "seq": self.seq,
             "type": self.txn_type.value,
-            "resync": self.resync,
+            "resync": None if self.resync is None else self.resync.value,
             "description": self.description,
             "retry_for": self.retry_for,
             "retry_attempt": self.retry_attempt,
@@ -154,6 +156,14 @@ class TxnRecord:
             "southbound_writes": self.southbound_writes,
             "errors": {key: [op.value, str(exc)] for key, (op, exc) in self.errors.items()},
         }
+
+    @property
+    def type_text(self) -> str:
+        """The transaction's type as the log and the counters show it: "NB transaction",
+        "NB transaction, full resync", "SB notification", "retry failed ops"."""
+        if self.resync is None:
+            return self.txn_type.value
+        return f"{self.txn_type.value}, {self.resync.value} resync"
 
     def header_text(self) -> str:
         return format_header(self)
@@ -169,7 +179,7 @@ def _title(record: TxnRecord) -> str:
     if record.txn_type is TxnType.RETRY_FAILED_OPS:
         return f"retrying failed TXN #{record.retry_for} (attempt {record.retry_attempt})"
     if record.resync is not None:
-        return f"{record.resync.capitalize()} resync"
+        return f"{record.txn_type.value} ({record.resync.value.capitalize()} resync)"
     return record.txn_type.value
 
 
@@ -217,9 +227,7 @@ def format_header(record: TxnRecord) -> str:
     lines = [bar, _boxed(f"Transaction #{record.seq}", _title(record)), bar]
     lines.append("  * transaction arguments:")
     lines.append(f"      - seq-num: {record.seq}")
-    lines.append(f"      - type: {record.txn_type.value}")
-    if record.resync is not None:
-        lines.append(f"      - resync-type: {record.resync}")
+    lines.append(f"      - type: {record.type_text}")
     if record.description:
         desc = record.description.splitlines()
         lines.append(f"      - Description: {desc[0]}")

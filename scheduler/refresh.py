@@ -18,6 +18,7 @@ from scheduler.api import (
 from scheduler.compare import Comparisons, first
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.registry import Registry
+from scheduler.transitions import Event, settle_node
 from scheduler.walk import MAX_DERIVATION_DEPTH, base_of
 
 log = logging.getLogger("scheduler.refresh")
@@ -160,9 +161,10 @@ class Refresher:
         node = graph.get(key)
         if node is not None and self._unchanged(node, value, metadata):
             return  # the common case of a resync: SB holds what the graph says
+        found = Event.OBTAINED if origin is SB else Event.DISCOVERED
         if node is None:
             node = Node(key, value, descriptor, origin)
-            node.state = ValueState.OBTAINED if origin is SB else ValueState.DISCOVERED
+            settle_node(node, found, details=None)
             graph.add(node)
             self._mark(key, availability=True)
         else:
@@ -175,10 +177,10 @@ class Refresher:
                 ValueState.NONEXISTENT,
                 ValueState.REMOVED,
             ):
-                node.state = ValueState.OBTAINED if origin is SB else ValueState.DISCOVERED
+                settle_node(node, found, details=None)
                 node.origin = origin
             elif node.state in (ValueState.PENDING, ValueState.MISSING):
-                node.state = ValueState.CONFIGURED  # it exists after all
+                settle_node(node, Event.FOUND, details=None)
         node.value = value
         node.available = True
         self._set_metadata(node, metadata)
@@ -235,16 +237,9 @@ class Refresher:
         node.value = value
         node.available = True
         if node.state not in (ValueState.FAILED, ValueState.RETRYING, ValueState.INVALID):
-            node.state = (
-                base.state
-                if base.state
-                in (
-                    ValueState.OBTAINED,
-                    ValueState.DISCOVERED,
-                    ValueState.CONFIGURED,
-                )
-                else ValueState.CONFIGURED
-            )
+            # A derived value found in the SB is what its base is (CONFIGURED if the base is
+            # neither OBTAINED nor DISCOVERED).
+            settle_node(node, _FOUND_LIKE_BASE.get(base.state, Event.FOUND), details=None)
         deps, derived = self._relations(descriptor, node, value)
         graph.set_deps(node, deps)
         self._set_derived(node, value, derived)
@@ -289,7 +284,7 @@ class Refresher:
             self.graph.touch(node)
             node.available = False
             if node.state is ValueState.CONFIGURED:
-                node.state = ValueState.MISSING
+                settle_node(node, Event.VANISHED, details=None)
             self._mark(key, availability=True)
             for dk, _ in node.derived:
                 self._drop_derived_tree(dk, key)
@@ -346,7 +341,7 @@ class Refresher:
             graph.touch(node)
             node.available = False
             if node.state is ValueState.CONFIGURED:
-                node.state = ValueState.MISSING
+                settle_node(node, Event.VANISHED, details=None)
             self._set_metadata(node, None)
             self._mark(key, availability=True)
             for dk, _ in node.derived:
@@ -391,6 +386,7 @@ class Refresher:
 
 
 _SETTLED = (ValueState.CONFIGURED, ValueState.OBTAINED, ValueState.DISCOVERED)
+_FOUND_LIKE_BASE = {ValueState.OBTAINED: Event.OBTAINED, ValueState.DISCOVERED: Event.DISCOVERED}
 _FAILING = (ValueState.FAILED, ValueState.RETRYING)
 _KEPT_WHEN_NOT_FOUND = (
     ValueState.CONFIGURED,

@@ -44,7 +44,7 @@ class Stats:
         """Count a finished transaction."""
         with self._lock:
             self.graph_size = graph_size
-            self.transactions[record.txn_type.value] += 1
+            self.transactions[record.type_text] += 1
             if record.txn_type is TxnType.SB_NOTIFICATION:
                 self.notifications += len(record.values)
             writes = record.txn_type is not TxnType.SB_NOTIFICATION

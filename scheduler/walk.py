@@ -2,13 +2,12 @@
 
 The same walk serves planning (every operation assumed to succeed; southbound calls collected
 as effects; graph changes journaled) and, after a failed effect, execution (calls made, or
-replayed when already made; failures handled). Its cost is proportional to the values it
+replayed when already made; failures handled): only the :class:`~scheduler.effects.Effects`
+object it is given differs. Its cost is proportional to the values it
 touches.
 """
 
 from __future__ import annotations
-
-import logging
 
 from scheduler.api import (
     Dependency,
@@ -23,13 +22,12 @@ from scheduler.api import (
 )
 from scheduler.compare import first
 from scheduler.context import WalkContext
-from scheduler.effects import Effect, Raised, invoke
+from scheduler.effects import Effects, keeps_metadata
 from scheduler.graph import DerivedPairs, Graph, Node
 from scheduler.readiness import is_ready, missing_labels
 from scheduler.records import RecordedOp
 from scheduler.registry import Registry
-
-log = logging.getLogger("scheduler")
+from scheduler.transitions import Event, settle_node
 
 CREATE = TxnOperation.CREATE
 UPDATE = TxnOperation.UPDATE
@@ -52,10 +50,13 @@ class DescriptorOutputError(ValueError):
 class Walker:
     """Applies values to the graph for one transaction (see the module docstring)."""
 
-    def __init__(self, graph: Graph, registry: Registry, ctx: WalkContext) -> None:
+    def __init__(
+        self, graph: Graph, registry: Registry, ctx: WalkContext, effects: Effects
+    ) -> None:
         self.graph = graph
         self.registry = registry
         self.ctx = ctx
+        self.effects = effects  # planning or execution: the walk is the same
         self._branch: set[Key] = set()
 
     # -- entry points ----------------------------------------------------------------------
@@ -256,10 +257,7 @@ class Walker:
     def _unimplemented(self, node: Node, rec: RecordedOp) -> bool:
         """No descriptor selects the key (yet): kept, applied when one registers."""
         self.graph.set_deps(node, ())
-        node.state = ValueState.UNIMPLEMENTED
-        node.error = None
-        node.last_op = CREATE
-        node.details = ()
+        settle_node(node, Event.NO_DESCRIPTOR, op=CREATE)
         self.ctx.record(rec, node.state, noop=True)
         return True
 
@@ -289,10 +287,8 @@ class Walker:
         return derived
 
     def _wait_for_dependencies(self, node: Node, rec: RecordedOp) -> bool:
-        node.state = ValueState.PENDING
-        node.error = None
-        node.last_op = CREATE
-        node.details = missing_labels(self.graph, node)
+        missing = missing_labels(self.graph, node)
+        settle_node(node, Event.DEPENDENCY_MISSING, op=CREATE, details=missing)
         rec.details = node.details  # a plan shows what the value waits for
         self.ctx.record(rec, node.state, noop=True)
         return True
@@ -309,10 +305,7 @@ class Walker:
         self, node: Node, rec: RecordedOp, origin: ValueOrigin, metadata: Metadata
     ) -> None:
         node.available = True
-        node.state = ValueState.OBTAINED if origin is SB else ValueState.CONFIGURED
-        node.error = None
-        node.last_op = CREATE
-        node.details = ()
+        settle_node(node, Event.OBTAINED if origin is SB else Event.CREATED, op=CREATE)
         self._store_metadata(node, metadata, via_crud=origin is NB)
         rec.property = node.descriptor is None
         self.ctx.record(rec, node.state)
@@ -400,9 +393,7 @@ class Walker:
             # Equivalent value: adopt it silently (e.g. DISCOVERED -> CONFIGURED after resync).
             node.value = value
             if prev_state is not ValueState.CONFIGURED:
-                node.state = ValueState.CONFIGURED
-                node.error = None
-                node.details = ()
+                settle_node(node, Event.UPDATED)
         elif not self._update_in_sb(node, value, rec, was_obtained):
             node.derived = still_derived
             return False
@@ -424,10 +415,7 @@ class Walker:
                 self._fail(node, exc, rec)
                 return False
         node.value = value
-        node.state = ValueState.CONFIGURED
-        node.error = None
-        node.last_op = UPDATE
-        node.details = ()
+        settle_node(node, Event.UPDATED, op=UPDATE)
         self._store_metadata(node, new_metadata, via_crud=True)
         if was_obtained:
             rec.prev_state = ValueState.OBTAINED
@@ -476,9 +464,8 @@ class Walker:
         node.value = value
         node.derived = derived
         node.relations_of = value
-        node.state = ValueState.OBTAINED
+        settle_node(node, Event.OBTAINED, op=None if equivalent else UPDATE, details=None)
         if not equivalent:
-            node.last_op = UPDATE
             self.ctx.record(rec, node.state)
         self._apply_derived(node, derived, SB)
         return True
@@ -511,13 +498,12 @@ class Walker:
             for dk, _ in sorted(node.derived, reverse=True):
                 if dk in graph.nodes:
                     self._apply(dk, None, node.origin, derived_from=key)
-            node.state = ValueState.REMOVED
-            node.last_op = DELETE
+            settle_node(node, Event.DELETED, op=DELETE, details=None)
             graph.remove(key)
             return True
 
         node.available = False  # first, so the value no longer satisfies dependencies
-        node.state = ValueState.REMOVED
+        settle_node(node, Event.DELETING, details=None)
 
         for dk, _ in sorted(node.derived, reverse=True):
             if not self._apply(dk, None, node.origin, derived_from=key):
@@ -545,17 +531,14 @@ class Walker:
         if descriptor is not None:
             self._drop_metadata(node, via_crud=via_crud)
         node.metadata = None
-        node.error = None
-        node.last_op = DELETE
         rec.property = descriptor is None
         if pending:
-            node.state = ValueState.PENDING
-            node.details = missing_labels(graph, node)
+            missing = missing_labels(graph, node)
+            settle_node(node, Event.DEPENDENCY_MISSING, op=DELETE, details=missing)
             rec.details = node.details
             self.ctx.record(rec, node.state)
         else:
-            node.state = ValueState.REMOVED
-            node.details = ()
+            settle_node(node, Event.DELETED, op=DELETE)
             self.ctx.record(rec, node.state)
             if not recreate:
                 graph.remove(key)
@@ -564,8 +547,7 @@ class Walker:
     def _abort_delete(self, node: Node, prev_state: ValueState) -> bool:
         # A derived value or dependent could not be removed: the base stays as it was.
         node.available = True
-        node.state = prev_state
-        node.last_op = DELETE
+        settle_node(node, Event.DELETE_ABORTED, op=DELETE, details=None, restore=prev_state)
         return False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -657,23 +639,17 @@ class Walker:
         attempt = ctx.next_attempt(base.key)
         to_be_reverted = ctx.revert or ctx.reverting
         if retriable and not to_be_reverted and policy is not None and policy.allows(attempt):
-            node.state = ValueState.RETRYING
+            settle_node(node, Event.FAILED_RETRYING, op=rec.op, cause=exc)
             ctx.retry_keys[node.key] = attempt
         else:
-            node.state = ValueState.FAILED
-        node.error = exc
-        node.last_op = rec.op
-        node.details = ()
+            settle_node(node, Event.FAILED, op=rec.op, cause=exc)
         ctx.failed.add(node.key)
         rec.error = exc
         self.ctx.record(rec, node.state)
         self._count_error(node, rec.op, exc)
 
     def _invalid(self, node: Node, rec: RecordedOp, exc: BaseException) -> bool:
-        node.state = ValueState.INVALID
-        node.error = exc
-        node.last_op = rec.op
-        node.details = _invalid_fields(exc)
+        settle_node(node, Event.INVALID, op=rec.op, details=_invalid_fields(exc), cause=exc)
         rec.error = exc
         self.ctx.record(rec, node.state, noop=True)
         self._count_error(node, rec.op, exc)
@@ -717,9 +693,7 @@ class Walker:
         """A failed create whose dependency went away: it now waits for it like any value."""
         self.graph.touch(node)
         self._touched(node.key)
-        node.state = ValueState.PENDING
-        node.error = None
-        node.details = missing_labels(self.graph, node)
+        settle_node(node, Event.DEPENDENCY_MISSING, details=missing_labels(self.graph, node))
 
     def _set_details(self, node: Node) -> None:
         details = missing_labels(self.graph, node)
@@ -729,69 +703,18 @@ class Walker:
             self._touched(node.key)
 
     def _crud(self, op: TxnOperation, node: Node, args: tuple[Value, ...]) -> Metadata:
-        """Call the descriptor (execution), or record the call for later (planning)."""
-        descriptor = node.descriptor
-        assert descriptor is not None
-        ctx = self.ctx
-        if not ctx.execute:
-            ctx.effects.append(
-                Effect(
-                    op,
-                    node.key,
-                    descriptor,
-                    node.label,
-                    args,
-                    node.metadata,
-                    descriptor.with_metadata and node.derived_from is None,
-                )
-            )
-            return node.metadata if op is UPDATE else None
-        if ctx.replay_pos < len(ctx.replay):
-            recorded_op, recorded_key, outcome = ctx.replay[ctx.replay_pos]
-            ctx.replay_pos += 1
-            if recorded_op is op and recorded_key == node.key:
-                if isinstance(outcome, Raised):
-                    raise outcome.exc
-                return outcome
-            # Descriptors answered differently this time: call for real from here on.
-            log.error(
-                "replay diverged at %s %s (recorded %s %s)", op, node.key, recorded_op, recorded_key
-            )
-            ctx.replay_pos = len(ctx.replay)
-        return invoke(descriptor, op, node.key, args, node.metadata)
+        return self.effects.call(op, node, args)
 
     def _store_metadata(self, node: Node, metadata: Metadata, *, via_crud: bool) -> None:
-        descriptor = node.descriptor
-        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
+        if not keeps_metadata(node):
             node.metadata = None
             return
         node.metadata = metadata
-        if self.ctx.execute:
-            self.registry.set_metadata(descriptor, node.label, metadata)
-        elif not via_crud:
-            self.ctx.effects.append(
-                Effect(TxnOperation.UNDEFINED, node.key, descriptor, node.label, (), metadata, True)
-            )
+        self.effects.metadata(node, metadata, drop=False, by_call=via_crud)
 
     def _drop_metadata(self, node: Node, *, via_crud: bool) -> None:
-        descriptor = node.descriptor
-        if descriptor is None or not descriptor.with_metadata or node.derived_from is not None:
-            return
-        if self.ctx.execute:
-            self.registry.drop_metadata(descriptor, node.label)
-        elif not via_crud:
-            self.ctx.effects.append(
-                Effect(
-                    TxnOperation.UNDEFINED,
-                    node.key,
-                    descriptor,
-                    node.label,
-                    (),
-                    None,
-                    True,
-                    drop=True,
-                )
-            )
+        if keeps_metadata(node):
+            self.effects.metadata(node, None, drop=True, by_call=via_crud)
 
     def _touched(self, key: Key) -> None:
         self.ctx.touched[key] = None

@@ -209,6 +209,10 @@ def test_drift_is_repaired_by_downstream_resync(cluster: Cluster) -> None:
     out = kvmesh(url, "resync", "--node", "n2").stdout
     assert routes_to(cluster.ns2, "10.99.0.0/24"), "downstream resync restored the route"
     assert "1 operation(s), 0 error(s)" in out, out
+    # The history shows it as Ligato does: an NB transaction of the downstream resync type.
+    shown = kvmesh(url, "history", "--node", "n2").stdout
+    assert "NB transaction (Downstream resync) |" in shown, shown
+    assert "- type: NB transaction, downstream resync\n" in shown, shown
 
 
 def test_restarted_agent_resyncs_without_duplicates(cluster: Cluster) -> None:

@@ -15,10 +15,12 @@ from scheduler import (
     DescriptorError,
     InvalidValueError,
     KVScheduler,
+    ResyncKind,
     RetryPolicy,
     SchedulerClosedError,
     TransactionError,
     TxnOperation,
+    TxnType,
     ValueOrigin,
     ValueState,
 )
@@ -422,3 +424,26 @@ def test_upstream_resync_never_calls_retrieve(sched: KVScheduler, sb: MockSB) ->
     sched.resync({IF + "a": {"mtu": 9000}}, kind="full")
     assert ("retrieve", IF + "a") in sb.pop_calls()
     assert state(sched, IF + "drift") is ValueState.OBTAINED
+
+
+@pytest.mark.parametrize(
+    ("kind", "shown"),
+    [("full", "Full resync"), ("upstream", "Upstream resync"), ("downstream", "Downstream resync")],
+)
+def test_resync_is_recorded_with_its_resync_type(
+    sched: KVScheduler, sb: MockSB, kind: str, shown: str
+) -> None:
+    """As Ligato records them: a resync is an NB transaction with its own resync type (Ligato's
+    ResyncType beside TxnType), shown in the log and counted apart from plain transactions."""
+    base_setup(sched, sb)
+    seq = sched.resync({IF + "a": {}} if kind != "downstream" else None, kind=kind)
+    (record,) = sched.transaction_history(seq=seq)
+    assert record.txn_type is TxnType.NB_TRANSACTION
+    assert record.resync is ResyncKind(kind)
+    assert record.as_dict()["type"] == "NB transaction"
+    assert record.as_dict()["resync"] == kind
+    text = record.text()
+    assert f"NB transaction ({shown}) |" in text
+    assert f"      - type: NB transaction, {kind} resync\n" in text
+    by_type = sched.stats()["transactions_by_type"]
+    assert isinstance(by_type, dict) and by_type[f"NB transaction, {kind} resync"] == 1

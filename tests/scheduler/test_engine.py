@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler import RetryPolicy, TxnType, ValueState
+from scheduler.context import WalkContext
 from scheduler.engine import Engine
+from scheduler.walk import Walker
 from tests.scheduler.mocksb import MockSB, prefix_descriptor
 
 
@@ -151,3 +155,30 @@ def test_gc_is_paused_only_during_bulk_planning_and_restored() -> None:
         assert not gc.isenabled()  # the application's choice is left alone
     finally:
         gc.enable()
+
+
+class _Abort(BaseException):
+    """Not a descriptor failure (those are Exceptions): it goes through the walk."""
+
+
+def test_revert_flag_does_not_leak_when_a_descriptor_raises_inside_revert(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sb = MockSB()
+    engine = engine_with(sb)
+    contexts: list[WalkContext] = []
+    revert = Engine._revert
+
+    def spy(self: Engine, walker: Walker, processed: list[tuple[str, object]]) -> None:
+        contexts.append(walker.ctx)
+        revert(self, walker, processed)
+
+    monkeypatch.setattr(Engine, "_revert", spy)
+    engine.run_nb({"if/a": {"v": 1}})
+    # The transaction deletes if/a, then fails at if/b: if/a is put back, and that create
+    # raises through the walk.
+    sb.fail_next("if/b", side_effect=lambda: sb.fail_next("if/a", _Abort()))
+    with pytest.raises(_Abort):
+        engine.run_nb({"if/a": None, "if/b": {"v": 1}}, revert=True)
+    (ctx,) = contexts
+    assert ctx.reverting is False
