@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kvmesh.settle import GONE_STATES, SETTLED_STATES, settled
-from scheduler import ValueState
 
 
 @pytest.mark.parametrize("state", sorted(s.name for s in SETTLED_STATES))
