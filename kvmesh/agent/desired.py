@@ -7,6 +7,7 @@ changed twice before it is taken out yields only its latest value.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -149,6 +150,15 @@ class DesiredState:
         if not self.pending:
             self.first_pending_at = None
 
+    def take_scope(self, in_scope: Callable[[str], bool]) -> dict[str, Model]:
+        """The desired values `in_scope`, their pending changes dropped (a resync of them
+        applies the current desired state, deletions included)."""
+        for key in [k for k in self.pending if in_scope(k)]:
+            del self.pending[key]
+        if not self.pending:
+            self.first_pending_at = None
+        return {k: v for k, v in self.desired.items() if in_scope(k)}
+
     def _stage(self, model_key: str, value: Model | None, now: float) -> int:
         if value is None:
             if model_key not in self.desired and model_key not in self.pending:
@@ -188,3 +198,76 @@ class DesiredState:
             return None
         self._clear_refusal(model_key)
         return value
+
+
+Refusals = dict[str, str | None]  # model key -> reason (None: no longer refused)
+
+
+class SharedDesiredState:
+    """The node's ``DesiredState`` as the agent's threads share it (the northbound follower,
+    the reconciliation runs, the REST apply): every access under one lock, and the refusals
+    each change brings reported through `on_refusals` while it is held (so they reach the
+    status publisher in the order they happened)."""
+
+    def __init__(self, node: str, on_refusals: Callable[[Refusals], None]) -> None:
+        self._state = DesiredState(node)
+        self._on_refusals = on_refusals
+        self._lock = threading.Lock()
+
+    def load_dump(self, key_vals: Mapping[str, bytes | None]) -> int:
+        """``DesiredState.load_dump``; returns how many model keys changed."""
+        with self._lock:
+            changed = self._state.load_dump(key_vals)
+            self._on_refusals(self._state.take_refusals())
+            return changed
+
+    def update(self, key_vals: Mapping[str, bytes | None], expired: Iterable[str]) -> int:
+        """``DesiredState.update`` with one publication; returns how many model keys changed."""
+        with self._lock:
+            changed = self._state.update(key_vals, expired)
+            self._on_refusals(self._state.take_refusals())
+            return changed
+
+    @property
+    def first_pending_at(self) -> float | None:
+        with self._lock:
+            return self._state.first_pending_at
+
+    def take_batch(self, max_items: int, window_s: float, quiet: bool,
+                   accept: Callable[[str], bool]) -> dict[str, Model | None]:
+        """The pending changes due for a transaction (`accept`ed ones, oldest first, up to
+        `max_items`): once the stream is `quiet`, the oldest waited `window_s`, or the batch
+        is full; else nothing."""
+        with self._lock:
+            first = self._state.first_pending_at
+            if first is None:
+                return {}
+            window_closed = time.monotonic() - first >= window_s
+            if not (quiet or window_closed or len(self._state.pending) >= max_items):
+                return {}
+            return self._state.take_pending(max_items, accept=accept)
+
+    def current(self) -> dict[str, Model]:
+        """A copy of the desired values."""
+        with self._lock:
+            return dict(self._state.desired)
+
+    def pending(self) -> dict[str, Model | None]:
+        """A copy of the changes not applied yet."""
+        with self._lock:
+            return dict(self._state.pending)
+
+    def has_pending(self, selected: Callable[[str], bool]) -> bool:
+        with self._lock:
+            return any(selected(key) for key in self._state.pending)
+
+    def take_scope(self, in_scope: Callable[[str], bool]) -> dict[str, Model]:
+        """The desired values `in_scope`, their pending changes dropped: a resync applies the
+        current desired state (deletions included) in their place."""
+        with self._lock:
+            return self._state.take_scope(in_scope)
+
+    def record_applied(self, values: Mapping[str, Model | None]) -> None:
+        """``DesiredState.record_applied``."""
+        with self._lock:
+            self._state.record_applied(values)

@@ -359,7 +359,7 @@ class ReconciliationManager:
                          ", ".join(s.name for s in level))
                 failures = self._run_level(device, level, token)
                 outcome.failed.update(failures)
-                if any(self._services_intent(level, name) is ResultIntent.DISCONNECT
+                if any(_intent_of(level, name) is ResultIntent.DISCONNECT
                        for name in failures):
                     outcome.state = DeviceState.FAILED
                     break
@@ -372,10 +372,6 @@ class ReconciliationManager:
             outcome.state = DeviceState.DISCONNECTED
         self._set_device_state(device, outcome.state, run=token)
         future.set_result(outcome)
-
-    @staticmethod
-    def _services_intent(level: list[ReconciliationService], name: str) -> ResultIntent:
-        return next(s.intent for s in level if s.name == name)
 
     def _run_level(
         self, device: str, level: list[ReconciliationService], token: CancelToken
@@ -395,7 +391,7 @@ class ReconciliationManager:
             call_token = call_tokens[svc.name] = token.child()
             with self._lock:
                 previous = self._calls.get((device, svc.name))
-                fut = self._pool.submit(self._call, svc, device, call_token, previous)
+                fut = self._pool.submit(_call_service, svc, device, call_token, previous)
                 self._calls[(device, svc.name)] = fut
             futures[fut] = svc
         failures: dict[str, str] = {}
@@ -416,7 +412,7 @@ class ReconciliationManager:
             pending -= done
             for fut in done:
                 svc = futures[fut]
-                error = self._result_error(fut)
+                error = _error_of(fut)
                 self._finish(device, svc, error, token)
                 if error is not None:
                     failures[svc.name] = error
@@ -430,27 +426,6 @@ class ReconciliationManager:
                 failures[svc.name] = error
             pending -= expired
         return failures
-
-    @staticmethod
-    def _call(svc: ReconciliationService, device: str, token: CancelToken,
-              previous: Future[bool | None] | None) -> bool | None:
-        """Call the service once its previous call for this device has returned."""
-        if previous is not None and not previous.done():
-            wait({previous, token.fired}, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
-            if not previous.done():
-                raise ReconciliationCancelled()
-        return svc.start(device, token)
-
-    @staticmethod
-    def _result_error(fut: Future[bool | None]) -> str | None:
-        exc = fut.exception()
-        if isinstance(exc, ReconciliationCancelled):
-            return "cancelled"
-        if exc is not None:
-            return f"{type(exc).__name__}: {exc}"
-        if fut.result() is False:
-            return "service reported failure"
-        return None
 
     def _finish(
         self, device: str, svc: ReconciliationService, error: str | None, token: CancelToken
@@ -472,3 +447,28 @@ class ReconciliationManager:
         if error is not None and not token.cancelled:
             log.warning("device %s: reconciliation service %s failed (%s): %s", device, svc.name,
                         svc.intent.value, error)
+
+
+def _intent_of(level: list[ReconciliationService], name: str) -> ResultIntent:
+    return next(s.intent for s in level if s.name == name)
+
+
+def _call_service(svc: ReconciliationService, device: str, token: CancelToken,
+                  previous: Future[bool | None] | None) -> bool | None:
+    """Call the service once its previous call for this device has returned."""
+    if previous is not None and not previous.done():
+        wait({previous, token.fired}, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+        if not previous.done():
+            raise ReconciliationCancelled()
+    return svc.start(device, token)
+
+
+def _error_of(fut: Future[bool | None]) -> str | None:
+    exc = fut.exception()
+    if isinstance(exc, ReconciliationCancelled):
+        return "cancelled"
+    if exc is not None:
+        return f"{type(exc).__name__}: {exc}"
+    if fut.result() is False:
+        return "service reported failure"
+    return None

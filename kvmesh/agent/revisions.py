@@ -9,7 +9,7 @@ CLI, which may be gone) rolls it back — writes the previous values of its keys
 `config/<N>/...` — unless `kvmesh confirm` marks it `confirmed` within S seconds of the agent
 first seeing it.
 
-This module decides; `kvmesh.agent.agent` (the timer) and the CLI do the I/O.
+This module decides; `kvmesh.agent.confirm` (the timer) and the CLI do the I/O.
 """
 
 from __future__ import annotations

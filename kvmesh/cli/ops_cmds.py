@@ -18,20 +18,15 @@ from typing import Any
 import click
 
 from kvmesh.agent.desired import decode_config_value
-from kvmesh.agent.keys import CONFIG, NODE, STATUS, device_of, status_prefix
+from kvmesh.agent.keys import CONFIG, NODE, device_of
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
+from kvmesh.settle import status_snapshot, wait_settled
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
 from kvstore import KvStoreClient
 
-# RETRYING counts as settled (as FAILED): the value failed; the node keeps retrying on its own.
-SETTLED_STATES = frozenset({"CONFIGURED", "FAILED", "RETRYING", "INVALID", "PENDING",
-                            "UNIMPLEMENTED"})
-GONE_STATES = frozenset({"REMOVED", "NONEXISTENT"})
-POLL_S = 0.2  # longest wait for the stream before re-checking the deadline
-REDUMP_S = 1.0
 PLAN_TIMEOUT_S = 30.0
 
 # -- models ----------------------------------------------------------------------------------
@@ -245,27 +240,6 @@ def write_batches(client: KvStoreClient, diffs: Mapping[str, NodeDiff], source: 
     return written
 
 
-def status_snapshot(client: KvStoreClient, node: str) -> dict[str, dict[str, Any]]:
-    prefix = status_prefix(node)
-    out = {}
-    for key, value in client.dump(prefix=prefix).items():
-        record = decode_status(value.value)
-        if record is not None:
-            out[key[len(prefix):]] = record
-    return out
-
-
-def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
-            now: dict[str, Any] | None) -> bool:
-    """Has the agent reported on this write? A new status (another transaction than before)
-    in a final state; for a removal, the status gone."""
-    if wanted is None:
-        return now is None or now.get("state") in GONE_STATES
-    if now is None or now.get("state") not in SETTLED_STATES:
-        return False
-    return before is None or now.get("seq") != before.get("seq")
-
-
 def held_devices(client: KvStoreClient, node: str) -> dict[str, str]:
     """Why `node`'s agent holds its devices out of KNOWN (`reason` of node/<N>/device/<dev>),
     by device: a removal waits for that, however long `--wait` waits."""
@@ -301,57 +275,6 @@ def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
     return state, error
 
 
-def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
-                 before: Mapping[str, dict[str, dict[str, Any]]], timeout_s: float,
-                 progress: bool) -> dict[str, dict[str, tuple[bool, dict[str, Any] | None]]]:
-    """Follow the statuses on the publication stream (a re-dump every REDUMP_S covers what the
-    stream may miss, e.g. while the subscription connects) until every write settled."""
-    deadline = time.monotonic() + timeout_s
-    writes = {node: d.writes() for node, d in diffs.items() if not d.empty}
-    prefixes = {node: status_prefix(node) for node in writes}
-    subscription = client.subscribe(prefix=STATUS)
-    try:
-        statuses = {node: status_snapshot(client, node) for node in writes}
-        next_dump = time.monotonic() + REDUMP_S
-        shown = ""
-        while True:
-            result = {node: {key: (settled(value, before[node].get(key),
-                                           statuses[node].get(key)), statuses[node].get(key))
-                             for key, value in keys.items()} for node, keys in writes.items()}
-            line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
-                             for node, rows in result.items())
-            if progress and line != shown:
-                click.echo(f"\r{line}", err=True, nl=False)
-                shown = line
-            left = deadline - time.monotonic()
-            if left <= 0 or all(d for rows in result.values() for d, _r in rows.values()):
-                if progress and shown:
-                    click.echo("", err=True)
-                return result
-            publication = subscription.recv(timeout_s=min(POLL_S, left))
-            drain_until = time.monotonic() + POLL_S  # a busy stream must not starve the check
-            while publication is not None:
-                for node, prefix in prefixes.items():
-                    for key, value in (publication.key_vals or {}).items():
-                        if not key.startswith(prefix) or value.value is None:
-                            continue  # another node's, or a TTL refresh
-                        record = decode_status(value.value)
-                        if record is None:  # a tombstone: the value's status is gone
-                            statuses[node].pop(key[len(prefix):], None)
-                        else:
-                            statuses[node][key[len(prefix):]] = record
-                    for key in publication.expired_keys or ():
-                        if key.startswith(prefix):
-                            statuses[node].pop(key[len(prefix):], None)
-                publication = (subscription.recv(timeout_s=0)
-                               if time.monotonic() < drain_until else None)
-            if time.monotonic() >= next_dump:
-                statuses = {node: status_snapshot(client, node) for node in writes}
-                next_dump = time.monotonic() + REDUMP_S
-    finally:
-        subscription.close()
-
-
 @click.command("apply", cls=KvCommand)
 @click.option("-f", "--file", "path", required=True, help="State file (YAML or JSON; - reads "
               "standard input).")
@@ -384,7 +307,15 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
                        "back", err=True)
         if not follow:
             return diffs, None, {}
-        waited = wait_settled(client, diffs, before, timeout_s, progress=True)
+        shown: list[str] = []
+
+        def show(line: str) -> None:
+            click.echo(f"\r{line}", err=True, nl=False)
+            shown.append(line)
+
+        waited = wait_settled(client, diffs, before, timeout_s, progress=show)
+        if shown:
+            click.echo("", err=True)  # ends the progress line
         unsettled = {node for node, rows in waited.items() if not all(d for d, _r in
                                                                      rows.values())}
         return diffs, waited, {node: held_devices(client, node) for node in unsettled}

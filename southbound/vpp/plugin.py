@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler import KVScheduler
+from scheduler import Descriptor, KVScheduler
+from southbound.plugin_api import ReconciliationStage
 from southbound.vpp.address import address_descriptor, unnumbered_descriptor
 from southbound.vpp.binapi import ADMIN_UP, LINK_UP, VppApi
 from southbound.vpp.bridge_domain import BridgeDomainDescriptor, bd_member_descriptor
 from southbound.vpp.connection import VppConnection
-from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
+from southbound.vpp.context import (
+    BD_DESCRIPTOR,
+    BD_MEMBER_DESCRIPTOR,
+    INTERFACE_DESCRIPTOR,
+    ROUTE_DESCRIPTOR,
+    Context,
+)
 from southbound.vpp.interface import InterfaceDescriptor
+from southbound.vpp.models import acl, nat44_interface
 from southbound.vpp.registry import REGISTRY
 from southbound.vpp.route import RouteDescriptor
 
 log = logging.getLogger("southbound.vpp")
+
+#: The reconciliation stage of each VPP descriptor that is not reconciled last
+#: (``ReconciliationStage.OTHER``): interfaces and what binds to them first, then bridge
+#: domains, then routes.
+STAGES: Mapping[str, ReconciliationStage] = {
+    INTERFACE_DESCRIPTOR: ReconciliationStage.INTERFACES,
+    BD_MEMBER_DESCRIPTOR: ReconciliationStage.INTERFACES,
+    acl.BINDING_DESCRIPTOR: ReconciliationStage.INTERFACES,
+    nat44_interface.DESCRIPTOR: ReconciliationStage.INTERFACES,
+    BD_DESCRIPTOR: ReconciliationStage.L2_DOMAINS,
+    ROUTE_DESCRIPTOR: ReconciliationStage.ROUTES,
+}
 
 
 @dataclass(frozen=True)
@@ -32,7 +52,8 @@ class InterfaceEvent:
 
 
 class VppPlugin:
-    """What `southbound.vpp.register` returns. `close()` disconnects and stops reconnecting."""
+    """What `southbound.vpp.register` returns (a ``southbound.plugin_api.SouthboundPlugin``).
+    `close()` disconnects and stops reconnecting."""
 
     def __init__(self, scheduler: KVScheduler, connection: VppConnection) -> None:
         self.scheduler = scheduler
@@ -41,19 +62,26 @@ class VppPlugin:
         self.ctx = Context(self.api)
         self._event_callbacks: list[Callable[[InterfaceEvent], None]] = []
         self.link_state: dict[str, InterfaceEvent] = {}
+        self._registered: list[str] = []  # descriptor names, in registration order
         connection.on_event(self._on_vpp_event)
 
     def register_descriptors(self) -> None:
-        scheduler = self.scheduler
-        scheduler.register_descriptor(InterfaceDescriptor(self.ctx).descriptor())
-        self.ctx.interfaces = scheduler.get_metadata_map(INTERFACE_DESCRIPTOR)
-        scheduler.register_descriptor(address_descriptor(self.ctx))
-        scheduler.register_descriptor(unnumbered_descriptor(self.ctx))
-        scheduler.register_descriptor(BridgeDomainDescriptor(self.ctx).descriptor())
-        scheduler.register_descriptor(bd_member_descriptor(self.ctx))
-        scheduler.register_descriptor(RouteDescriptor(self.ctx).descriptor())
+        self._register(InterfaceDescriptor(self.ctx).descriptor())
+        self.ctx.interfaces = self.scheduler.get_metadata_map(INTERFACE_DESCRIPTOR)
+        self._register(address_descriptor(self.ctx))
+        self._register(unnumbered_descriptor(self.ctx))
+        self._register(BridgeDomainDescriptor(self.ctx).descriptor())
+        self._register(bd_member_descriptor(self.ctx))
+        self._register(RouteDescriptor(self.ctx).descriptor())
         for descriptor in REGISTRY.descriptors(self.ctx):
-            scheduler.register_descriptor(descriptor)
+            self._register(descriptor)
+
+    def _register(self, descriptor: Descriptor) -> None:
+        self.scheduler.register_descriptor(descriptor)
+        self._registered.append(descriptor.name)
+
+    def descriptor_stages(self) -> dict[str, ReconciliationStage]:
+        return {name: STAGES.get(name, ReconciliationStage.OTHER) for name in self._registered}
 
     @property
     def connected(self) -> bool:
@@ -74,6 +102,12 @@ class VppPlugin:
         """Drop the connection and reconnect after `hold_off` seconds (the reconciliation
         framework's DISCONNECT); `on_disconnect` then `on_connect` callbacks run."""
         self.connection.drop(hold_off)
+
+    def on_drift(self, callback: Callable[[], None]) -> None:
+        """Called when VPP deleted one of kvmesh's interfaces (its own or an operator's doing):
+        the scheduler is not told of it by itself."""
+        self.on_interface_event(lambda event: callback() if event.deleted and event.name
+                                else None)
 
     def on_interface_event(self, callback: Callable[[InterfaceEvent], None]) -> None:
         """Called (in a dedicated thread) for every `sw_interface_event`."""

@@ -34,15 +34,15 @@ def test_disconnect_storm_during_reconciliation_stays_truthful_and_converges(
 
         def listen(device: str, state: DeviceState) -> None:
             if device == "vpp":
-                plugin = agent.devices["vpp"].plugin
+                plugin = agent.devices.all()["vpp"].plugin
                 with lock:
-                    heard.append((state, bool(plugin.connected)))  # type: ignore[attr-defined]
+                    heard.append((state, bool(plugin.connected)))
 
         agent.recon.add_listener(listen)
         agent.start()
         _configure(setup)
         wait_until(lambda: set(LOOPS) <= setup.vpp_interfaces(), timeout=30)
-        connection = agent.devices["vpp"].plugin.connection  # type: ignore[attr-defined]
+        connection = agent.devices.all()["vpp"].plugin.connection  # type: ignore[attr-defined]
         disconnects_before = connection.counters["disconnects"]
         with lock:
             heard.clear()
@@ -102,7 +102,7 @@ def test_kvstore_node_killed_under_a_running_agent_deletes_nothing(tmp_path: Pat
         try:
             setup.node.stop(signal.SIGKILL)
             # With its store gone, a downstream resync must keep what the agent made.
-            agent.downstream_resync(retry=False)
+            agent.rest.downstream_resync(retry=False)
             assert set(LOOPS) <= setup.vpp_interfaces()
             # The node comes back with its durable store; a new change still gets through.
             meshes[0].start(setup.node)

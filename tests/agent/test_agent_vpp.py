@@ -127,7 +127,7 @@ def test_config_is_held_back_until_vpp_is_known_and_disconnect_cancels(setup: Se
 
     # Desired state arriving now is held back: VPP is not KNOWN yet.
     setup.set_config("vpp/interface/loop1", {"type": "loopback", "addresses": ["10.1.0.1/24"]})
-    wait_until(lambda: "vpp/interface/loop1" in agent.desired.pending, timeout=20,
+    wait_until(lambda: "vpp/interface/loop1" in agent.northbound.desired.pending(), timeout=20,
                message="the change reached the agent and waits")
     assert "loop1" not in setup.vpp_interfaces()
 
@@ -159,8 +159,8 @@ def test_failed_disconnect_service_drops_vpp_and_reconnects(setup: Setup) -> Non
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30,
                message="KNOWN after the reconnect that followed the failure")
     assert len(attempts) == 2
-    plugin = agent.devices["vpp"].plugin
-    assert plugin.stats()["drops"] == 1  # type: ignore[attr-defined]
+    plugin = agent.devices.all()["vpp"].plugin
+    assert plugin.stats()["drops"] == 1
     status = agent.recon.status("vpp")["vpp"]["flaky"]
     assert status["failures"] == 1 and status["successes"] == 1
 
@@ -211,14 +211,15 @@ def test_store_not_current_creates_but_never_deletes_until_declared_current(
                                 timeout=30, message="the hold reason is published")
             assert device is not None
             assert device["state"] != "KNOWN" and "EMPTY" in device["reason"], device
-            assert agent.recon_services()["held"]["vpp"] == device["reason"]
+            assert agent.rest.recon_services()["held"]["vpp"] == device["reason"]
             # Not deleted, however long we look (the service never times out).
             assert "loop8" in setup.vpp_interfaces()
             assert agent.recon.device_state("vpp") is not DeviceState.KNOWN
-            assert not any(op.op.value == "DELETE" for rec in agent.txn_history(None, None, None)
+            history = agent.rest.txn_history(None, None, None)
+            assert not any(op.op.value == "DELETE" for rec in history
                            for op in rec.executed), "nothing deleted while held"
 
-            assert agent.assume_current()["all_known"] is False
+            assert agent.rest.assume_current()["all_known"] is False
             wait_until(lambda: agent.recon.device_state("vpp") is DeviceState.KNOWN, timeout=30)
             wait_until(lambda: "loop8" not in setup.vpp_interfaces(), timeout=30,
                        message="the tombstoned interface is deleted once the store is current")
@@ -246,7 +247,7 @@ def test_model_without_a_southbound_here_is_reported_unimplemented(setup: Setup)
     setup.set_config("linux/interface/br0", {"type": "bridge"})  # no Linux southbound here
     wait_until(lambda: status_state(setup.node.cmd_url, "v1", "linux/interface/br0")
                == "UNIMPLEMENTED", timeout=30, message="status says no descriptor handles it")
-    assert "linux/interface/br0" not in setup.agent.desired.pending
+    assert "linux/interface/br0" not in setup.agent.northbound.desired.pending()
 
 
 def test_agent_without_southbounds_still_reports_statuses(tmp_path: Path) -> None:
@@ -285,15 +286,16 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
     """POST /configuration applies its values, then records them in the mesh. A periodic
     re-dump landing in between once read the mesh without them and deleted the new interface
     (and the stream re-created it a moment later): the re-dump now waits for the apply."""
-    import kvmesh.agent.agent as agent_module
+    import kvmesh.agent.northbound as northbound_module
 
     agent = setup.agent
     agent.start()
     wait_until(lambda: setup.vpp_state() is DeviceState.KNOWN, timeout=30)
     redump_done = threading.Event()
     redump_at_lock = threading.Event()  # the re-dump is waiting for the transaction lock
-    record = agent_module.write_node_change
-    txn_lock = agent._txn_lock
+    record = northbound_module.write_node_change
+    follower = agent.northbound
+    txn_lock = follower._txn_lock
 
     class WatchedLock:
         """The agent's transaction lock, telling when the re-dump thread asks for it."""
@@ -309,7 +311,7 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
     def redump_then_record(*args: Any, **kwargs: Any) -> int:
         def redump() -> None:
             with KvStoreClient(setup.node.cmd_url) as client:
-                agent._redump(client)
+                follower.redump(client)
             redump_done.set()
 
         threading.Thread(target=redump, name="redump", daemon=True).start()
@@ -319,12 +321,12 @@ def test_a_redump_during_a_rest_apply_does_not_undo_it(
                    message="the re-dump ran or reached the transaction lock")
         return int(record(*args, **kwargs))
 
-    monkeypatch.setattr(agent, "_txn_lock", WatchedLock())
-    monkeypatch.setattr(agent_module, "write_node_change", redump_then_record)
-    result = agent.apply_configuration({"vpp/interface/rest1": {"type": "loopback"}},
+    monkeypatch.setattr(follower, "_txn_lock", WatchedLock())
+    monkeypatch.setattr(northbound_module, "write_node_change", redump_then_record)
+    result = agent.rest.apply_configuration({"vpp/interface/rest1": {"type": "loopback"}},
                                        replace=False, who="test")
     assert result["ok"], result
     assert redump_done.wait(timeout=30)
-    assert agent.desired.pending.get("vpp/interface/rest1", "none") == "none", (
+    assert "vpp/interface/rest1" not in agent.northbound.desired.pending(), (
         "the re-dump queued the REST value's deletion")
     assert "rest1" in setup.vpp_interfaces()

@@ -139,3 +139,32 @@ def test_depth_at_the_bound_is_accepted() -> None:
     for _ in range(MAX_VALUE_DEPTH - 1):
         value = {"x": value}
     assert decode_config_value(msgpack.packb(value)) == value
+
+
+def test_a_scoped_resync_takes_its_values_and_drops_only_their_pending_changes() -> None:
+    ds = DesiredState("n2")
+    ds.load_dump({"config/n2/vpp/interface/loop1": enc({"type": "loopback"}),
+                  "config/n2/linux/interface/br0": enc({"type": "bridge"})})
+    ds.update({"config/n2/vpp/interface/loop2": b""})  # not desired: nothing staged
+    vpp = ds.take_scope(lambda key: key.startswith("vpp/"))
+    assert vpp == {"vpp/interface/loop1": {"type": "loopback"}}
+    assert list(ds.pending) == ["linux/interface/br0"]
+    assert ds.take_scope(lambda key: key.startswith("linux/")) == {
+        "linux/interface/br0": {"type": "bridge"}}
+    assert ds.pending == {} and ds.first_pending_at is None
+
+
+def test_shared_desired_state_reports_refusals_while_it_changes() -> None:
+    from kvmesh.agent.desired import Refusals, SharedDesiredState
+
+    reported: list[Refusals] = []
+    shared = SharedDesiredState("n2", reported.append)
+    shared.load_dump({"config/n2/linux/interface/bad": b"\xc1"})
+    shared.update({"config/n2/linux/interface/bad": enc({"type": "bridge"})}, ())
+    refusals = [r for r in reported if r]
+    assert len(refusals) == 2
+    assert "msgpack" in str(refusals[0]["linux/interface/bad"])  # refused, with why
+    assert refusals[1] == {"linux/interface/bad": None}  # withdrawn
+    assert shared.take_batch(10, window_s=60.0, quiet=False, accept=lambda k: True) == {}
+    assert shared.take_batch(10, window_s=60.0, quiet=True, accept=lambda k: True) == {
+        "linux/interface/bad": {"type": "bridge"}}

@@ -93,7 +93,7 @@ def test_a_scrape_without_the_kvstore_says_so() -> None:
 
     agent = Agent(AgentConfig(node="m1", kv_url=f"tcp://127.0.0.1:{free_tcp_port()}"))
     try:
-        parsed = {f.name: f for f in text_string_to_metric_families(agent.metrics_text())}
+        parsed = {f.name: f for f in text_string_to_metric_families(agent.rest.metrics_text())}
         assert parsed["kvmesh_kvstore_up"].samples[0].value == 0
         assert agent.counters["metrics_kvstore_unreachable"] == 1
         assert not any(name.startswith("kvmesh_kvstore_") and name != "kvmesh_kvstore_up"
