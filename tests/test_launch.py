@@ -94,7 +94,7 @@ def test_a_node_that_exits_is_reported_with_its_log(tmp_path: Path) -> None:
     node = launch.start(launch.NodeSpec("a", cmd_url, f"tcp://127.0.0.1:{free_tcp_port()}",
                                         ephemeral=True, config=bad), tmp_path / "a.log")
     try:
-        with pytest.raises(launch.LaunchError, match="(?s)the process exited.*ttl_decrement_ms"):
+        with pytest.raises(launch.LaunchError, match=r"(?s)the process exited.*ttl_decrement_ms"):
             node.wait_answering(cmd_url, timeout=30)
     finally:
         node.kill()
