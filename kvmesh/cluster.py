@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from kvmesh import netlab
+from kvmesh import launch, netlab
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import (
     DB_FILE,
@@ -246,61 +246,55 @@ def peers_of(names: list[str], topology: str, degree: int = 3,
     return peers
 
 
+def node_spec(name: str, state: ClusterState, *, agent: bool = True,
+              config_path: Path | None = None) -> launch.NodeSpec:
+    """What node `name` runs (the one place a cluster node's options are chosen: adapt it here)."""
+    info = state.nodes[name]
+    options = None
+    if agent:
+        options = launch.AgentOptions(
+            http=str(info.http),
+            linux=state.lab is not None,  # the agent runs inside the node's namespace
+            linux_netns=info.netns if state.lab is None else None,
+            vpp_socket=info.vpp_socket)
+        if state.http_token_file:
+            options.http_cert, options.http_key = state.http_cert, state.http_key
+            options.http_token_file = state.http_token_file
+    return launch.NodeSpec(
+        name, info.cmd_url, info.pub_url,
+        peers={peer: state.nodes[peer].cmd_url for peer in info.peers},
+        data_dir=info.data_dir or None, config=config_path,
+        key_file=info.key_file,
+        authorized_keys=Path(state.run_dir) / "authorized-keys" if info.key_file else None,
+        agent=options, netns=info.netns if state.lab is not None else None)
+
+
 def node_command(name: str, state: ClusterState, *, agent: bool = True,
                  config_path: Path | None = None) -> list[str]:
-    """The argv of node `name` (the one place node arguments are built: adapt it here)."""
-    info = state.nodes[name]
-    args = [sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
-            "--cmd-url", info.cmd_url, "--pub-url", info.pub_url]
-    if info.data_dir:
-        args += ["--data-dir", str(info.data_dir)]
-    if info.key_file:
-        args += ["--key-file", info.key_file,
-                 "--authorized-keys", str(Path(state.run_dir) / "authorized-keys")]
-    else:
-        args.append("--insecure")
-    for peer in info.peers:
-        args += ["--peer", f"{peer}={state.nodes[peer].cmd_url}"]
-    if config_path is not None:
-        args += ["--config", str(config_path)]
-    if agent:
-        args += ["--agent", "--http", str(info.http)]
-        if state.lab is not None:
-            args.append("--linux")  # the agent runs inside the node's namespace
-        elif info.netns:
-            args += ["--linux-netns", info.netns]
-        if info.vpp_socket:
-            args += ["--vpp-socket", info.vpp_socket]
-        if state.http_token_file:
-            args += ["--http-cert", str(state.http_cert), "--http-key", str(state.http_key),
-                     "--http-token-file", state.http_token_file]
-    if state.lab is not None and info.netns:
-        args = ["ip", "netns", "exec", info.netns, *args]
-    return args
+    """The argv of node `name` (see `node_spec`)."""
+    return node_spec(name, state, agent=agent, config_path=config_path).argv()
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return json.dumps(str(value))  # a TOML basic string is a JSON string
 
 
 def write_node_config(path: Path, values: Mapping[str, object]) -> None:
-    """A node's TOML configuration file (flat table of ints, floats, strings and booleans)."""
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = repr(value)
-        else:
-            text = json.dumps(str(value))
-        lines.append(f"{key} = {text}\n")
+    """A node's TOML configuration file (flat table of ints, floats, strings, booleans and
+    lists of them, e.g. a leaf's `key_prefix_filters`)."""
+    lines = [f"{key} = {_toml_value(value)}\n" for key, value in values.items()]
     safefs.write_replace(path, "".join(lines).encode())
 
 
 def _spawn(args: list[str], log_path: Path) -> int:
-    log = safefs.open_log(log_path)  # 0600, a planted symlink refused (logs carry configuration)
-    try:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        os.close(log)
-    return proc.pid
+    """Start a process of the cluster in its own session (it outlives this one)."""
+    return launch.start(args, log_path, new_session=True).pid
 
 
 def _alive(pid: int) -> bool:

@@ -14,11 +14,8 @@ demo (e.g. the agent) can reuse it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,6 +24,7 @@ from types import TracebackType
 
 import click
 
+from kvmesh import launch
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cluster import OPERATOR_KEY, make_keys
 from kvstore import (
@@ -64,7 +62,7 @@ class DemoNode:
     cmd_url: str
     pub_url: str
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: launch.Launched | None = None
     curve: ClientCurve | None = None
 
     def client(self) -> KvStoreClient:
@@ -106,56 +104,34 @@ class DemoCluster:
                 operator, load_public_key(str(secrets[node.name].with_suffix(".key")))
             )
             neighbours = [self.nodes[j] for j in (i - 1, i + 1) if 0 <= j < len(self.nodes)]
-            cmd = [
-                sys.executable, "-m", "kvmesh", "node", "run",
-                "--name", node.name, "--cmd-url", node.cmd_url, "--pub-url", node.pub_url,
-                "--data-dir", str(self.workdir / "data" / node.name),
-                "--key-file", str(secrets[node.name]), "--authorized-keys", str(auth),
-            ]  # fmt: skip
-            for peer in neighbours:
-                cmd += ["--peer", f"{peer.name}={peer.cmd_url},{peer.pub_url}"]
-            log = safefs.open_log(node.log_path)  # 0600, no symlink followed
-            try:
-                node.proc = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
-                )
-            finally:
-                os.close(log)
+            spec = launch.NodeSpec(
+                node.name, node.cmd_url, node.pub_url,
+                peers={peer.name: f"{peer.cmd_url},{peer.pub_url}" for peer in neighbours},
+                data_dir=self.workdir / "data" / node.name,
+                key_file=secrets[node.name], authorized_keys=auth)
+            node.proc = launch.start(spec, node.log_path)  # 0600, no symlink followed
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Until every node answers and has finished its initial sync."""
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
-            while True:
-                if node.proc is not None and node.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"node {node.name} exited early; see {node.log_path}:\n"
-                        + node.log_path.read_text(errors="replace")
-                    )
-                try:
-                    with node.client() as client:
-                        if client.node_info(refresh=True).initial_sync_done:
-                            break
-                except KvStoreError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"node {node.name} not ready within {timeout_s:g}s")
-                time.sleep(0.05)
+            assert node.proc is not None, "start_chain first"
+            try:
+                node.proc.wait_answering(node.cmd_url, node.curve, initial_sync=True,
+                                         timeout=max(0.0, deadline - time.monotonic()))
+            except launch.LaunchError as exc:
+                raise RuntimeError(f"node {node.name} not ready (log {node.log_path}): "
+                                   f"{exc}") from None
 
     def stop(self) -> dict[str, int | None]:
         """SIGTERM every node, wait (kill after 10 s); returns the exit codes."""
         codes: dict[str, int | None] = {}
         for node in self.nodes:
-            if node.proc is not None and node.proc.poll() is None:
+            if node.proc is not None and node.proc.alive():
                 node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes:
-            if node.proc is None:
-                continue
-            try:
-                codes[node.name] = node.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                codes[node.name] = node.proc.wait(timeout=10)
+            if node.proc is not None:
+                codes[node.name] = node.proc.wait_or_kill(timeout=10)
         return codes
 
 
@@ -240,7 +216,7 @@ def run_demo(keep: bool = False) -> int:
         if keep:
             step("nodes left running: Ctrl-C to stop them")
             click.echo(f"try: kvmesh --url {a.cmd_url} key dump")
-            while all(n.proc is not None and n.proc.poll() is None for n in cluster.nodes):
+            while all(n.proc is not None and n.proc.alive() for n in cluster.nodes):
                 time.sleep(0.5)
     except KeyboardInterrupt:
         click.echo("\ninterrupted")

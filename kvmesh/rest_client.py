@@ -28,7 +28,7 @@ from typing import Any
 
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
-from kvstore import is_loopback_host
+from kvstore import is_loopback_host, safefs
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -113,23 +113,20 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
                        "agent's token; or give --http-token-file)", ca)
 
 
-def _mine(path: str | os.PathLike[str]) -> bool:
-    """Owned by this user and nobody else may write to it (a run directory someone else made
-    could name any file as "the token" and any certificate as "the CA")."""
-    st = os.lstat(path)
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:
     from kvmesh import cluster
 
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        # Each must be this user's and writable by nobody else (UnsafePathError, an OSError):
+        # a run directory someone else made could name any file as "the token" and any
+        # certificate as "the CA".
         directory = run_dir or cluster.DEFAULT_RUN_DIR
-        if not _mine(directory) or not _mine(directory / cluster.STATE_FILE):
-            return None
+        safefs.check_private_dir(directory)
+        safefs.check_private_file(directory / cluster.STATE_FILE)
         state = cluster.ClusterState.load(directory)
-        if state is None or not state.http_token_file or not _mine(state.http_token_file):
+        if state is None or not state.http_token_file:
             return None
+        safefs.check_private_file(state.http_token_file)
         if not any(info.http == address.text for info in state.nodes.values()):
             return None
         try:

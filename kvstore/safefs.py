@@ -83,8 +83,12 @@ def _check_parents(directory: Path) -> None:
                                           f"and not sticky (mode {stat.S_IMODE(st.st_mode):04o})")
 
 
-def private_dir(path: str | os.PathLike[str]) -> Path:
-    """Make `path` (and each missing parent, 0700) if needed and check it is private."""
+def private_dir(path: str | os.PathLike[str], group: int | None = None) -> Path:
+    """Make `path` (and each missing parent, 0700) if needed and check it is private.
+
+    `group`: a directory the group `group` may read too (an agent's tokens for the `kvmesh`
+    group): `path` gets that group and mode 0750, and the parents it makes 0755 (the group must
+    be able to reach it); where the group cannot be set (not root), it stays 0700."""
     target = Path(os.path.abspath(path))
     missing: list[Path] = []
     probe = target
@@ -92,9 +96,16 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
         missing.append(probe)
         probe = probe.parent
     for directory in reversed(missing):
+        mode = PRIVATE_DIR_MODE if group is None or directory == target else 0o755
         with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
-            os.mkdir(directory, PRIVATE_DIR_MODE)
+            os.mkdir(directory, mode)
     check_private_dir(target)
+    if group is not None:
+        st = os.lstat(target)
+        if st.st_gid != group or stat.S_IMODE(st.st_mode) != 0o750:
+            with contextlib.suppress(PermissionError):
+                os.chown(target, -1, group)
+                os.chmod(target, 0o750)
     return target
 
 
@@ -103,6 +114,16 @@ def check_owned_file(path: str | os.PathLike[str]) -> None:
     symlink, owned by the invoking user."""
     st = os.lstat(path)
     _check_file_stat(path, st)
+
+
+def check_private_file(path: str | os.PathLike[str]) -> None:
+    """A file kvmesh is about to take credentials from (a cluster's state, its token): owned
+    by the invoking user (see `check_owned_file`) and writable by nobody else."""
+    st = os.lstat(path)
+    _check_file_stat(path, st)
+    if st.st_mode & 0o022:
+        raise UnsafePathError(path, f"writable by group or others (mode "
+                                    f"{stat.S_IMODE(st.st_mode):04o})")
 
 
 def _check_file_stat(path: str | os.PathLike[str], st: os.stat_result) -> None:
@@ -144,13 +165,23 @@ def open_log(path: str | os.PathLike[str], mode: int = LOG_MODE) -> int:
     return _open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
 
 
-def write_new(path: str | os.PathLike[str], data: bytes, mode: int = SECRET_MODE) -> None:
-    """Create `path` (it must not exist: O_EXCL) with `mode` from the start and write `data`."""
+def write_new(path: str | os.PathLike[str], data: bytes, mode: int = SECRET_MODE,
+              group: int | None = None) -> None:
+    """Create `path` (it must not exist: O_EXCL) with `mode` from the start and write `data`.
+
+    `group`: the file is born 0600, gets the group `group`, and only then (still empty) `mode`
+    (0640, say), so no one outside that group can ever open it; where the group cannot be set
+    (not root) it stays 0600."""
     try:
-        fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                   mode if group is None else SECRET_MODE)
     except FileExistsError:
         raise UnsafePathError(path, "exists already (not overwriting it)") from None
     with os.fdopen(fd, "wb") as handle:
+        if group is not None:
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, -1, group)
+                os.fchmod(fd, mode)
         handle.write(data)
 
 

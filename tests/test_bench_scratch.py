@@ -68,3 +68,35 @@ def test_kvstore_bench_cluster_removes_its_workdir(tmp_path: Path,
         cluster.wait_ready(node, initial_sync=False)
         assert any(tmp_path.iterdir())
     assert list(tmp_path.iterdir()) == []
+
+
+FORKED = """
+import os, signal, sys, tempfile, time
+sys.path.insert(0, {bench!r})
+from scratch import private_tempdir
+private_tempdir("kvbench")
+marker = {marker!r}
+try:
+    pid = os.fork()
+    if pid == 0:  # a helper child (pyroute2 forks one per namespace socket), stopped by SIGTERM
+        time.sleep(60)
+        os._exit(0)
+    os.kill(pid, signal.SIGTERM)
+    os.waitpid(pid, 0)
+finally:
+    open(marker, "a").write(f"{{os.getpid()}}\\n")
+"""
+
+
+def test_a_forked_child_stopped_by_sigterm_runs_none_of_the_parents_cleanup(
+        tmp_path: Path) -> None:
+    """linux_bench's namespace vanished under it: pyroute2 stops its forked helper with
+    SIGTERM, and the inherited handler raised SystemExit in the helper, which then ran the
+    benchmark's `finally` blocks (`ip netns del`). Only the process that made the scratch dir
+    turns SIGTERM into SystemExit."""
+    marker = tmp_path / "finally-ran"
+    script = FORKED.format(bench=str(BENCH_DIR), marker=str(marker))
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert child.returncode == 0, child.stderr
+    assert len(marker.read_text().split()) == 1, "the child ran the parent's finally block"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvmesh import launch
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from tests.kvstore.conftest import REPO, Mesh, free_port
 from tests.kvstore.conftest import mesh as mesh  # the fixture
@@ -48,11 +49,9 @@ def setup(mesh: Mesh, tmp_path: Path) -> Iterator[PlanSetup]:
                     "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
     token.write_text(TOKEN + "\n")
     node = mesh.start(mesh.allocate("pl"))
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "kvmesh", "--url", node.cmd_url, "agent", "run", "--name", "pl",
-         "--http", f"127.0.0.1:{free_port()}", "--http-cert", str(crt), "--http-key", str(key),
-         "--http-token-file", str(token)], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+    agent = launch.start(launch.AgentSpec("pl", node.cmd_url, launch.AgentOptions(
+        http=f"127.0.0.1:{free_port()}", http_cert=crt, http_key=key, http_token_file=token)),
+        None, cwd=REPO)
     try:
         with node.client() as client:
             wait_until(lambda: "node/pl/agent" in client.get(["node/pl/agent"]), timeout=30,
@@ -61,8 +60,7 @@ def setup(mesh: Mesh, tmp_path: Path) -> Iterator[PlanSetup]:
         yield PlanSetup(node.cmd_url, tmp_path,
                         {**base, HTTP_TOKEN_ENV: str(token), HTTP_CA_ENV: str(crt)})
     finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+        agent.terminate(timeout=30)
 
 
 STATE = yaml.safe_dump({"nodes": {"pl": {"linux/interface/br0": {"type": "bridge"}}}})

@@ -220,3 +220,41 @@ def test_default_run_dir_is_the_users_own(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("HOME", "/home/alice")
     assert cluster.default_run_dir() == Path("/home/alice/.local/state/kvmesh/cluster")
+
+
+GROUP = 1  # a group that exists everywhere (daemon): stands in for `kvmesh`
+
+
+def test_a_group_readable_directory_and_file_get_their_group_before_their_mode(
+        tmp_path: Path) -> None:
+    """An agent's token for the `kvmesh` group: the directory 0750 and the file 0640, both
+    with that group, the file born 0600 and widened only once the group is set; the parents
+    made on the way stay reachable (0755)."""
+    directory = safefs.private_dir(tmp_path / "kvmesh" / "agents", group=GROUP)
+    st = directory.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o750, GROUP)
+    assert stat.S_IMODE((tmp_path / "kvmesh").stat().st_mode) == 0o755
+    safefs.write_new(directory / "t.token", b"secret\n", 0o640, group=GROUP)
+    st = (directory / "t.token").stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o640, GROUP)
+    assert safefs.private_dir(directory, group=GROUP) == directory  # reused as it is
+    directory.chmod(0o770)
+    with pytest.raises(safefs.UnsafePathError, match="writable by group or others"):
+        safefs.private_dir(directory, group=GROUP)
+
+
+def test_credentials_come_only_from_files_nobody_else_can_write(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    safefs.write_new(token, b"t\n")
+    safefs.check_private_file(token)
+    token.chmod(0o620)
+    with pytest.raises(safefs.UnsafePathError, match="writable by group or others"):
+        safefs.check_private_file(token)
+    link = tmp_path / "link"
+    link.symlink_to(token)
+    with pytest.raises(safefs.UnsafePathError, match="symlink"):
+        safefs.check_private_file(link)
+    os.chown(token, NOBODY, NOBODY)
+    token.chmod(0o600)
+    with pytest.raises(safefs.UnsafePathError, match="owned by uid 65534"):
+        safefs.check_private_file(token)

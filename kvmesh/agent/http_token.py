@@ -10,7 +10,8 @@ The token directory is the invoking user's: `/run/kvmesh/agents` for root, else
 `$XDG_RUNTIME_DIR/kvmesh/agents` (or `~/.local/state/kvmesh/agents`). The file is born with its
 final mode — 0600, or 0640 with the group `kvmesh` when that group exists — opened with
 O_CREAT|O_EXCL|O_NOFOLLOW (a planted file or symlink is replaced, never followed), and written
-only once nobody else can open it. The files of agents that were killed (nobody listens on their
+only once nobody else can open it (`kvstore.safefs`: the directory and file rules of every
+secret kvmesh keeps). The files of agents that were killed (nobody listens on their
 address any more) are swept when the next agent writes its own.
 """
 
@@ -20,10 +21,10 @@ import contextlib
 import grp
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from kvmesh.agent.proc_net import anyone_listens
+from kvstore import safefs
 
 ROOT_TOKEN_DIR = Path("/run/kvmesh/agents")
 TOKEN_GROUP = "kvmesh"
@@ -98,52 +99,25 @@ def _group() -> int | None:
         return None
 
 
-def _private_dir(path: Path, gid: int | None) -> None:
-    """Make `path` (0700, or 0750 with the kvmesh group) and check nobody else controls it."""
-    for directory in reversed([path, *path.parents]):
-        if not os.path.lexists(directory):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(directory, 0o755 if directory != path else 0o700)
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise TokenFileError(f"{path}: not a directory (a symlink?): refusing it for tokens")
-    if st.st_uid != os.geteuid():
-        raise TokenFileError(f"{path}: owned by uid {st.st_uid}, not by the agent's uid "
-                             f"{os.geteuid()}: refusing it for tokens")
-    if st.st_mode & 0o022:
-        raise TokenFileError(f"{path}: writable by group or others (mode "
-                             f"{stat.S_IMODE(st.st_mode):04o}): refusing it for tokens")
-    if gid is not None and (st.st_gid != gid or stat.S_IMODE(st.st_mode) != 0o750):
-        with contextlib.suppress(PermissionError):
-            os.chown(path, -1, gid)
-            os.chmod(path, 0o750)
-
-
 def write_token_file(path: Path, token: str) -> None:
     """Create `path` holding `token`, readable by its owner (and the kvmesh group) only; an
     older file of that name (a killed agent's, or planted) is replaced, never followed."""
     gid = _group()
-    _private_dir(path.parent, gid)
+    try:
+        safefs.private_dir(path.parent, group=gid)
+    except OSError as exc:
+        raise TokenFileError(f"token directory: {exc}") from exc
     sweep_stale(path.parent)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        # Born 0600: only once it has the kvmesh group (and before a byte of the token is in
+        # it) may the group read it.
+        safefs.write_new(path, (token + "\n").encode(), 0o640 if gid is not None else 0o600,
+                         group=gid)
     except OSError as exc:
         raise TokenFileError(f"{path}: cannot create the token file: "
                              f"{exc.strerror or exc}") from exc
-    try:
-        # Born 0600: only now, before a byte of the token is in it, may the group read it.
-        if gid is not None:
-            with contextlib.suppress(PermissionError):
-                os.fchown(fd, -1, gid)
-                os.fchmod(fd, 0o640)
-        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o037:  # a umask cannot widen, but be sure
-            os.fchmod(fd, 0o600)
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 def remove_token_file(path: Path, token: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvmesh import launch
 from kvmesh.agent.keys import STATUS, agent_key
 from kvmesh.agent.status import decode_status
 from kvmesh.rest_client import AgentRest, RestError
@@ -49,16 +50,14 @@ class AgentProc:
     netns: Netns
     http_port: int
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: launch.Launched | None = None
 
     def start(self) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvmesh", "--url", self.node.cmd_url, "agent", "run",
-             "--name", self.node.name, "--linux-netns", self.netns.name,
-             "--http", f"127.0.0.1:{self.http_port}", "--downstream-resync-s", "3600"],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        options = launch.AgentOptions(linux_netns=self.netns.name,
+                                      http=f"127.0.0.1:{self.http_port}",
+                                      downstream_resync_s=3600)
+        self.proc = launch.start(launch.AgentSpec(self.node.name, self.node.cmd_url, options),
+                                 self.log_path)
         wait_until(self.answers, timeout=30, message=f"agent of {self.node.name} ready\n"
                    + self.log_path.read_text(errors="replace")[-3000:])
 
@@ -87,14 +86,11 @@ class AgentProc:
 
     def stop(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+        return self.proc.stop(signal.SIGTERM, timeout=30)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None:
             self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @dataclass

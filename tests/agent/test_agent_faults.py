@@ -6,11 +6,10 @@ VPP converges to the desired state."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
+from kvmesh import launch
 from kvmesh.agent.recon import DeviceState
 from tests.agent.test_agent_vpp import Setup, counter, device_record, rig
 from tests.kvstore.conftest import Mesh, Node
@@ -117,12 +116,9 @@ def test_kvstore_node_killed_under_a_running_agent_deletes_nothing(tmp_path: Pat
         assert setup.vpp_state() is DeviceState.KNOWN
 
 
-def _agent_process(node_url: str, vpp_socket: str, log_path: Path) -> subprocess.Popen[bytes]:
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "kvmesh", "--url", node_url, "agent", "run", "--name", "v1",
-             "--vpp-socket", vpp_socket, "--assume-current"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+def _agent_process(node_url: str, vpp_socket: str, log_path: Path) -> launch.Launched:
+    return launch.start(launch.AgentSpec("v1", node_url, launch.AgentOptions(
+        vpp_socket=vpp_socket, assume_current=True)), log_path)
 
 
 def test_agent_killed_in_the_middle_of_a_transaction_leaves_nothing_half_applied(
@@ -144,8 +140,7 @@ def test_agent_killed_in_the_middle_of_a_transaction_leaves_nothing_half_applied
                        message="the transaction is under way")
             half = [i for i in control.state()["interfaces"] if i["tag"] == "kvmesh:loop5"]
             assert half and not half[0]["addresses"], "killed mid-transaction: no address yet"
-            agent.send_signal(signal.SIGKILL)
-            agent.wait(10)
+            agent.kill()
             control.clear_faults()
             agent = _agent_process(setup.node.cmd_url, setup.emulator.socket_path,
                                    tmp_path / "agent.log")
@@ -162,4 +157,3 @@ def test_agent_killed_in_the_middle_of_a_transaction_leaves_nothing_half_applied
             assert setup.vpp_interfaces() == {"loop5"}
         finally:
             agent.kill()
-            agent.wait(10)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from kvmesh import launch
 from kvmesh.agent.http_api import HttpApi
 from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential
 from kvmesh.agent.http_server import (
@@ -373,10 +374,8 @@ def test_slowloris_does_not_fail_normal_requests(api_factory: Any, cap: int) -> 
 def test_cli_passes_the_token_to_an_agent(mesh: Mesh, tmp_path: Path, token_file: Path) -> None:
     node = mesh.start(mesh.allocate("tk"))
     port = free_port()
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "kvmesh", "--url", node.cmd_url, "agent", "run", "--name", "tk",
-         "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = launch.start(launch.AgentSpec("tk", node.cmd_url, launch.AgentOptions(
+        http=f"127.0.0.1:{port}", http_token_file=token_file)), None, cwd=REPO)
     try:
         with node.client() as client:
             wait_until(lambda: "node/tk/agent" in client.get(["node/tk/agent"]), timeout=30,
@@ -389,8 +388,7 @@ def test_cli_passes_the_token_to_an_agent(mesh: Mesh, tmp_path: Path, token_file
                              "tk"], capture_output=True, text=True, timeout=60, cwd=REPO)
         assert ok.returncode == 0, ok.stderr
     finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+        agent.terminate(timeout=30)
 
 
 def without_token_env() -> dict[str, str]:
@@ -398,6 +396,7 @@ def without_token_env() -> dict[str, str]:
 
 
 def test_agent_refuses_an_open_rest_api(mesh: Mesh) -> None:
+    # The CLI's own refusal: `kvmesh agent run` is called as a user would, not launched.
     result = subprocess.run(
         [sys.executable, "-m", "kvmesh", "agent", "run", "--name", "x", "--http",
          f"0.0.0.0:{free_port()}"], capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -445,11 +444,9 @@ def unprivileged_python() -> str:
     pytest.skip("no Python interpreter the unprivileged user can run")
 
 
-def start_agent(node_url: str, name: str, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kvmesh", "--url", node_url, "agent", "run", "--name", name,
-         "--http", f"127.0.0.1:{port}", *extra], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+def start_agent(node_url: str, name: str, port: int) -> launch.Launched:
+    return launch.start(launch.AgentSpec(name, node_url, launch.AgentOptions(
+        http=f"127.0.0.1:{port}")), None, cwd=REPO)
 
 
 def test_a_local_user_can_neither_use_nor_read_the_agent_token(mesh: Mesh) -> None:
@@ -484,8 +481,7 @@ def test_a_local_user_can_neither_use_nor_read_the_agent_token(mesh: Mesh) -> No
                                 cwd=REPO, env=without_token_env())
         assert values.returncode == 0, values.stderr
     finally:
-        agent.terminate()
-        agent.wait(timeout=30)
+        agent.terminate(timeout=30)
     assert not os.path.lexists(token), "the agent removes the token it made"
 
 

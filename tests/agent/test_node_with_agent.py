@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvmesh import launch
 from kvmesh.agent.supervisor import local_url
 from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
@@ -58,15 +59,11 @@ def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
     keyring.authorize("watcher", "reader")
     cmd_url = f"tcp://127.0.0.1:{free_port()}"
     with temporary_netns("kvs") as ns:
-        log = open(tmp_path / "node.log", "wb")  # noqa: SIM115 - handed to the child
-        node = subprocess.Popen(
-            [sys.executable, "-m", "kvmesh", "node", "run", "--name", "s1",
-             "--cmd-url", cmd_url, "--pub-url", f"tcp://127.0.0.1:{free_port()}",
-             "--key-file", str(keyring.secret("s1")), "--authorized-keys", str(keyring.auth),
-             "--ephemeral", "--agent", "--assume-current", "--linux-netns", ns.name,
-             "--http", f"127.0.0.1:{http_port}"],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        node = launch.start(launch.NodeSpec(
+            "s1", cmd_url, f"tcp://127.0.0.1:{free_port()}", ephemeral=True,
+            key_file=keyring.secret("s1"), authorized_keys=keyring.auth,
+            agent=launch.AgentOptions(assume_current=True, linux_netns=ns.name,
+                                      http=f"127.0.0.1:{http_port}")), tmp_path / "node.log")
         try:
             first = wait_until(lambda: agent_pid(http_port) or 0, timeout=60,
                                message="agent started by the node")
@@ -80,20 +77,18 @@ def test_node_supervises_restarts_and_stops_its_agent(tmp_path: Path) -> None:
             second = wait_until(lambda: (agent_pid(http_port) or first) != first
                                 and agent_pid(http_port), timeout=60,
                                 message="agent restarted after it died")
-            node.send_signal(signal.SIGTERM)
-            assert node.wait(timeout=60) == 0
+            assert node.stop(signal.SIGTERM, timeout=60) == 0
             wait_until(lambda: not Path(f"/proc/{second}").exists(), timeout=30,
                        message="agent stopped with its node")
         finally:
-            if node.poll() is None:
-                node.kill()
-                node.wait(timeout=10)
+            node.kill()
             for pid in agent_pids(http_port):
                 os.kill(pid, signal.SIGKILL)
     assert "agent exited" in (tmp_path / "node.log").read_text(errors="replace")
 
 
 def test_agent_options_without_agent_are_refused() -> None:
+    # The CLI's own option checks: `kvmesh node run` is called as a user would, not launched.
     result = subprocess.run(
         [sys.executable, "-m", "kvmesh", "node", "run", "--name", "x", "--linux"],
         capture_output=True, text=True, timeout=60)
@@ -106,12 +101,8 @@ def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> Non
     from kvstore.client import KvStoreClient
 
     log_path = tmp_path / "node.log"
-    with open(log_path, "wb") as log:
-        node = subprocess.Popen(
-            [sys.executable, "-m", "kvmesh", "node", "run", "--name", "wild",
-             "--cmd-url", "tcp://127.0.0.1:*", "--pub-url", "tcp://127.0.0.1:*", "--insecure",
-             "--ephemeral", "--agent"],
-            stdout=log, stderr=subprocess.STDOUT)
+    node = launch.start(launch.NodeSpec("wild", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                                        ephemeral=True, agent=launch.AgentOptions()), log_path)
     try:
         ready = wait_until(
             lambda: next((line for line in log_path.read_text().splitlines()
@@ -127,12 +118,9 @@ def test_agent_dials_the_bound_port_of_a_wildcard_cmd_url(tmp_path: Path) -> Non
                 return client.counters()["kvstore.subscriptions"] >= 1
 
         wait_until(agent_registered, timeout=30, message=f"agent of wild on {cmd_url}")
-        node.send_signal(signal.SIGTERM)
-        assert node.wait(timeout=60) == 0
+        assert node.stop(signal.SIGTERM, timeout=60) == 0
     finally:
-        if node.poll() is None:
-            node.kill()
-            node.wait(timeout=10)
+        node.kill()
 
 
 def test_an_agent_whose_node_is_gone_stops_by_itself(tmp_path: Path) -> None:
@@ -142,10 +130,10 @@ def test_an_agent_whose_node_is_gone_stops_by_itself(tmp_path: Path) -> None:
     no longer its parent: here it never was."""
     from kvmesh.agent.supervisor import PARENT_PID_ENV
 
-    env = {**os.environ, PARENT_PID_ENV: str(os.getpid() + 10**7)}
-    agent = subprocess.run(
-        [sys.executable, "-m", "kvmesh", "--url", f"tcp://127.0.0.1:{free_port()}", "agent",
-         "run", "--name", "orphan"],
-        env=env, capture_output=True, text=True, timeout=60)
-    assert agent.returncode == 0, agent.stderr
-    assert "that started this agent is gone: stopping" in agent.stderr
+    agent = launch.start(launch.AgentSpec("orphan", f"tcp://127.0.0.1:{free_port()}"),
+                         tmp_path / "agent.log", env={PARENT_PID_ENV: str(os.getpid() + 10**7)})
+    try:
+        assert agent.wait(timeout=60) == 0, agent.log()
+    finally:
+        agent.kill()
+    assert "that started this agent is gone: stopping" in agent.log()

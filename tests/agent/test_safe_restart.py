@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kvmesh import launch
 from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.status import decode_status
 from kvmesh.rest_client import AgentRest, RestError
@@ -53,24 +54,23 @@ class Proc:
     cmd_url: str = field(default_factory=lambda: f"tcp://127.0.0.1:{free_tcp_port()}")
     pub_url: str = field(default_factory=lambda: f"tcp://127.0.0.1:{free_tcp_port()}")
     http_port: int = field(default_factory=free_tcp_port)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: launch.Launched | None = None
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
     def start(self) -> None:
-        args = [sys.executable, "-m", "kvmesh", "node", "run", "--name", self.name,
-                "--cmd-url", self.cmd_url, "--pub-url", self.pub_url, "--insecure"]
-        args += (["--data-dir", str(self.workdir / "data" / self.name)] if self.durable
-                 else ["--ephemeral"])
-        for peer, url in self.peers.items():
-            args += ["--peer", f"{peer}={url}"]
+        agent = None
         if self.netns is not None:
-            args += ["--agent", "--linux-netns", self.netns.name,
-                     "--http", f"127.0.0.1:{self.http_port}", "--downstream-resync-s", "3600"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            agent = launch.AgentOptions(linux_netns=self.netns.name,
+                                        http=f"127.0.0.1:{self.http_port}",
+                                        downstream_resync_s=3600)
+        spec = launch.NodeSpec(
+            self.name, self.cmd_url, self.pub_url, peers=dict(self.peers),
+            data_dir=self.workdir / "data" / self.name if self.durable else None,
+            ephemeral=not self.durable, agent=agent)
+        self.proc = launch.start(spec, self.log_path)
         wait_until(self.answers, timeout=30, message=f"{self.name} answering\n{self.log()}")
 
     def log(self) -> str:
@@ -89,9 +89,8 @@ class Proc:
 
     def kill(self) -> None:
         """SIGKILL the node (its agent gets the parent-death signal and exits too)."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None:
             self.proc.kill()
-            self.proc.wait(timeout=10)
         wait_until(lambda: not self.agent_pids(), timeout=30, message="agent gone")
 
     def agent_pids(self) -> list[int]:

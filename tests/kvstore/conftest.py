@@ -1,8 +1,9 @@
 """Fixtures for multi-process KvStore tests: real `kvmesh node run` processes on loopback.
 
 `mesh` hands out a `Mesh`: allocate nodes (free ports, so URLs are known before any node starts
-and peers can be declared on both sides), start them as subprocesses, wait until their command
-socket answers, and kill every process at teardown, whatever happened in the test.
+and peers can be declared on both sides), start them as subprocesses (through the launcher's
+library API, `kvmesh.launch`), wait until their command socket answers, and kill every process
+at teardown, whatever happened in the test.
 
 Nodes run `--insecure` (plaintext, loopback) unless the mesh is made with `secure=True`
 (`secure_mesh`): then every node has a key pair, all share one authorized-keys directory (each
@@ -11,11 +12,8 @@ node a `peer`, plus the operator key `op` the nodes' `client()` uses), see `Keyr
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,9 @@ from typing import Any
 import pytest
 import zmq
 
+from kvmesh import launch
+from kvmesh.cluster import write_node_config
+from kvmesh.launch import Launched, NodeSpec
 from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.curve import ClientCurve, generate, load_key_pair, load_public_key
 from kvstore.node_ports import free_tcp_port
@@ -43,22 +44,6 @@ def free_port() -> int:
     return free_tcp_port()
 
 
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def write_toml(path: Path, values: Mapping[str, Any]) -> None:
-    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
-
-
 @dataclass
 class Node:
     name: str
@@ -67,7 +52,7 @@ class Node:
     workdir: Path
     config: dict[str, Any] = field(default_factory=dict)
     peers: dict[str, str] = field(default_factory=dict)  # name -> cmd_url
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Launched | None = None
     keyring: Keyring | None = None  # secured: the mesh's keys
 
     @property
@@ -95,14 +80,11 @@ class Node:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Send `sig` and wait for the exit code."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout)
+        return self.proc.stop(sig, timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None:
             self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 class Keyring:
@@ -168,51 +150,25 @@ class Mesh:
         self.nodes[name] = node
         return node
 
-    def security_args(self, node: Node) -> list[str]:
-        if self.keyring is None:
-            return ["--insecure"]
-        return ["--key-file", str(self.keyring.secret(node.name)),
-                "--authorized-keys", str(self.keyring.auth)]
-
-    def command(self, node: Node) -> list[str]:
+    def spec(self, node: Node) -> NodeSpec:
+        """What `node` runs (its config written to a TOML file of its own)."""
         config_path = self.workdir / f"{node.name}.toml"
-        write_toml(config_path, node.config)
-        cmd = [
-            sys.executable,
-            "-m",
-            "kvmesh",
-            "node",
-            "run",
-            "--name",
-            node.name,
-            "--cmd-url",
-            node.cmd_url,
-            "--pub-url",
-            node.pub_url,
-            "--config",
-            str(config_path),
-            *self.security_args(node),
-        ]
-        for peer, url in node.peers.items():
-            cmd += ["--peer", f"{peer}={url}"]
-        if "data_dir" not in node.config:
-            cmd.append("--ephemeral")  # durable-store tests give a data_dir in the config
-        return cmd
+        write_node_config(config_path, node.config)
+        keyring = self.keyring
+        return NodeSpec(
+            node.name, node.cmd_url, node.pub_url, peers=dict(node.peers), config=config_path,
+            # durable-store tests give a data_dir in the config
+            ephemeral="data_dir" not in node.config,
+            key_file=keyring.secret(node.name) if keyring is not None else None,
+            authorized_keys=keyring.auth if keyring is not None else None)
 
-    def start(self, node: Node, peers: Sequence[Node] = (), wait: bool = True) -> Node:
+    def start(self, node: Node, peers: Sequence[Node] = (), wait: bool = True,
+              preexec_fn: Callable[[], None] | None = None) -> Node:
+        """Start `node` (`preexec_fn`: run in the child first, e.g. to set resource limits)."""
         node.peers.update({p.name: p.cmd_url for p in peers})
         for attempt in range(3):
-            log_file = open(node.log_path, "ab")  # noqa: SIM115 (owned by the process)
-            try:
-                node.proc = subprocess.Popen(
-                    self.command(node),
-                    cwd=REPO,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                )
-            finally:
-                log_file.close()
+            node.proc = launch.start(self.spec(node), node.log_path, cwd=REPO,
+                                     env={"PYTHONUNBUFFERED": "1"}, preexec_fn=preexec_fn)
             if not wait:
                 return node
             try:

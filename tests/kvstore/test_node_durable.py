@@ -102,6 +102,8 @@ def test_acknowledged_writes_survive_sigkill(mesh: Mesh, tmp_path: Path) -> None
 
 
 def run_node(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kvmesh node run` as a user types it, run to its exit (a refusal to start is the CLI's
+    own behaviour under test: not through the launcher, kvmesh.launch)."""
     return subprocess.run([sys.executable, "-m", "kvmesh", "node", "run", "--insecure", *args],
                           cwd=REPO,
                           capture_output=True, text=True, timeout=60)

@@ -29,6 +29,8 @@ def test_signal_shuts_down_cleanly_with_exit_code_0(mesh: Mesh, sig: int) -> Non
 
 
 def run_node(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """`kvmesh node run` as a user types it, run to its exit: these tests check the CLI's own
+    option and configuration checks, so they do not go through the launcher (kvmesh.launch)."""
     return subprocess.run(
         [sys.executable, "-m", "kvmesh", "node", "run", *args,
          *(() if "--data-dir" in args else ("--ephemeral",))],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.node_ports import free_tcp_port
-from tests.kvstore.conftest import REPO, Mesh, Node
+from tests.kvstore.conftest import Mesh, Node
 from tests.util import wait_until
 
 MIB = 1024 * 1024
@@ -173,20 +172,13 @@ def test_thousands_of_connections_are_capped_and_counted(
 def start_with_fd_limit(mesh: Mesh, node: Node, soft: int, hard: int | None = None) -> Node:
     """Start `node` with a low soft open-file limit (the node must raise it itself), and a
     lower hard limit if given (a host where raising it is not enough)."""
-    log_file = open(node.log_path, "ab")  # noqa: SIM115 (owned by the process)
     if hard is None:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
-    try:
-        node.proc = subprocess.Popen(mesh.command(node), cwd=REPO, stdout=log_file,
-                                     stderr=subprocess.STDOUT, preexec_fn=limit)
-    finally:
-        log_file.close()
-    wait_until(node.answers, timeout=30, message=f"{node.name} answering")
-    return node
+    return mesh.start(node, preexec_fn=limit)
 
 
 def _peer_add(node: Node, count: int) -> Callable[[], None]:

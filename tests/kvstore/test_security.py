@@ -226,6 +226,8 @@ def test_insecure_only_on_loopback(tmp_path: Path) -> None:
     result = run_cli("node", "run", "--name", "n", "--insecure", "--peer",
                      "m=tcp://192.0.2.1:60002")
     assert result.returncode == 2 and "192.0.2.1" in result.stderr
+    # The CLI's own warning on stderr (the launcher has no --insecure-any-address): typed as a
+    # user would, not through kvmesh.launch.
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvmesh", "node", "run", "--name", "n", "--insecure-any-address",
          "--cmd-url", f"tcp://0.0.0.0:{free_port()}", "--pub-url",

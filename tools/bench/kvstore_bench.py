@@ -83,7 +83,6 @@ import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -99,7 +98,8 @@ sys.path.insert(0, str(REPO))
 import zmq  # noqa: E402
 from scratch import private_tempdir  # noqa: E402  (tools/bench/scratch.py)
 
-from kvmesh.cluster import OPERATOR_KEY, make_keys  # noqa: E402
+from kvmesh import launch  # noqa: E402
+from kvmesh.cluster import OPERATOR_KEY, make_keys, write_node_config  # noqa: E402
 from kvstore import requests, wire  # noqa: E402
 from kvstore.client import KvStoreClient, check_response  # noqa: E402
 from kvstore.curve import (  # noqa: E402
@@ -169,7 +169,7 @@ class NodeProc:
     name: str
     cmd_url: str
     pub_url: str
-    proc: subprocess.Popen[bytes]
+    proc: launch.Launched
     log_path: Path
     curve: ClientCurve | None = None  # the operator's keys for this node (secured cluster)
 
@@ -233,29 +233,19 @@ class Cluster:
             config["durability"] = durability
             config["data_dir"] = str(self.data_dir(name))
         if leaf_prefixes is not None:
-            config["key_prefix_filters"] = leaf_prefixes
+            config.update(leaf=True, key_prefix_filters=leaf_prefixes)
         config_path = self.workdir / f"{name}.toml"
-        config_path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items())
-                               + ("leaf = true\n" if leaf_prefixes is not None else ""))
+        write_node_config(config_path, config)
         cmd_url, pub_url = cmd_url or url(), url()
-        args = [
-            sys.executable, "-m", "kvmesh", "node", "run", "--name", name,
-            "--cmd-url", cmd_url, "--pub-url", pub_url, "--config", str(config_path),
-            *(["--ephemeral"] if durability is None else []),
-        ]  # fmt: skip
-        for peer, peer_url in (peers or {}).items():
-            args += ["--peer", f"{peer}={peer_url}"]
+        spec = launch.NodeSpec(name, cmd_url, pub_url, peers=dict(peers or {}),
+                               config=config_path, ephemeral=durability is None)
         curve = None
-        if self.keys is None:
-            args.append("--insecure")
-        else:
-            args += ["--key-file", str(self.keys.secrets[name]),
-                     "--authorized-keys", str(self.keys.auth)]
+        if self.keys is not None:
+            spec.key_file, spec.authorized_keys = self.keys.secrets[name], self.keys.auth
             curve = ClientCurve(self.keys.pair(OPERATOR_KEY), self.keys.public(name))
         log_path = self.workdir / f"{name}.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        node = NodeProc(name, cmd_url, pub_url, proc, log_path, curve)
+        node = NodeProc(name, cmd_url, pub_url, launch.start(spec, log_path, cwd=REPO),
+                        log_path, curve)
         self.nodes.append(node)
         return node
 
@@ -263,19 +253,7 @@ class Cluster:
         return self.workdir / "data" / name
 
     def wait_ready(self, node: NodeProc, initial_sync: bool = True, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if node.proc.poll() is not None:
-                raise RuntimeError(f"{node.name} exited:\n{node.log_path.read_text()}")
-            try:
-                with KvStoreClient(node.cmd_url, timeout_s=0.5, curve=node.curve) as c:
-                    info = c.node_info(refresh=True)
-                    if info.initial_sync_done or not initial_sync:
-                        return
-            except Exception:
-                pass
-            time.sleep(0.02)
-        raise RuntimeError(f"{node.name} not ready:\n{node.log_path.read_text()}")
+        node.proc.wait_answering(node.cmd_url, node.curve, initial_sync, timeout_s)
 
     def spawn(self, target: Callable[..., None], *args: Any) -> mp.process.BaseProcess:
         proc = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
@@ -285,14 +263,10 @@ class Cluster:
 
     def close(self) -> None:
         for node in self.nodes:
-            if node.proc.poll() is None:
+            if node.proc.alive():
                 node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes:
-            try:
-                node.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait()
+            node.proc.wait_or_kill(timeout=10)
         for helper in self.helpers:
             if helper.is_alive():
                 helper.terminate()

@@ -55,6 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pyroute2 import IPRoute
+from scratch import private_tempdir  # (tools/bench/scratch.py)
 
 from scheduler import KVScheduler
 from southbound.linux import KVMESH_LINK_GROUP, KVMESH_ROUTE_PROTO, register
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                         "neighbors and rules)")
     parser.add_argument("--nft-only", action="store_true", help="the same as --only nft")
     args = parser.parse_args(argv)
+    private_tempdir("kvbench")
     if os.geteuid() != 0:
         print("linux_bench needs root (network namespaces)", file=sys.stderr)
         return 2

@@ -17,15 +17,25 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 
+_owner: int | None = None  # the process that made the scratch directory
+
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    if os.getpid() != _owner:
+        # A forked child (pyroute2 forks helpers and stops them with SIGTERM) inherits this
+        # handler: a SystemExit there would run the parent's `finally` blocks in the child
+        # (linux_bench's `ip netns del` under its own feet). Die as the signal says instead.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise SystemExit(128 + signum)
 
 
 def private_tempdir(prefix: str) -> Path:
     """Make this process's scratch directory the default temp dir; return it."""
+    global _owner
     root = Path(tempfile.mkdtemp(prefix=f"{prefix}-run-{os.getpid()}-"))
-    owner = os.getpid()
+    owner = _owner = os.getpid()
 
     def remove() -> None:
         if os.getpid() == owner:  # not in a forked child that inherited the handler

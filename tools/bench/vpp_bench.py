@@ -65,6 +65,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
 )
 
+from scratch import private_tempdir  # noqa: E402  (tools/bench/scratch.py)
 from vpp_papi import VPPApiClient  # noqa: E402
 
 import southbound.vpp  # noqa: E402
@@ -553,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=None, help="number of loopbacks")
     parser.add_argument("--runs", type=int, default=None, help="runs per path")
     args = parser.parse_args(argv)
+    private_tempdir("kvbench")
     count = args.count or (200 if args.quick else 1000)
     runs = args.runs or 5
     if not 1 <= count <= 65536:
