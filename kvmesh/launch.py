@@ -19,9 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvstore import safefs
-from kvstore.client import KvStoreClient, KvStoreError
-from kvstore.curve import ClientCurve
+from kvstore import ClientCurve, KvStoreClient, KvStoreError, safefs
 
 KVMESH = (sys.executable, "-m", "kvmesh")
 
