@@ -77,10 +77,13 @@ from scratch import private_tempdir
 private_tempdir("kvbench")
 marker = {marker!r}
 try:
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # a helper child (pyroute2 forks one per namespace socket), stopped by SIGTERM
+        os.write(ready_w, b"1")  # running Python code: the signal is handled, not lost in fork
         time.sleep(60)
         os._exit(0)
+    os.read(ready_r, 1)
     os.kill(pid, signal.SIGTERM)
     os.waitpid(pid, 0)
 finally:
