@@ -78,6 +78,9 @@ class _FakePeering:
     def flood(self, *args: Any) -> None:
         pass
 
+    def learn_filter(self, name: str, key_filter: Any) -> None:
+        """A sync request's leaf filters (no peers here: nothing to learn)."""
+
     def resync_diverged(self, name: str) -> None:
         self.resyncs.append(name)
 
