@@ -33,12 +33,11 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
-from zmq.utils.monitor import parse_monitor_message
 
 from kvstore import safefs, stats
 from kvstore.authz import OPERATOR, PEER, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
+from kvstore.zap import ZapThread
 
 log = logging.getLogger("kvstore.curve")
 
@@ -207,7 +206,7 @@ class NodeSecurity:
         self._counters = stats.StatCounter()
         self._lock = threading.Lock()
         self._last_logged: dict[str, float] = {}
-        self._auth: ThreadAuthenticator | None = None
+        self._auth: _KeyTableAuthenticator | None = None
         self.reload_if_changed(force=True)
 
     # -- the table --------------------------------------------------------------------------
@@ -253,7 +252,7 @@ class NodeSecurity:
 
     def start(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
         """Install the ZAP handler for `context` (before any server socket binds)."""
-        auth = _KeyTableAuthenticator(self, context)
+        auth = _KeyTableAuthenticator(context, logging.getLogger("kvstore.zap"))
         auth.start()
         auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=self)
         self._auth = auth
@@ -305,13 +304,9 @@ class NodeSecurity:
             return dict(self._counters)
 
 
-class _KeyTableAuthenticator(ThreadAuthenticator):
-    """pyzmq's thread authenticator, with the User-Id of a CURVE client set to its z85 public
-    key (the default) so that the node can look every message's identity up again."""
-
-    def __init__(self, security: NodeSecurity, context: zmq.Context[zmq.Socket[bytes]]) -> None:
-        super().__init__(context=context, log=logging.getLogger("kvstore.zap"))
-        self.security = security
+class _KeyTableAuthenticator(ZapThread):
+    """The ZAP handler, with the User-Id of a CURVE client set to its z85 public key (pyzmq's
+    default) so that the node can look every message's identity up again."""
 
     def curve_user_id(self, client_public_key: bytes) -> str:
         return zmq.utils.z85.encode(client_public_key).decode()
@@ -385,6 +380,9 @@ def handshake_failure(url: str, curve: ClientCurve | None, event: int) -> str:
 
 def read_handshake_failures(monitor: zmq.Socket[bytes]) -> int | None:
     """Drain a monitor socket; the last handshake-failure event seen, if any."""
+    # Loaded here: pyzmq's monitor module brings zmq.asyncio, which a node has no use for.
+    from zmq.utils.monitor import parse_monitor_message
+
     failed: int | None = None
     while True:
         try:

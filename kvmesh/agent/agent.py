@@ -147,7 +147,7 @@ class Agent:
         """The REST API; without a configured token, the agent's own token, written to the
         token directory for the local CLI once the address is known."""
         from kvmesh.agent.http_api import HttpApi
-        from kvmesh.agent.http_server import load_security
+        from kvmesh.agent.http_security import load_security
         from kvmesh.agent.http_token import token_dir, token_name, write_token_file
 
         cfg = self.config

@@ -20,7 +20,8 @@ from datetime import datetime
 from http import HTTPStatus
 from typing import Any, Protocol, TypeVar, cast
 
-from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, HttpSecurity, RestRequest
+from kvmesh.agent.http_security import HttpSecurity
+from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
 from scheduler import ValueState

@@ -31,12 +31,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential, Granted, authorize
-from kvmesh.agent.http_token import TokenFileError, new_token, read_token
+from kvmesh.agent.http_auth import Granted, authorize
+from kvmesh.agent.http_security import HttpSecurity, check_bind
 from kvmesh.agent.http_wire import (
     HttpError,
     body_length,
@@ -46,7 +46,6 @@ from kvmesh.agent.http_wire import (
     render_response,
 )
 from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
-from kvstore import is_loopback_host
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -62,67 +61,6 @@ class HttpLimits:
     request_timeout_s: float = 10.0
     max_connections: int = 256
     workers: int = 8  # threads answering complete requests
-
-
-@dataclass(frozen=True)
-class HttpSecurity:
-    access: AccessPolicy
-    tls: ssl.SSLContext | None = None
-    # A token made at start (no --http-token-file): written to the token directory once the
-    # server is bound (kvmesh.agent.http_token).
-    generated_token: str | None = field(default=None, repr=False)
-
-
-class HttpConfigError(ValueError):
-    """Unusable TLS/token settings; the message names the file or the address."""
-
-
-GENERATED = "the agent's generated operator token"
-
-
-def load_security(cert: str | None, key: str | None, token_file: str | None,
-                  read_token_file: str | None = None,
-                  public_reads: bool = False) -> HttpSecurity:
-    """TLS and credentials from the options; without `token_file` a fresh operator token."""
-    tls = None
-    if (cert is None) != (key is None):
-        raise HttpConfigError("--http-cert and --http-key go together")
-    if cert is not None and key is not None:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            tls.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise HttpConfigError(f"{cert}/{key}: cannot load the TLS certificate: {exc}") \
-                from exc
-    generated = None
-    try:
-        if token_file is not None:
-            credentials = [Credential(read_token(token_file), OPERATOR,
-                                      f"operator token {token_file}")]
-        else:
-            generated = new_token()
-            credentials = [Credential(generated, OPERATOR, GENERATED)]
-        if read_token_file is not None:
-            credentials.append(Credential(read_token(read_token_file), READER,
-                                          f"reader token {read_token_file}"))
-    except TokenFileError as exc:
-        raise HttpConfigError(str(exc)) from exc
-    if len({c.token for c in credentials}) != len(credentials):
-        raise HttpConfigError("--http-read-token-file holds the operator token: give readers "
-                              "a token of their own")
-    return HttpSecurity(AccessPolicy(tuple(credentials), public_reads), tls, generated)
-
-
-def check_bind(host: str, security: HttpSecurity) -> None:
-    """Anything but loopback needs TLS and a configured token."""
-    if is_loopback_host(host):
-        return
-    missing = [what for what, ok in (("TLS (--http-cert, --http-key)", security.tls),
-                                     ("a token (--http-token-file)",
-                                      security.generated_token is None)) if not ok]
-    if missing:
-        raise HttpConfigError(
-            f"the REST API on {host} (not loopback) needs {' and '.join(missing)}")
 
 
 @dataclass(frozen=True)

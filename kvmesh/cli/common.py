@@ -80,7 +80,7 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
                        public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
     or a non-loopback --http without TLS and token); the agent's arguments for them."""
-    from kvmesh.agent.http_server import HttpConfigError, check_bind, load_security
+    from kvmesh.agent.http_security import HttpConfigError, check_bind, load_security
 
     try:
         security = load_security(cert, key, token_file, read_token_file, public_reads)

@@ -27,12 +27,8 @@ import pytest
 from kvmesh import launch
 from kvmesh.agent.http_api import HttpApi
 from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential
-from kvmesh.agent.http_server import (
-    HttpConfigError,
-    HttpLimits,
-    HttpSecurity,
-    load_security,
-)
+from kvmesh.agent.http_security import HttpConfigError, HttpSecurity, load_security
+from kvmesh.agent.http_server import HttpLimits
 from kvmesh.agent.http_token import (
     TokenFileError,
     read_token,

@@ -1,0 +1,42 @@
+"""The KvStore node's process loads only what a node uses (issue 21, "Lighter processes").
+
+`kvmesh node run --agent --http ...` is run through the real CLI up to the point where the node
+would start (`kvstore.run_node` is replaced by a probe that reports the modules loaded): the
+agent's options were checked (REST TLS/token) and its supervisor loaded, but the node must not
+carry the agent's libraries — they belong in the agent's own process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# What the node never uses: the agent's REST server (and asyncio's TLS half of it), the
+# configuration models, the scheduler, metrics, YAML, and pyzmq's asyncio ZAP thread.
+NOT_IN_A_NODE = ("kvmesh.agent.http_server", "kvmesh.agent.agent", "pydantic", "networkx",
+                 "prometheus_client", "yaml", "scheduler", "southbound", "zmq.auth.thread",
+                 "zmq.asyncio", "http.server", "pyroute2", "vpp_papi")
+
+PROBE = """
+import sys
+import kvstore
+from kvmesh.cli import main
+
+def report(config, security, on_ready=None):
+    heavy = sys.argv[1].split(",")
+    print(" ".join(sorted(m for m in heavy if m in sys.modules)) or "-")
+    return 0
+
+kvstore.run_node = report
+main(sys.argv[2:], prog_name="kvmesh")
+"""
+
+
+def test_node_run_with_agent_loads_none_of_the_agents_libraries() -> None:
+    args = ["node", "run", "--name", "n1", "--ephemeral", "--insecure", "--agent",
+            "--http", "127.0.0.1:0", "--cmd-url", "tcp://127.0.0.1:1",
+            "--pub-url", "tcp://127.0.0.1:2"]
+    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(NOT_IN_A_NODE), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "-", f"the node process loaded {done.stdout.strip()}"
