@@ -1,4 +1,3 @@
-from kvmesh.cli import main
+from kvmesh.entry import run
 
-# The same program name (and completion variable, _KVMESH_COMPLETE) as the installed script.
-main(prog_name="kvmesh")
+run()

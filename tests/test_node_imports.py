@@ -1,9 +1,9 @@
 """The KvStore node's process loads only what a node uses (issue 21, "Lighter processes").
 
-`kvmesh node run --agent --http ...` is run through the real CLI up to the point where the node
-would start (`kvstore.run_node` is replaced by a probe that reports the modules loaded): the
-agent's options were checked (REST TLS/token) and its supervisor loaded, but the node must not
-carry the agent's libraries — they belong in the agent's own process.
+`kvmesh node run --agent --http ...` is run through the program's entry point up to the point
+where the node would start (`kvstore.run_node` is replaced by a probe that reports the modules
+loaded): the agent's options were checked (REST TLS/token) and its supervisor loaded, but the
+node must not carry the agent's libraries — they belong in the agent's own process.
 """
 
 from __future__ import annotations
@@ -11,16 +11,20 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from kvmesh.entry import needs_no_openssl
+
 # What the node never uses: the agent's REST server (and asyncio's TLS half of it), the
 # configuration models, the scheduler, metrics, YAML, and pyzmq's asyncio ZAP thread.
 NOT_IN_A_NODE = ("kvmesh.agent.http_server", "kvmesh.agent.agent", "pydantic", "networkx",
                  "prometheus_client", "yaml", "scheduler", "southbound", "zmq.auth.thread",
-                 "zmq.asyncio", "http.server", "pyroute2", "vpp_papi")
+                 "zmq.asyncio", "http.server", "pyroute2", "vpp_papi",
+                 # ... nor OpenSSL: the mesh is CurveZMQ's (kvmesh/entry.py)
+                 "ssl", "_hashlib")
 
 PROBE = """
 import sys
 import kvstore
-from kvmesh.cli import main
+from kvmesh.entry import run
 
 def report(config, security, on_ready=None):
     heavy = sys.argv[1].split(",")
@@ -28,7 +32,8 @@ def report(config, security, on_ready=None):
     return 0
 
 kvstore.run_node = report
-main(sys.argv[2:], prog_name="kvmesh")
+sys.argv = ["kvmesh", *sys.argv[2:]]
+run()
 """
 
 
@@ -40,3 +45,11 @@ def test_node_run_with_agent_loads_none_of_the_agents_libraries() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "-", f"the node process loaded {done.stdout.strip()}"
+
+
+def test_openssl_is_left_out_only_of_a_node_run_without_rest_tls() -> None:
+    assert needs_no_openssl(["node", "run", "--name", "n1", "--agent", "--http", "x:1"])
+    assert not needs_no_openssl(["node", "run", "--agent", "--http-cert", "c.pem"])
+    assert not needs_no_openssl(["node", "run", "--agent", "--http-cert=c.pem"])
+    assert not needs_no_openssl(["status", "n1"])  # may speak HTTPS to an agent
+    assert not needs_no_openssl(["key", "set", "node", "run"])
