@@ -344,11 +344,21 @@ def _http_answers(address: str, state: ClusterState | None = None) -> bool:
 
 
 def _netns(*args: str) -> None:
-    subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
+    _ip_netns(list(args))
 
 
 def _exec(netns: str, *args: str) -> None:
-    subprocess.run(["ip", "netns", "exec", netns, *args], check=True, capture_output=True)
+    _ip_netns(["exec", netns, *args])
+
+
+def _ip_netns(args: list[str]) -> None:
+    """`ip netns ARGS`; a refusal is a ClusterError saying what `ip` said (e.g. a namespace
+    `kvmesh-n1` that exists: another cluster on this host holds it)."""
+    done = subprocess.run(["ip", "netns", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        hint = (" (another cluster on this host may hold it: `kvmesh cluster down` there, "
+                "or run this one with --isolated)" if "File exists" in done.stderr else "")
+        raise ClusterError(f"ip netns {' '.join(args)}: {done.stderr.strip()}{hint}")
 
 
 def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,

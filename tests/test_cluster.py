@@ -88,3 +88,20 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
     assert not [ns for ns in list_netns() if ns.startswith(f"{prefix}-")]
     after = json.loads(kvmesh("--json", "cluster", "status", "--run-dir", str(run_dir)).stdout)
     assert after["nodes"] == {}
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
+def test_a_namespace_another_cluster_holds_is_a_clear_error(tmp_path: Path) -> None:
+    prefix = f"kvh{os.getpid()}"
+    held = f"{prefix}-n2"  # as another cluster's n2 would hold it
+    subprocess.run(["ip", "netns", "add", held], check=True)
+    try:
+        with pytest.raises(cluster.ClusterError, match=f"ip netns add {held}: .*File exists.*"
+                           "another cluster"):
+            cluster.up(2, "chain", run_dir=tmp_path / "run", netns_prefix=prefix, timeout=60)
+        # What this attempt made is gone; what it did not make is left alone.
+        assert f"{prefix}-n1" not in list_netns()
+        assert held in list_netns()
+    finally:
+        subprocess.run(["ip", "netns", "del", held], check=False)
