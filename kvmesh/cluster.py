@@ -2,6 +2,9 @@
 
 Each node is a KvStore process supervising its agent process (`kvmesh node run --agent`), plus,
 with `vpp_emulator`, a VPP emulator.
+With `core`, only the first `core` nodes are full nodes peered by the topology; every other
+node is a KvStore leaf (docs/kvstore.md, "Leaf nodes": it holds only what its agent needs)
+with one peer, a core node (round-robin over the core).
 With `isolated`, every node (KvStore, agent, emulator) runs inside its own network namespace, and
 the nodes reach each other over veth links to a bridge, with addresses from 198.18.0.0/15
 (`kvmesh.netlab`); never over loopback.
@@ -92,6 +95,7 @@ class NodeInfo:
     commands: dict[str, list[str]] = field(default_factory=dict)
     key_file: str | None = None  # the node's secret key (None: an insecure cluster)
     public_key: str | None = None
+    leaf: bool = False  # a KvStore leaf (`node run --leaf`): one peer, a core node
 
 
 @dataclass
@@ -107,6 +111,7 @@ class ClusterState:
     http_cert: str | None = None
     http_key: str | None = None
     http_token_file: str | None = None
+    core: int | None = None  # how many full nodes, the others leaves (None: all full)
 
     def save(self) -> None:
         safefs.write_replace(Path(self.run_dir) / STATE_FILE,
@@ -127,7 +132,7 @@ class ClusterState:
         return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
                    lab=raw.get("lab"), operator_key=raw.get("operator_key"),
                    http_cert=raw.get("http_cert"), http_key=raw.get("http_key"),
-                   http_token_file=raw.get("http_token_file"))
+                   http_token_file=raw.get("http_token_file"), core=raw.get("core"))
 
     def isolated_lab(self) -> netlab.Lab | None:
         return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
@@ -246,6 +251,23 @@ def peers_of(names: list[str], topology: str, degree: int = 3,
     return peers
 
 
+def cluster_peering(names: list[str], topology: str, core: int | None = None, degree: int = 3,
+                    seed: int = 0) -> dict[str, list[str]]:
+    """Peering of a cluster: the first `core` names (all with None) peered by `topology`; each
+    other name a leaf with exactly one peer, a core node, spread round-robin over the core (a
+    leaf is never a transit node, so leaves never peer with each other)."""
+    if core is not None and core < 1:
+        raise ClusterError(f"--core {core}: a cluster needs at least one full node (leaves "
+                           f"attach to the core); leave --core out for full nodes only")
+    full = names if core is None else names[:core]
+    peers = peers_of(full, topology, degree, seed)
+    for index, leaf in enumerate(names[len(full):]):
+        uplink = full[index % len(full)]
+        peers[leaf] = [uplink]
+        peers[uplink].append(leaf)
+    return peers
+
+
 def node_spec(name: str, state: ClusterState, *, agent: bool = True,
               config_path: Path | None = None) -> launch.NodeSpec:
     """What node `name` runs (the one place a cluster node's options are chosen: adapt it here)."""
@@ -266,7 +288,7 @@ def node_spec(name: str, state: ClusterState, *, agent: bool = True,
         data_dir=info.data_dir or None, config=config_path,
         key_file=info.key_file,
         authorized_keys=Path(state.run_dir) / "authorized-keys" if info.key_file else None,
-        agent=options, netns=info.netns if state.lab is not None else None)
+        agent=options, netns=info.netns if state.lab is not None else None, leaf=info.leaf)
 
 
 def node_command(name: str, state: ClusterState, *, agent: bool = True,
@@ -366,14 +388,21 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
        progress: Progress = lambda _msg: None, timeout: float = 60.0,
        netns_prefix: str = "kvmesh", *, isolated: bool = False, degree: int = 3,
        seed: int = 0, agents: bool = True,
-       node_config: Mapping[str, object] | None = None) -> ClusterState:
+       node_config: Mapping[str, object] | None = None,
+       core: int | None = None) -> ClusterState:
     """Start a cluster and return once every node (and agent) answers.
 
     `isolated`: every node in its own namespace on a bridge (see the module doc; needs root).
     `agents=False` runs KvStore nodes only. `node_config`: TOML knobs for every node.
-    `degree`/`seed`: the `random` topology."""
+    `degree`/`seed`: the `random` topology. `core`: the first `core` nodes are full nodes
+    peered by `topology`, the others leaves (`cluster_peering`); None or >= `nodes`: no leaves."""
     if nodes < 1:
         raise ClusterError("a cluster needs at least one node")
+    if core is not None and core >= nodes:
+        core = None
+    names = [f"n{i}" for i in range(1, nodes + 1)]
+    peering = cluster_peering(names, topology, core, degree, seed)  # refuses a bad --core first
+    leaves = set(names[core:]) if core is not None else set()
     run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
     if existing is not None and any(_alive(p) for n in existing.nodes.values()
@@ -383,14 +412,13 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     if isolated and os.geteuid() != 0:
         raise ClusterError("an isolated cluster needs root (network namespaces)")
     use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
-    names = [f"n{i}" for i in range(1, nodes + 1)]
-    peering = peers_of(names, topology, degree, seed)
     restored = [name for name in names if (run_dir / "data" / name / DB_FILE).exists()]
     if restored:
         progress(f"restoring the configuration of {', '.join(restored)} from "
                  f"{run_dir / 'data'} (kvmesh cluster down --purge starts empty)")
     _auth, secrets = make_keys(run_dir, names)
-    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]))
+    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]),
+                         core=core)
     config_path: Path | None = None
     if node_config:
         config_path = run_dir / "node.toml"
@@ -424,7 +452,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                 data_dir=str(run_dir / "data" / name),
                 key_file=str(secrets[name]),
                 public_key=str(secrets[name].with_suffix(".key")),
-                peers=peering[name])
+                peers=peering[name], leaf=name in leaves)
         state.save()
         exe = [sys.executable, "-m", "kvmesh"]
         for name, info in state.nodes.items():
@@ -442,7 +470,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                 info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
                 _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
             where = f", agent REST on http://{info.http}" if agents else ""
-            progress(f"{name}: KvStore node on {info.cmd_url}{where}")
+            progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
             info.commands["node"] = node_command(name, state, agent=agents,
                                                  config_path=config_path)
             info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
@@ -480,12 +508,13 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
             "http": info.http, "vpp_socket": info.vpp_socket, "peers": info.peers,
+            "leaf": info.leaf,
             "processes": {role: {"pid": pid, "alive": _alive(pid)}
                           for role, pid in info.pids.items()},
         }
     running = any(p["alive"] for n in nodes.values() for p in n["processes"].values())  # type: ignore[index]
-    return {"nodes": nodes, "topology": state.topology, "run_dir": state.run_dir,
-            "running": running}
+    return {"nodes": nodes, "topology": state.topology, "core": state.core,
+            "run_dir": state.run_dir, "running": running}
 
 
 def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,

@@ -80,6 +80,9 @@ class NodeSpec:
     authorized_keys: str | os.PathLike[str] | None = None
     agent: AgentOptions | None = None  # also run (and supervise) the node's agent
     netns: str | None = None  # run the process inside this network namespace
+    # A KvStore leaf: with its agent, its filters default to what the agent needs
+    # (docs/kvstore.md, "Leaf nodes"); one peer, never a transit.
+    leaf: bool = False
 
     def argv(self) -> list[str]:
         if self.ephemeral and self.data_dir is not None:
@@ -100,6 +103,8 @@ class NodeSpec:
             args.append("--insecure")
         for peer, url in self.peers.items():
             args += ["--peer", f"{peer}={url}"]
+        if self.leaf:
+            args.append("--leaf")
         if self.agent is not None:
             args += ["--agent", *self.agent.args()]
         return in_netns(self.netns, args)

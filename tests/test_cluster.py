@@ -33,6 +33,29 @@ def test_topologies_peer_on_both_sides() -> None:
         cluster.peers_of(names, "star")
 
 
+def test_a_core_peers_by_the_topology_and_each_leaf_has_one_core_peer() -> None:
+    names = [f"n{i}" for i in range(1, 8)]
+    peers = cluster.cluster_peering(names, "ring", core=3)
+    assert sorted(peers["n1"]) == ["n2", "n3", "n4", "n7"]  # ring n1-n2-n3 + leaves n4, n7
+    assert sorted(peers["n2"]) == ["n1", "n3", "n5"]
+    assert sorted(peers["n3"]) == ["n1", "n2", "n6"]
+    assert {leaf: peers[leaf] for leaf in names[3:]} == {
+        "n4": ["n1"], "n5": ["n2"], "n6": ["n3"], "n7": ["n1"]}  # round-robin over the core
+    assert cluster.cluster_peering(names, "mesh") == cluster.peers_of(names, "mesh")
+    assert cluster.cluster_peering(names, "random", core=7, seed=3) == \
+        cluster.peers_of(names, "random", seed=3)
+    with pytest.raises(cluster.ClusterError, match="at least one full node"):
+        cluster.cluster_peering(names, "chain", core=0)
+
+
+def test_cluster_up_refuses_core_0_before_starting_anything(tmp_path: Path) -> None:
+    result = kvmesh("cluster", "up", "--nodes", "3", "--core", "0", "--run-dir",
+                    str(tmp_path / "run"))
+    assert result.returncode == 1
+    assert "--core 0: a cluster needs at least one full node" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.netns
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
 def test_cluster_up_configure_status_down(tmp_path: Path,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import networkx
 import pytest
 
 from kvmesh import cluster
+from kvmesh.agent.desired import encode_config_value
+from kvmesh.agent.keys import agent_leaf_prefixes, config_key, config_prefix, status_key
+from kvmesh.agent.status import decode_status
 from kvstore.client import make_value
 from tests.netns import list_netns, netns_available
 from tests.util import wait_until
@@ -97,3 +101,56 @@ def test_isolated_cluster_that_fails_to_start_cleans_up(tmp_path: Path) -> None:
                    timeout=3, node_config={"no_such_knob": 1})
     assert {ns for ns in set(list_netns()) - before if ns.startswith(("kvn-", "kvb-"))} == set()
     assert _lab_links() <= links_before
+
+
+@pytest.mark.netns
+@needs_netns
+def test_isolated_cluster_with_a_core_runs_the_other_nodes_as_leaves(tmp_path: Path) -> None:
+    """4 nodes, --core 2: n1 - n2 full, n3 a leaf of n1, n4 a leaf of n2."""
+    run_dir = tmp_path / "run"
+    state = None
+    try:
+        state = cluster.up(4, "chain", run_dir=run_dir, isolated=True, core=2, timeout=90)
+        saved = cluster.ClusterState.load(run_dir)
+        assert saved is not None and saved.core == 2
+        assert {n: i.leaf for n, i in saved.nodes.items()} == {
+            "n1": False, "n2": False, "n3": True, "n4": True}
+        assert cluster.status(run_dir)["core"] == 2
+        # Ask the nodes themselves: a leaf has its agent's filters and one peer, a core node
+        # no filters.
+        for name, uplink in (("n3", "n1"), ("n4", "n2")):
+            with state.client(name) as client:
+                filters = client.node_info().leaf_filters
+                assert filters is not None
+                assert sorted(filters.key_prefixes) == sorted(agent_leaf_prefixes(name))
+                assert list(client.peers()) == [uplink]
+        with state.client("n1") as client:
+            assert client.node_info().leaf_filters is None
+            assert sorted(client.peers()) == ["n2", "n3"]
+        # A config for each leaf, written on n1: n3's first, so it has passed n2 (n4's core
+        # node) before n4's own config reaches n4.
+        bridge = encode_config_value({"type": "bridge"})
+        with state.client("n1") as n1:
+            for leaf in ("n3", "n4"):
+                n1.set({config_key(leaf, "linux/interface/brl"):
+                        make_value(bridge, version=1, originator_id="n1")})
+
+            def applied(leaf: str) -> bool:
+                found = n1.get([status_key(leaf, "linux/interface/brl")])
+                return any((decode_status(v.value) or {}).get("state") == "CONFIGURED"
+                           for v in found.values())
+
+            for leaf in ("n3", "n4"):
+                wait_until(partial(applied, leaf), timeout=60,
+                           message=f"{leaf}'s agent applied its config")
+        with state.client("n4") as n4:
+            assert config_key("n4", "linux/interface/brl") in n4.dump(config_prefix("n4"))
+            assert n4.dump(config_prefix("n3")) == {}  # another leaf's config is not here
+        with state.client("n2") as n2:
+            assert n2.counters().get("kvstore.leaf.flood_skipped_key_vals", 0) > 0
+    finally:
+        cluster.down(run_dir)
+    assert state is not None
+    lab = state.isolated_lab()
+    assert lab is not None
+    assert not set(list_netns()) & {*lab.namespaces.values(), lab.bridge_ns}

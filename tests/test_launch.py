@@ -61,7 +61,8 @@ def test_the_cluster_builds_its_nodes_through_the_launcher(tmp_path: Path) -> No
         "n1": NodeInfo("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "kvmesh-n1", "127.0.0.1:3",
                        data_dir=str(tmp_path / "data" / "n1"), peers=["n2"],
                        key_file=str(tmp_path / "n1.key_secret")),
-        "n2": NodeInfo("tcp://127.0.0.1:4", "tcp://127.0.0.1:5", None, None, peers=["n1"])})
+        "n2": NodeInfo("tcp://127.0.0.1:4", "tcp://127.0.0.1:5", None, None, peers=["n1"],
+                       leaf=True)})
     argv = node_command("n1", state)
     assert argv[:len(KVMESH)] == KVMESH  # loopback: not inside the namespace
     joined = " ".join(argv)
@@ -69,8 +70,9 @@ def test_the_cluster_builds_its_nodes_through_the_launcher(tmp_path: Path) -> No
     assert f"--authorized-keys {tmp_path / 'authorized-keys'}" in joined
     assert "--peer n2=tcp://127.0.0.1:4" in joined
     assert "--agent --http 127.0.0.1:3 --linux-netns kvmesh-n1" in joined
-    assert "--insecure" not in argv
+    assert "--insecure" not in argv and "--leaf" not in argv
     assert "--insecure" in node_command("n2", state, agent=False)
+    assert "--peer n1=tcp://127.0.0.1:1 --leaf --agent" in " ".join(node_command("n2", state))
 
 
 def test_start_wait_and_stop_a_node(tmp_path: Path) -> None:

@@ -36,9 +36,14 @@ def cluster_group() -> None:
               help="Peers per node at least, for --topology random.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of --topology random (same seed, same graph).")
+@click.option("--core", type=int, default=None, metavar="N",
+              help="The first N nodes are full nodes and form the --topology; every other node "
+              "is a KvStore leaf (`node run --leaf --agent`: it holds only what its agent "
+              "needs) peered with one core node, round-robin over the core. [all full]")
 @run_dir_option
 def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
-               isolated: bool, degree: int, seed: int, run_dir: Path) -> None:
+               isolated: bool, degree: int, seed: int, core: int | None,
+               run_dir: Path) -> None:
     """Start the cluster; returns once every node and agent is ready."""
     if isolated and no_netns:
         fail("--isolated and --no-netns exclude each other", code=2)
@@ -46,10 +51,13 @@ def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
         state = cluster.up(nodes, topology, vpp_emulator, run_dir,
                            namespaces=False if no_netns else None,
                            progress=lambda msg: click.echo(f"  {msg}", err=True),
-                           isolated=isolated, degree=degree, seed=seed)
+                           isolated=isolated, degree=degree, seed=seed, core=core)
     except (cluster.ClusterError, netlab.LabError, OSError) as exc:
         fail(str(exc))
-    click.echo(f"cluster of {len(state.nodes)} nodes ({topology}) is up; state in {run_dir}")
+    leaves = sum(info.leaf for info in state.nodes.values())
+    shape = f"{topology}" if not leaves else \
+        f"a {topology} core of {len(state.nodes) - leaves}, {leaves} leaves"
+    click.echo(f"cluster of {len(state.nodes)} nodes ({shape}) is up; state in {run_dir}")
 
 
 @cluster_group.command("status")
@@ -66,11 +74,12 @@ def cluster_status(run_dir: Path) -> None:
     if not data["nodes"]:
         click.echo(f"no cluster in {run_dir}")
         return
-    click.echo(f"{'NODE':<6} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
+    click.echo(f"{'NODE':<6} {'ROLE':<5} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
     for name, info in data["nodes"].items():  # type: ignore[attr-defined]
         procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
                          for role, p in info["processes"].items())
-        click.echo(f"{name:<6} {info['cmd_url']:<24} {info['http'] or '-':<18} "
+        role = "leaf" if info["leaf"] else "full"
+        click.echo(f"{name:<6} {role:<5} {info['cmd_url']:<24} {info['http'] or '-':<18} "
                    f"{info['netns'] or '-':<12} {procs}")
 
 
