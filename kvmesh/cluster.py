@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvmesh import launch, netlab
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
@@ -51,6 +52,9 @@ from kvstore import (
     load_public_key,
     safefs,
 )
+
+if TYPE_CHECKING:
+    from kvmesh.rest_client import AgentRest
 
 RUN_DIR_ENV = "KVMESH_RUN_DIR"
 
@@ -144,6 +148,14 @@ class ClusterState:
     def client(self, node: str, timeout_s: float = 5.0) -> KvStoreClient:
         """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
         return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))
+
+    def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
+        """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
+        over TLS, if it has REST credentials (isolated); else the agent's own."""
+        from kvmesh.rest_client import AgentRest
+
+        return AgentRest.at(str(self.nodes[node].http), tls=bool(self.http_cert),
+                            timeout_s=timeout_s, run_dir=Path(self.run_dir))
 
     def curve(self, node: str) -> ClientCurve | None:
         """The operator's keys for talking to `node` (None: insecure cluster)."""
@@ -351,15 +363,12 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
         return False
 
 
-def _http_answers(address: str, state: ClusterState | None = None) -> bool:
-    """Does the agent REST API at `address` answer, to the token a CLI would find (the
-    cluster's, over TLS, if it has REST credentials; else the agent's own)?"""
-    from kvmesh.rest_client import AgentRest, RestError
+def _agent_answers(state: ClusterState, node: str) -> bool:
+    """Does the agent REST API of `node` answer (`ClusterState.agent_rest`)?"""
+    from kvmesh.rest_client import RestError
 
     try:
-        AgentRest.at(address, tls=bool(state is not None and state.http_cert), timeout_s=1,
-                     run_dir=Path(state.run_dir) if state is not None else None,
-                     ).request("GET", "/scheduler/stats")
+        state.agent_rest(node, timeout_s=1).request("GET", "/scheduler/stats")
     except RestError:
         return False
     return True
@@ -480,7 +489,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                   f"node {name}")
         for name, info in state.nodes.items():
             if info.http:
-                _wait(partial(_http_answers, str(info.http), state), timeout, f"agent of {name}")
+                _wait(partial(_agent_answers, state, name), timeout, f"agent of {name}")
             progress(f"{name}: ready")
     except BaseException:
         state.save()

@@ -78,7 +78,7 @@ def test_isolated_cluster_talks_over_the_bridge_and_down_removes_everything(
         assert {lab.address("n1"), lab.address("n3")} <= {a.rsplit(":", 1)[0] for a in to_peers}
         # The agent runs in the node's namespace and answers on its address.
         assert str(n2.http).startswith(lab.address("n2"))
-        assert cluster._http_answers(str(n2.http), state)
+        assert cluster._agent_answers(state, "n2")
         assert lab.host_link in _host_links()
     finally:
         cluster.down(run_dir)

@@ -77,6 +77,14 @@ from types import FrameType
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import zmq  # noqa: E402
+from procstat import (  # noqa: E402  (tools/bench/procstat.py)
+    CLOCK_TICKS,
+    ProcStatError,
+    cpu_seconds,
+    cpu_ticks,
+    node_agent_pids,
+    rss_mib,
+)
 from scratch import private_tempdir  # noqa: E402  (tools/bench/scratch.py)
 
 from kvmesh import cluster  # noqa: E402
@@ -99,7 +107,6 @@ WARMUP_SAMPLES = 2
 SAMPLE_TIMEOUT_S = 20.0
 CONVERGENCE_TIMEOUT_S = 120.0
 BRIDGE = {"type": "bridge"}
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class BenchError(RuntimeError):
@@ -202,13 +209,14 @@ class Streams:
 PROBE_PREFIX = "bench/probe/"
 
 
-def connect_streams(streams: Streams, client: KvStoreClient, origin: str) -> None:
+def connect_streams(streams: Streams, client: KvStoreClient, originator: str) -> None:
     """ZeroMQ subscriptions take a moment to reach the publisher: publish probes until every
-    stream has delivered one, so no sample's event can be missed."""
+    stream has delivered one, so no sample's event can be missed. `originator`: the probes'
+    originator (a leaf's name makes them part of that leaf's share)."""
     pending = streams.names
     for attempt in range(100):
         key = f"{PROBE_PREFIX}{attempt}"
-        client.set({key: make_value(b"probe", version=1, originator_id=origin)})
+        client.set({key: make_value(b"probe", version=1, originator_id=originator)})
         deadline = time.monotonic() + 0.2
         while pending and time.monotonic() < deadline:
             for event in streams.events(deadline - time.monotonic()):
@@ -223,15 +231,22 @@ def connect_streams(streams: Streams, client: KvStoreClient, origin: str) -> Non
 
 
 @contextmanager
-def running_cluster(run_dir: Path, nodes: int, topology: str,
-                    namespaces: bool) -> Iterator[cluster.ClusterState]:
+def running_cluster(run_dir: Path, nodes: int, topology: str, namespaces: bool, *,
+                    isolated: bool = False, core: int | None = None,
+                    timeout_s: float = 60.0) -> Iterator[cluster.ClusterState]:
+    """`cluster.up` (loopback, or `isolated`; `core`: full nodes, the others leaves) and, in
+    any case, `cluster.down` at the end."""
     # Namespaces named after this process: never those of a user's `kvmesh cluster up`.
     netns_prefix = f"kvbench{os.getpid()}"
-    say(f"starting a {nodes}-node {topology} in {run_dir}"
-        f"{f' (namespaces {netns_prefix}-n1..)' if namespaces else ' (no namespaces)'}")
+    where = ("isolated" if isolated else
+             f"namespaces {netns_prefix}-n1.." if namespaces else "no namespaces")
+    shape = f"{topology} core of {core} + leaves" if core is not None and core < nodes \
+        else topology
+    say(f"starting a {nodes}-node {shape} in {run_dir} ({where})")
     started = time.monotonic()
     state = cluster.up(nodes, topology, run_dir=run_dir, namespaces=namespaces,
-                       netns_prefix=netns_prefix)
+                       netns_prefix=netns_prefix, isolated=isolated, core=core,
+                       timeout=timeout_s)  # a failed or interrupted `up` takes itself down
     say(f"  up in {time.monotonic() - started:.1f}s")
     try:
         yield state
@@ -293,10 +308,14 @@ def is_configured(event: Event, key: str) -> bool:
     return record is not None and record.get("state") == "CONFIGURED"
 
 
-def measure_config(state: cluster.ClusterState, samples: int,
-                   hop_only: bool) -> ConfigSamples:
+def measure_config(state: cluster.ClusterState, samples: int, hop_only: bool,
+                   origin: str | None = None, far: str | None = None) -> ConfigSamples:
+    """Config samples set on `origin` (the first node) for `far` (the ring's farthest node),
+    interleaved with hop samples. The probe and hop keys are originated by `far`'s name: a
+    leaf's share always includes what it originates, so a leaf `far` receives them too."""
     names = list(state.nodes)
-    origin, far = names[0], farthest_node(names)
+    origin = origin or names[0]
+    far = far or farthest_node(names)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     client = state.client(origin, timeout_s=10.0)
     streams = Streams(context)
@@ -308,10 +327,10 @@ def measure_config(state: cluster.ClusterState, samples: int,
         watched = (PROBE_PREFIX, "bench/hop/", config_key(far, ""), status_key(far, ""))
         streams.add(origin, state.nodes[origin].pub_url, watched, state.curve(origin))
         streams.add(far, state.nodes[far].pub_url, watched, state.curve(far))
-        connect_streams(streams, client, origin)
+        connect_streams(streams, client, far)
         for i in range(WARMUP_SAMPLES + samples):
             counted = i >= WARMUP_SAMPLES
-            hop = hop_sample(client, streams, origin, far, i)
+            hop = hop_sample(client, streams, far, i)
             if counted:
                 result.hop_ms.append(hop)
             if hop_only:
@@ -325,16 +344,18 @@ def measure_config(state: cluster.ClusterState, samples: int,
         client.close()
     if marks:
         # Read after sampling so the HTTP requests do not load the agent during samples.
-        txns = transaction_times(str(state.nodes[far].http))
+        txns = transaction_times(state.agent_rest(far, timeout_s=10))
         for sample in marks:
             for name, ms in split(sample, txns[sample.model_key]).items():
                 result.segments_ms[name].append(ms)
     return result
 
 
-def hop_sample(client: KvStoreClient, streams: Streams, origin: str, far: str, i: int) -> float:
+def hop_sample(client: KvStoreClient, streams: Streams, far: str, i: int) -> float:
+    """A plain key set on the client's node until `far` publishes it (originated by `far`'s
+    name, so that a leaf keeps it)."""
     key = f"bench/hop/{i}"
-    value = make_value(b"h" * VALUE_BYTES, version=1, originator_id=origin)
+    value = make_value(b"h" * VALUE_BYTES, version=1, originator_id=far)
     start = time.monotonic()
     client.set({key: value})
     hit = streams.wait({"seen": lambda e: e.stream == far and e.key == key}, SAMPLE_TIMEOUT_S)
@@ -358,10 +379,10 @@ def config_sample(client: KvStoreClient, streams: Streams, origin: str, far: str
                        hit["status@origin"])
 
 
-def transaction_times(http: str) -> dict[str, tuple[float, float]]:
+def transaction_times(agent: AgentRest) -> dict[str, tuple[float, float]]:
     """Model key -> (start, end) of the agent transaction that applied it, in this process's
     monotonic clock (the agent records wall-clock times)."""
-    records = AgentRest.at(http, timeout_s=10).json("GET", "/scheduler/txn-history")
+    records = agent.json("GET", "/scheduler/txn-history")
     offset = time.time() - time.monotonic()
     times: dict[str, tuple[float, float]] = {}
     for record in records:
@@ -407,27 +428,6 @@ class ConvergeRun:
     received_kv: int  # key-values received from peers, summed over the nodes
 
 
-def cpu_seconds(node_pids: list[int]) -> tuple[float, float]:
-    """CPU time (user + system) of the node processes and of their children (the agents:
-    `node run --agent` supervises its agent as a child process in its own session)."""
-    wanted = set(node_pids)
-    nodes = agents = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        pid, ppid = int(entry), int(fields[1])
-        ticks = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        if pid in wanted:
-            nodes += ticks
-        elif ppid in wanted:
-            agents += ticks
-    return nodes, agents
-
-
 def received_kv(clients: dict[str, KvStoreClient]) -> int:
     return sum(c.counters().get("kvstore.received_key_vals", 0) for c in clients.values())
 
@@ -438,13 +438,16 @@ def num_keys(client: KvStoreClient) -> int:
     return client.counters().get("kvstore.num_keys", 0)
 
 
-def converge(state: cluster.ClusterState, prefix: str) -> ConvergeRun:
-    """Seconds from the first KEY_SET on the first node until every node holds the N_KEYS keys
-    with equal signatures."""
+def converge(state: cluster.ClusterState, prefix: str, nodes: list[str] | None = None,
+             poll_s: float = 0.002,
+             timeout_s: float = CONVERGENCE_TIMEOUT_S) -> ConvergeRun:
+    """Seconds from the first KEY_SET on the first node until every node of `nodes` (all) holds
+    the N_KEYS keys with equal signatures. `poll_s`: between two rounds of counter reads (a
+    round over many nodes costs this process CPU that the nodes would otherwise have)."""
     names = list(state.nodes)
     origin = names[0]
     pids = [info.pids["node"] for info in state.nodes.values() if "node" in info.pids]
-    clients = {name: state.client(name, timeout_s=30.0) for name in state.nodes}
+    clients = {name: state.client(name, timeout_s=30.0) for name in nodes or names}
     try:
         base = {name: num_keys(c) for name, c in clients.items()}
         received_before = received_kv(clients)
@@ -457,7 +460,7 @@ def converge(state: cluster.ClusterState, prefix: str) -> ConvergeRun:
             refused = clients[origin].set(batch)
             if refused:
                 raise BenchError(f"{len(refused)} key(s) refused, e.g. {next(iter(refused))}")
-        deadline = start + CONVERGENCE_TIMEOUT_S
+        deadline = start + timeout_s
         first_check = True
         while True:
             for name, c in clients.items():
@@ -472,9 +475,9 @@ def converge(state: cluster.ClusterState, prefix: str) -> ConvergeRun:
                     break
                 first_check = False
             if time.monotonic() > deadline:
-                raise BenchError(f"no convergence within {CONVERGENCE_TIMEOUT_S:g}s "
+                raise BenchError(f"no convergence within {timeout_s:g}s "
                                  f"(complete: {sorted(done)})")
-            time.sleep(0.002)  # polling interval: keeps the poller off a busy 2-core machine
+            time.sleep(poll_s)  # polling interval: keeps the poller off a busy 2-core machine
         cpu_after = cpu_seconds(pids)
         return ConvergeRun(end, done, cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1],
                            time.process_time() - bench_before,
@@ -570,38 +573,12 @@ IDLE_CPU_WINDOW_S = 30.0
 CLI_KEY_GET_RUNS = 10
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found += [int(child) for child in text]
-    return found
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise BenchError(f"no VmRSS for pid {pid}")
-
-
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15 of stat)
-
-
-def _process_pairs(state: cluster.ClusterState) -> list[tuple[int, int]]:
-    """(node pid, agent pid) of every node: `node run --agent` supervises its agent."""
-    pairs = []
-    for name, info in state.nodes.items():
-        node = info.pids["node"]
-        agents = [pid for pid in _children(node)
-                  if b"agent" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-        if len(agents) != 1:
-            raise BenchError(f"{name}: expected one agent process under node pid {node}, "
-                             f"found {agents}")
-        pairs.append((node, agents[0]))
-    return pairs
+def idle_cpu_pct(pairs: list[tuple[int, int]], window_s: float) -> list[float]:
+    """The CPU of each (node, agent) pair over `window_s`, % of one core."""
+    before = [cpu_ticks(n) + cpu_ticks(a) for n, a in pairs]
+    time.sleep(window_s)  # the measurement window itself
+    after = [cpu_ticks(n) + cpu_ticks(a) for n, a in pairs]
+    return [100.0 * (b - a) / CLOCK_TICKS / window_s for a, b in zip(before, after, strict=True)]
 
 
 def measure_footprint(run_dir: Path, namespaces: bool) -> dict[str, float]:
@@ -616,15 +593,10 @@ def measure_footprint(run_dir: Path, namespaces: bool) -> dict[str, float]:
         say(f"footprint: idle for {IDLE_SETTLE_S:.0f} s, then CPU over "
             f"{IDLE_CPU_WINDOW_S:.0f} s")
         time.sleep(IDLE_SETTLE_S)  # the measurement is of an idle cluster: nothing to wait on
-        pairs = _process_pairs(state)
-        node_rss = [_rss_mib(node) for node, _agent in pairs]
-        agent_rss = [_rss_mib(agent) for _node, agent in pairs]
-        ticks = os.sysconf("SC_CLK_TCK")
-        before = [_cpu_ticks(n) + _cpu_ticks(a) for n, a in pairs]
-        time.sleep(IDLE_CPU_WINDOW_S)
-        after = [_cpu_ticks(n) + _cpu_ticks(a) for n, a in pairs]
-        cpu_pct = [100.0 * (b - a) / ticks / IDLE_CPU_WINDOW_S for a, b in
-                   zip(before, after, strict=True)]
+        pairs = list(node_agent_pids(state).values())
+        node_rss = [rss_mib(node) for node, _agent in pairs]
+        agent_rss = [rss_mib(agent) for _node, agent in pairs]
+        cpu_pct = idle_cpu_pct(pairs, IDLE_CPU_WINDOW_S)
         n1 = state.nodes["n1"].cmd_url
         key_get = [kvmesh_cli(n1, "key", "get", "bench/footprint")
                    for _ in range(CLI_KEY_GET_RUNS)]
@@ -858,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted: cluster torn down")
         return 130
-    except (BenchError, cluster.ClusterError) as exc:
+    except (BenchError, ProcStatError, cluster.ClusterError) as exc:
         say(f"error: {exc} (logs kept in {run_dir})")
         return 1
     finally:
