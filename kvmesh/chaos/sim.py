@@ -139,13 +139,15 @@ class _Session:
 class Simulation:
     """The simulated nodes and network of a scenario. `leaf_filters`: node index -> its leaf
     filter (a leaf has one peer); `checked`: keep the write log and check TTLs as merges happen
-    (off for the scale benchmark, which writes thousands of keys and checks nothing)."""
+    (off for the scale benchmark, which writes thousands of keys and checks nothing);
+    `every_peer_initialized`: see `_flood_core`."""
 
     def __init__(self, sc: Scenario, *, leaf_filters: Mapping[int, KeyFilter] | None = None,
-                 checked: bool = True) -> None:
+                 checked: bool = True, every_peer_initialized: bool = False) -> None:
         self.sc = sc
         self.leaf_filters = dict(leaf_filters or {})
         self.checked = checked
+        self.every_peer_initialized = every_peer_initialized
         self.rng = random.Random(sc.seed ^ 0x5EED)
         self.now = 0
         self.queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -220,22 +222,31 @@ class Simulation:
     # -------------------------------------------------------------- flooding
 
     def _flood_core(self, node: int) -> FloodProtocol:
-        """The node's flood protocol, every peer initialized (a simulated peer never fails a
-        sync for good: the network does the failing)."""
+        """The node's flood protocol with its peers initialized (a simulated peer never fails a
+        sync for good: the network does the failing).
+
+        Only as many as the peer table's first round of syncs takes (`parallel_syncs_start`,
+        the first two peers by name) unless `every_peer_initialized`: the others get no floods,
+        only anti-entropy syncs. The chaos scenarios were recorded so (their seeds replay as
+        they did); the scale benchmark initializes every peer, as a node does in the end."""
         table = PeerTable(initial_backoff_ms=100, max_backoff_ms=1000, rng=random.Random(node))
         for peer in self.peers[node]:
             table.add(self.names[peer], 0)
             table[self.names[peer]].key_filter = self.leaf_filters.get(peer)
-        for peer_state in table.start_syncs(0):
-            table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
+        while started := table.start_syncs(0):
+            for peer_state in started:
+                table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
+            if not self.every_peer_initialized:
+                break
         return FloodProtocol(self.names[node], self.dbs[node], table, Counter(),
                              max_clock_skew_ms=1000, own_filter=self.leaf_filters.get(node))
 
-    def merged(self, node: int, key_vals: WireKeyVals, path: tuple[str, ...]) -> None:
-        """Merge at `node` and flood the delta on, as the node does."""
+    def merged(self, node: int, key_vals: WireKeyVals, path: tuple[str, ...]) -> dict[str, Value]:
+        """Merge at `node` and flood the delta on, as the node does; returns the delta."""
         delta = self.dbs[node].merge_decoded(key_vals, self.now).delta
         if delta:
             self._flooded(node, path, delta)
+        return delta
 
     def _flooded(self, node: int, path: tuple[str, ...], delta: dict[str, Value]) -> None:
         self._check_ttl(node, delta)
