@@ -43,7 +43,8 @@ def test_every_peer_gets_the_flood(sim_scale: ModuleType) -> None:
 
 def test_leaves_hold_only_their_share(sim_scale: ModuleType) -> None:
     topo = sim_scale.leaf_spine(6, spines=2)  # n0, n1 spines; n2..n5 leaves
-    figures = sim_scale.workload_figures(topo)  # raises if a leaf holds another's key
+    # workload_figures raises if a leaf holds another's key.
+    figures = sim_scale.workload_figures(sim_scale.Measured(topo), topo)
     per_node = sim_scale.CONFIG_KEYS + sim_scale.STATUS_KEYS
     assert figures["leaf_keys_max"] == per_node and figures["leaf_keys_min"] == per_node
     assert figures["full_keys_min"] == per_node * 6

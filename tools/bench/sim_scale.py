@@ -34,14 +34,20 @@ Metrics (`--json`: one object; <t> = random | leafspine, <n> = the node count):
       _leaf_kv_kb. random 1 000 is not simulated with the workload (1 000 stores of 20 000
       keys): every node is a full node holding all 20 * N keys, measured on one store below.
   <t>_<n>_workload_msgs_per_set: messages per KEY_SET of the workload (where simulated).
-  <t>_<n>_ae_msgs_per_node, _ae_bytes_per_node: one anti-entropy round at steady state (every
-      node syncs with one peer; stores in sync: one digest request and its reply).
+  <t>_<n>_ae_msgs_per_node, _ae_bytes_per_node, _ae_cpu_ms_per_node (both sides, this
+      process), _ae_filtered_builds: one anti-entropy round at steady state (every node syncs
+      with its first peer, a leaf with its spine; stores in sync: one digest request and its
+      reply), after the workload where it is simulated, else after the one-key updates; the
+      second of two rounds (the first recomputes the digests the workload made stale).
   store_<n>_full_mb, store_leaf_mb: tracemalloc of ONE KvStoreDb holding a full node's 20 * N
       keys (n = 100, 1 000, 10 000) or a leaf's 20; store_empty_mb: an empty one (its digest
       tree and bucket index, whatever the key count).
   join_<n>_msgs, _bytes, _cpu_s: full sync of a new, empty full node with a full peer holding
       20 * N keys (both sides' CPU in this one process); join_leaf_<n>_...: the same for a new
       leaf with its spine (the spine walks a filtered digest tree of the leaf's share).
+  spine_<n>_filtered_build_ms: CPU a full node holding 20 * N keys spends building the digest
+      tree of one leaf's share (median of 21 leaves); a spine keeps 16 such trees, so with
+      more leaves every leaf's anti-entropy sync builds one.
   total_s: the benchmark's own run time.
 
 Why not 10 000 nodes in the flood simulation: one KvStoreDb costs ~1.1 MB before its first key
@@ -72,7 +78,7 @@ from kvmesh import netlab
 from kvmesh.agent.config import AgentConfig
 from kvmesh.agent.keys import agent_leaf_prefixes, config_key, status_key
 from kvmesh.chaos.sim import Simulation, fault_free
-from kvstore import wire
+from kvstore import stats, wire
 from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter, leaf_filter
 from kvstore.value import TTL_INFINITY, Value, WireKeyVals
@@ -210,9 +216,8 @@ def medians(samples: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
-def flood_figures(topo: Topology, origins: int = ORIGINS) -> dict[str, float]:
-    """The one-key updates and an anti-entropy round, on stores holding only those keys."""
-    sim = Measured(topo)
+def flood_figures(sim: Measured, topo: Topology, origins: int = ORIGINS) -> dict[str, float]:
+    """One-key updates from `origins` nodes spread over the topology."""
     out: dict[str, float] = {"links": len(topo.links)}
     # Origins spread over the nodes (leaves in leafspine: a status update comes from its agent).
     pool = sorted(topo.leaf_filters) or list(range(topo.nodes))
@@ -224,24 +229,31 @@ def flood_figures(topo: Topology, origins: int = ORIGINS) -> dict[str, float]:
         configs = [update_cost(sim, OPERATOR, {config_key(name_of(node), "probe"): Value(
             1, name_of(OPERATOR), _payload(node, 998), TTL_INFINITY, 0)}) for node in picks]
         out |= {f"leafcfg_{k}": v for k, v in medians(configs).items()}
-    out |= anti_entropy_round(sim)
     return out
 
 
 def anti_entropy_round(sim: Measured) -> dict[str, float]:
-    """Every node syncs with its first peer once (stores in sync: the digest roots agree)."""
+    """Every node syncs with its first peer once (stores in sync: the digest roots agree);
+    a spine builds a filtered digest tree for a leaf's sync unless it has one of the last
+    MAX_FILTERED_DIGESTS (16) built."""
     sim.reset()
+    builds = sum(db.counters[stats.LEAF_FILTERED_DIGEST_BUILDS] for db in sim.dbs)
+    started = time.process_time()
     for node in range(sim.sc.nodes):
         if sim.peers[node]:
             sim.start_sync(node, sim.peers[node][0])
     sim.settle()
-    return {"ae_msgs_per_node": sum(sim.sent) / sim.sc.nodes,
-            "ae_bytes_per_node": round(sim.bytes / sim.sc.nodes, 1)}
+    cpu = time.process_time() - started
+    builds = sum(db.counters[stats.LEAF_FILTERED_DIGEST_BUILDS] for db in sim.dbs) - builds
+    nodes = sim.sc.nodes
+    return {"ae_msgs_per_node": sum(sim.sent) / nodes,
+            "ae_bytes_per_node": round(sim.bytes / nodes, 1),
+            "ae_cpu_ms_per_node": round(cpu * 1000 / nodes, 3),
+            "ae_filtered_builds": builds}
 
 
-def workload_figures(topo: Topology) -> dict[str, float]:
+def workload_figures(sim: Measured, topo: Topology) -> dict[str, float]:
     """Every node's config and status flooded in; what each store holds after."""
-    sim = Measured(topo)
     sets = 0
     for node in range(topo.nodes):
         sim.write(OPERATOR, config_set(node))
@@ -296,6 +308,23 @@ def store_mb(key_vals: dict[str, Value]) -> float:
     return round(used / MB, 2)
 
 
+def filtered_build_ms(nodes: int, builds: int = 21) -> float:
+    """CPU milliseconds a spine holding the workload of `nodes` nodes spends building the
+    digest tree of a leaf's share (median of `builds` leaves): what a leaf's anti-entropy sync
+    costs it once it serves more leaves than it keeps trees for (MAX_FILTERED_DIGESTS)."""
+    db = KvStoreDb("spine")
+    db.merge(workload_keys(nodes), 0)
+    db.root_digest()
+    spent = []
+    for leaf in range(builds):
+        name = name_of(SPINES + leaf)
+        key_filter = leaf_filter(name, agent_leaf_prefixes(name), ())
+        started = time.process_time()
+        db.filtered_digest_children(key_filter, [0])
+        spent.append(time.process_time() - started)
+    return round(statistics.median(spent) * 1000, 2)
+
+
 def _fresh(value: Value) -> Value:
     data = None if value.value is None else bytes(bytearray(value.value))
     return Value(value.version, value.originator_id, data, value.ttl_ms, value.ttl_version)
@@ -323,15 +352,25 @@ def run(quick: bool) -> dict[str, float]:
     for n in sizes:
         for topo in (random_topology(n), leaf_spine(n)):
             prefix = f"{topo.name}_{n}_"
-            result |= {prefix + k: v for k, v in flood_figures(topo).items()}
-            gc.collect()
+            sim = Measured(topo)
+            figures = flood_figures(sim, topo)
             if len(topo.full_nodes) * (CONFIG_KEYS + STATUS_KEYS) * n <= MAX_SIMULATED_VALUES:
-                result |= {prefix + k: v for k, v in workload_figures(topo).items()}
+                del sim  # one simulation of 1 000 stores at a time (~1.1 GB)
+                gc.collect()
+                sim = Measured(topo)
+                figures |= workload_figures(sim, topo)
+            # At the workload's steady state if simulated; the first round reads digest trees
+            # stale since the workload (recomputed once): the second is the steady state.
+            anti_entropy_round(sim)
+            figures |= anti_entropy_round(sim)
+            result |= {prefix + k: v for k, v in figures.items()}
+            del sim
             gc.collect()
     result["store_empty_mb"] = store_mb({})
     result["store_leaf_mb"] = store_mb({**config_set(1), **status_set(1)})
     for n in (100, 1000) if quick else (100, 1000, 10_000):
         result[f"store_{n}_full_mb"] = store_mb(workload_keys(n))
+        result[f"spine_{n}_filtered_build_ms"] = filtered_build_ms(n)
         for kind, leaf in (("join", False), ("join_leaf", True)):
             result |= {f"{kind}_{n}_{k}": v for k, v in join_cost(n, leaf).items()}
         gc.collect()
