@@ -132,9 +132,14 @@ def random_peers(names: list[str], degree: int, seed: int) -> set[tuple[str, str
     rng.shuffle(order)
     n = len(order)
     links: set[tuple[str, str]] = set()
+    degrees = dict.fromkeys(order, 0)  # kept as links are added: counting them is O(links)
 
     def link(a: str, b: str) -> None:
-        links.add((a, b) if a < b else (b, a))
+        pair = (a, b) if a < b else (b, a)
+        if pair not in links:
+            links.add(pair)
+            degrees[a] += 1
+            degrees[b] += 1
 
     if n == 2:
         link(order[0], order[1])
@@ -142,9 +147,7 @@ def random_peers(names: list[str], degree: int, seed: int) -> set[tuple[str, str
         for i in range(n):
             link(order[i], order[(i + 1) % n])
     target = min(degree, n - 1)
-
-    def deg(node: str) -> int:
-        return sum(node in pair for pair in links)
+    deg = degrees.__getitem__
 
     for node in order:
         while deg(node) < target:

@@ -46,7 +46,6 @@ from kvstore.flood import FloodProtocol, IngestBatch, Intake, Path
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
-    DigestReply,
     KeyFilters,
     NodeInfo,
     PeerSpec,
@@ -66,6 +65,7 @@ from kvstore.node_conns import (
     prepare_process_limits,
 )
 from kvstore.node_peers import Peering
+from kvstore.node_sync import answered_share, digest_reply
 from kvstore.publisher import (
     PUBLICATION_CHUNK_BYTES,
     Publisher,
@@ -633,18 +633,18 @@ class KvStoreNode:
             return "", [], None
         return params.prefix or "", sorted(params.originator_ids or ()), params.buckets
 
-    def _peer_filter(self, filters: KeyFilters | None, sender: str | None) -> KeyFilter | None:
+    def _requested_filter(
+        self, filters: KeyFilters | None, sender: str | None
+    ) -> KeyFilter | None:
         """The filters of a leaf's sync request (BadArgument if malformed), learned for its
-        floods when the sender is a peer; on a leaf, its own filters instead (it holds nothing
-        else, and must not ask for anything else)."""
+        floods when the sender is a peer (`node_sync.answered_share` says what is answered)."""
         try:
             key_filter = filter_from_wire(filters)
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
         if sender and self.peering is not None:
             self.peering.learn_filter(sender, key_filter)
-        own = self.leaf_filter
-        return own if own is not None else key_filter
+        return key_filter
 
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
         prefix, originators, buckets = self._dump_filters(request)
@@ -654,7 +654,9 @@ class KvStoreNode:
             if params is not None and params.key_val_hashes is not None:
                 # Responder side of a 3-way full sync.
                 self.counters[stats.FULL_SYNC_SERVED] += 1
-                key_filter = self._peer_filter(params.filters, params.sender_id)
+                key_filter = answered_share(
+                    self.leaf_filter, self._requested_filter(params.filters, params.sender_id)
+                )
                 send, want = self.db.dump_difference(
                     params.key_val_hashes, now, prefix, originators, buckets, key_filter
                 )
@@ -682,18 +684,12 @@ class KvStoreNode:
         if request.digest is None or request.digest.node_ids is None:
             raise BadArgument("DIGEST_GET needs digest.node_ids")
         params = request.digest
-        own = self.leaf_filter
-        key_filter = self._peer_filter(params.filters, params.sender_id)
+        requested = self._requested_filter(params.filters, params.sender_id)
         try:
-            if key_filter is None or key_filter == own:  # a leaf's tree is its share already
-                digests = self.db.digest_children(params.node_ids)
-            else:
-                digests = self.db.filtered_digest_children(key_filter, params.node_ids)
+            reply = digest_reply(self.db, self.leaf_filter, requested, params.node_ids)
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
-        # A leaf says so: the requester then compares only this leaf's share.
-        filters = None if own is None else own.to_wire()
-        return wire.encode(Response(digest=DigestReply(digests=digests, filters=filters)))
+        return wire.encode(Response(digest=reply))
 
     def _cmd_peer_add(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_add is None or request.peer_add.peers is None:

@@ -29,6 +29,7 @@ from kvstore.filters import KeyFilter, filter_from_wire
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
     DigestParams,
+    DigestReply,
     KeyDumpParams,
     KeyFilters,
     Publication,
@@ -177,3 +178,25 @@ class SyncSession:
             and not self.in_flight
             and self._next_chunk >= len(self._bucket_chunks())
         )
+
+
+# ---------------------------------------------------------------------- responder side
+
+
+def answered_share(own: KeyFilter | None, requested: KeyFilter | None) -> KeyFilter | None:
+    """The keys a sync request is answered over: on a leaf its own share (it holds nothing else
+    and must not ask for anything else), else the requesting leaf's share, else everything."""
+    return own if own is not None else requested
+
+
+def digest_reply(
+    db: KvStoreDb, own: KeyFilter | None, requested: KeyFilter | None, node_ids: Iterable[int]
+) -> DigestReply:
+    """The answer to a DIGEST_GET (ValueError for a bad node id). A leaf says so in it: the
+    requester then compares only this leaf's share."""
+    key_filter = answered_share(own, requested)
+    if key_filter is None or key_filter == own:  # a leaf's tree is its share already
+        digests = db.digest_children(node_ids)
+    else:
+        digests = db.filtered_digest_children(key_filter, node_ids)
+    return DigestReply(digests=digests, filters=None if own is None else own.to_wire())

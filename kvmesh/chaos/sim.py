@@ -15,6 +15,13 @@ peer (the node rebuilds its socket), anti-entropy with one random peer per inter
 counts as initialized. Not simulated: the rate limiter, forwarding as received (a byte-level
 optimisation with the same content), process crashes.
 
+Leaf nodes (`kvstore.filters`): a `Simulation` may be given leaf filters per node. A leaf floods,
+merges and syncs through the same core with its filter (`FloodProtocol(own_filter=...)`,
+`SyncSession(own_filter=...)`, `node_sync.digest_reply`, `dump_difference(key_filter=...)`), and
+its peers know its filter from the start, as they learn it from the leaf's first sync. The scale
+benchmark (tools/bench/sim_scale.py) runs such topologies on a fault-free network
+(`fault_free`), unchecked.
+
 Checked (`kvmesh.chaos.model`, the same checker as the real chaos run): no key merged anywhere so
 that it would live past its latest legitimate expiry by more than the clock bound; after healing
 and a few reliable anti-entropy rounds, all root digests equal and every store holding the merge
@@ -27,26 +34,27 @@ import heapq
 import itertools
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.chaos.model import KeyExpectation, Write, WriteLog, check_store, ttl_overrun_ms
 from kvstore import wire
 from kvstore.db import KvStoreDb
+from kvstore.filters import KeyFilter, filter_from_wire
 from kvstore.flood import FloodProtocol, Send
 from kvstore.gen.kvstore_thrift.ttypes import (
     Command,
-    DigestReply,
+    KeyFilters,
     Publication,
     Request,
     Response,
 )
-from kvstore.node_sync import SyncSession
+from kvstore.node_sync import SyncSession, answered_share, digest_reply
 from kvstore.peers import PeerTable
 from kvstore.value import TTL_INFINITY, Value, WireKeyVals
 
-__all__ = ["Scenario", "SimResult", "scenario_of", "simulate"]
+__all__ = ["Scenario", "SimResult", "Simulation", "fault_free", "scenario_of", "simulate"]
 
 DECREMENT_MS = 1
 THRESHOLD_MS = 500
@@ -106,6 +114,14 @@ def scenario_of(seed: int) -> Scenario:
         partitions=tuple(partitions), sync_interval_ms=rng.choice((1000, 3000, 10_000)))
 
 
+def fault_free(nodes: int, links: tuple[tuple[int, int], ...], seed: int = 0) -> Scenario:
+    """A scenario of `nodes` over `links` with a perfect network: nothing dropped, duplicated,
+    held or skewed, every message delivered in the order sent (so a flood goes breadth first)."""
+    return Scenario(seed=seed, nodes=nodes, links=links, duration_ms=0, writes=0, drop=0.0,
+                    duplicate=0.0, max_delay_ms=0, skew_ms=0, partitions=(),
+                    sync_interval_ms=0)
+
+
 def _copy(value: Value) -> Value:
     """What the receiver decodes: a fresh object (the wire never shares them)."""
     return Value(value.version, value.originator_id, value.value, value.ttl_ms,
@@ -120,9 +136,18 @@ class _Session:
     corr: set[int] = field(default_factory=set)
 
 
-class _Sim:
-    def __init__(self, sc: Scenario) -> None:
+class Simulation:
+    """The simulated nodes and network of a scenario. `leaf_filters`: node index -> its leaf
+    filter (a leaf has one peer); `checked`: keep the write log and check TTLs as merges happen
+    (off for the scale benchmark, which writes thousands of keys and checks nothing);
+    `every_peer_initialized`: see `_flood_core`."""
+
+    def __init__(self, sc: Scenario, *, leaf_filters: Mapping[int, KeyFilter] | None = None,
+                 checked: bool = True, every_peer_initialized: bool = False) -> None:
         self.sc = sc
+        self.leaf_filters = dict(leaf_filters or {})
+        self.checked = checked
+        self.every_peer_initialized = every_peer_initialized
         self.rng = random.Random(sc.seed ^ 0x5EED)
         self.now = 0
         self.queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -197,21 +222,31 @@ class _Sim:
     # -------------------------------------------------------------- flooding
 
     def _flood_core(self, node: int) -> FloodProtocol:
-        """The node's flood protocol, every peer initialized (a simulated peer never fails a
-        sync for good: the network does the failing)."""
+        """The node's flood protocol with its peers initialized (a simulated peer never fails a
+        sync for good: the network does the failing).
+
+        Only as many as the peer table's first round of syncs takes (`parallel_syncs_start`,
+        the first two peers by name) unless `every_peer_initialized`: the others get no floods,
+        only anti-entropy syncs. The chaos scenarios were recorded so (their seeds replay as
+        they did); the scale benchmark initializes every peer, as a node does in the end."""
         table = PeerTable(initial_backoff_ms=100, max_backoff_ms=1000, rng=random.Random(node))
         for peer in self.peers[node]:
             table.add(self.names[peer], 0)
-        for peer_state in table.start_syncs(0):
-            table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
+            table[self.names[peer]].key_filter = self.leaf_filters.get(peer)
+        while started := table.start_syncs(0):
+            for peer_state in started:
+                table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
+            if not self.every_peer_initialized:
+                break
         return FloodProtocol(self.names[node], self.dbs[node], table, Counter(),
-                             max_clock_skew_ms=1000)
+                             max_clock_skew_ms=1000, own_filter=self.leaf_filters.get(node))
 
-    def merged(self, node: int, key_vals: WireKeyVals, path: tuple[str, ...]) -> None:
-        """Merge at `node` and flood the delta on, as the node does."""
+    def merged(self, node: int, key_vals: WireKeyVals, path: tuple[str, ...]) -> dict[str, Value]:
+        """Merge at `node` and flood the delta on, as the node does; returns the delta."""
         delta = self.dbs[node].merge_decoded(key_vals, self.now).delta
         if delta:
             self._flooded(node, path, delta)
+        return delta
 
     def _flooded(self, node: int, path: tuple[str, ...], delta: dict[str, Value]) -> None:
         self._check_ttl(node, delta)
@@ -233,7 +268,7 @@ class _Sim:
 
     def _check_ttl(self, node: int, delta: dict[str, Value]) -> None:
         finite = [key for key, value in delta.items() if value.ttl_ms != TTL_INFINITY]
-        if not finite:
+        if not finite or not self.checked:
             return
         if self._log_changed:
             self._expectations = self.log.expectations()
@@ -253,7 +288,9 @@ class _Sim:
         if (node, peer) in self.sessions:
             return
         session = SyncSession(self.names[peer], self.names[node], self.dbs[node],
-                              started_ms=self.now, buckets_per_request=4096)
+                              started_ms=self.now, buckets_per_request=4096,
+                              own_filter=self.leaf_filters.get(node),
+                              peer_filter=self.flooding[node].table[self.names[peer]].key_filter)
         self.sessions[(node, peer)] = _Session(peer, session, self.now)
         self._advance(node, peer)
 
@@ -271,18 +308,28 @@ class _Sim:
 
     def on_request(self, node: int, requester: int, corr: int, request: Request) -> None:
         db = self.dbs[node]
+        own = self.leaf_filters.get(node)
         if request.cmd == Command.DIGEST_GET:
             assert request.digest is not None
-            response = Response(digest=DigestReply(
-                digests=db.digest_children(request.digest.node_ids or [])))
+            requested = self._learn_filter(node, requester, request.digest.filters)
+            response = Response(digest=digest_reply(db, own, requested,
+                                                    request.digest.node_ids or []))
         else:
             params = request.key_dump
             assert params is not None and params.key_val_hashes is not None
+            requested = self._learn_filter(node, requester, params.filters)
             hashes = {k: _copy(v) for k, v in params.key_val_hashes.items()}
-            send, want = db.dump_difference(hashes, self.now, buckets=params.buckets)
+            send, want = db.dump_difference(hashes, self.now, buckets=params.buckets,
+                                            key_filter=answered_share(own, requested))
             response = Response(publication=Publication(
                 key_vals=send, tobe_updated_keys=want, timestamp_ms=self.wall(node)))
         self.send(node, requester, self.on_reply, requester, node, corr, response)
+
+    def _learn_filter(self, node: int, peer: int, filters: KeyFilters | None) -> KeyFilter | None:
+        """A sync request's filters: `node` floods `peer` only its share from now on."""
+        key_filter = filter_from_wire(filters)
+        self.flooding[node].table[self.names[peer]].key_filter = key_filter
+        return key_filter
 
     def on_reply(self, node: int, peer: int, corr: int, response: Response) -> None:
         state = self.sessions.get((node, peer))
@@ -293,11 +340,13 @@ class _Sim:
         key = corr.to_bytes(8, "big")
         if response.digest is not None:
             state.session.on_digest_reply(key, response)
+            self.flooding[node].table[self.names[peer]].key_filter = state.session.peer_filter
         else:
             publication = state.session.on_dump_reply(key, response)
             key_vals = WireKeyVals({k: _copy(v) for k, v in (publication.key_vals or {}).items()})
             self.flooding[node].charge_transit(key_vals, publication.timestamp_ms,
                                                self.wall(node))
+            self.flooding[node].admit(key_vals)  # a leaf keeps only its share
             self.merged(node, key_vals, (self.names[peer],))
         self._advance(node, peer)
 
@@ -321,13 +370,16 @@ class _Sim:
     # -------------------------------------------------------------- workload
 
     def write(self, node: int, kv: dict[str, Value]) -> None:
-        intended = {k: _copy(v) for k, v in kv.items()}
-        self._note(intended)  # the log must know a key before a store can hold it
+        """A client's KEY_SET at `node`: merged there and flooded on."""
+        if self.checked:
+            intended = {k: _copy(v) for k, v in kv.items()}
+            self._note(intended)  # the log must know a key before a store can hold it
         db = self.dbs[node]
         result = db.merge(kv, self.now)
-        self.log.extend((Write(k, v, self.now, self.now, acked=True)
-                         for k, v in intended.items() if k not in result.no_merge), token=0)
-        self._log_changed = True
+        if self.checked:
+            self.log.extend((Write(k, v, self.now, self.now, acked=True)
+                             for k, v in intended.items() if k not in result.no_merge), token=0)
+            self._log_changed = True
         if result.delta:
             self._flooded(node, (), result.delta)
 
@@ -409,6 +461,12 @@ class _Sim:
         if peers:
             self.start_sync(node, peers[pick % len(peers)])
 
+    def settle(self) -> None:
+        """Deliver messages until none is left (every event scheduled so far, and what they
+        cause; with no run() timers this ends once the network is quiet)."""
+        while self.queue:
+            self._run_until(self.queue[0][0])
+
     def _run_until(self, end: int) -> None:
         while self.queue and self.queue[0][0] <= end:
             when, _seq, fn, args = heapq.heappop(self.queue)
@@ -419,4 +477,4 @@ class _Sim:
 
 def simulate(seed: int) -> SimResult:
     """Play the scenario of `seed` (deterministic) and check it."""
-    return _Sim(scenario_of(seed)).run()
+    return Simulation(scenario_of(seed)).run()
