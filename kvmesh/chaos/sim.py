@@ -139,15 +139,13 @@ class _Session:
 class Simulation:
     """The simulated nodes and network of a scenario. `leaf_filters`: node index -> its leaf
     filter (a leaf has one peer); `checked`: keep the write log and check TTLs as merges happen
-    (off for the scale benchmark, which writes thousands of keys and checks nothing);
-    `every_peer_initialized`: see `_flood_core`."""
+    (off for the scale benchmark, which writes thousands of keys and checks nothing)."""
 
     def __init__(self, sc: Scenario, *, leaf_filters: Mapping[int, KeyFilter] | None = None,
-                 checked: bool = True, every_peer_initialized: bool = False) -> None:
+                 checked: bool = True) -> None:
         self.sc = sc
         self.leaf_filters = dict(leaf_filters or {})
         self.checked = checked
-        self.every_peer_initialized = every_peer_initialized
         self.rng = random.Random(sc.seed ^ 0x5EED)
         self.now = 0
         self.queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -222,13 +220,10 @@ class Simulation:
     # -------------------------------------------------------------- flooding
 
     def _flood_core(self, node: int) -> FloodProtocol:
-        """The node's flood protocol with its peers initialized (a simulated peer never fails a
-        sync for good: the network does the failing).
-
-        Only as many as the peer table's first round of syncs takes (`parallel_syncs_start`,
-        the first two peers by name) unless `every_peer_initialized`: the others get no floods,
-        only anti-entropy syncs. The chaos scenarios were recorded so (their seeds replay as
-        they did); the scale benchmark initializes every peer, as a node does in the end."""
+        """The node's flood protocol with every peer initialized, as a node's are once its
+        rounds of full syncs are done (a simulated peer never fails a sync for good: the network
+        does the failing). Round by round: the peer table starts `parallel_syncs_start` at a
+        time."""
         table = PeerTable(initial_backoff_ms=100, max_backoff_ms=1000, rng=random.Random(node))
         for peer in self.peers[node]:
             table.add(self.names[peer], 0)
@@ -236,8 +231,6 @@ class Simulation:
         while started := table.start_syncs(0):
             for peer_state in started:
                 table.sync_succeeded(peer_state.name, peer_state.sync_id, 0)
-            if not self.every_peer_initialized:
-                break
         return FloodProtocol(self.names[node], self.dbs[node], table, Counter(),
                              max_clock_skew_ms=1000, own_filter=self.leaf_filters.get(node))
 

@@ -171,7 +171,7 @@ class Measured(Simulation):
 
     def __init__(self, topo: Topology) -> None:
         super().__init__(fault_free(topo.nodes, topo.links), leaf_filters=topo.leaf_filters,
-                         checked=False, every_peer_initialized=True)
+                         checked=False)
         self.reset()
 
     def reset(self) -> None:
