@@ -67,9 +67,10 @@ rates and sync times: medians of as many runs):
     client;
   bytes per key: a bare dict {key: 100-byte value} in a fresh process.
 
-Usage: kvstore_bench.py [--quick] [--json] [--runs N]
+Usage: kvstore_bench.py [--quick] [--json] [--runs N] [--only all|durable]
   --quick: fewer messages and runs, and 200 k instead of 1 M keys for the two 1 M metrics (their
   names then say 200k). Finishes in about a minute.
+  --only durable: the durable flood and its memory-only baseline (the forwarded flood) alone.
 """
 
 from __future__ import annotations
@@ -1169,12 +1170,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller, faster run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per metric")
+    parser.add_argument("--only", default="all", choices=("all", "durable"),
+                        help="measure only these metrics (durable: the durable flood and its "
+                        "memory-only baseline, the forwarded flood)")
     args = parser.parse_args()
     private_tempdir("kvbench")
     quick = args.quick
     runs = args.runs or (2 if quick else 5)
-    big = 200_000 if quick else 1_000_000
-    big_label = "200k" if quick else "1m"
 
     metrics: list[Metric] = []
     started = time.monotonic()
@@ -1184,9 +1186,10 @@ def main() -> int:
             print(f"[{time.monotonic() - started:5.1f}s] {message}", file=sys.stderr)
 
 
-    progress("flood (100-kv publications, finite TTL: re-encoded)...")
-    node, raw = bench_flood(100, 500 if quick else 2_000, runs)
-    metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
+    if args.only == "all":
+        progress("flood (100-kv publications, finite TTL: re-encoded)...")
+        node, raw = bench_flood(100, 500 if quick else 2_000, runs)
+        metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
     progress("flood (100-kv publications, infinite TTL: forwarded as received)...")
     node, raw = bench_flood(100, 500 if quick else 2_000, runs, ttl_ms=TTL_INFINITY)
     metrics.append(Metric("flood_forwarded_kv_per_s", node, None, True, "raw pyzmq relay", raw))
@@ -1199,6 +1202,18 @@ def main() -> int:
                           "the same, memory only", flood_off, "flood_durable_ratio"))
     metrics.append(Metric("flood_durable_on_disk_kv_per_s", on_disk, None, True,
                           "the same, memory only", flood_off))
+    if args.only == "all":
+        measure_the_rest(metrics, quick, runs, progress)
+    print_metrics(metrics, args.json, quick, runs)
+    return 0
+
+
+def measure_the_rest(
+    metrics: list[Metric], quick: bool, runs: int, progress: Callable[[str], None]
+) -> None:
+    """Every metric after the durable flood's (see `--only`)."""
+    big = 200_000 if quick else 1_000_000
+    big_label = "200k" if quick else "1m"
     progress("KEY_SET acknowledgement, durability=sync, 16 writers...")
     p50, p99, p50_off = bench_key_set_ack(16, 2.0 if quick else 5.0)
     metrics.append(Metric("key_set_ack_p50_ms", p50, 2, False, "memory only p50", p50_off))
@@ -1253,7 +1268,10 @@ def main() -> int:
     node, bare = bench_memory(big)
     metrics.append(Metric(f"bytes_per_key_{big_label}", node, 520, False, "bare dict", bare))
 
-    if args.json:
+
+
+def print_metrics(metrics: list[Metric], as_json: bool, quick: bool, runs: int) -> None:
+    if as_json:
         out: dict[str, float] = {}
         for m in metrics:
             out[m.name] = round(m.value, 3)
@@ -1262,7 +1280,7 @@ def main() -> int:
             if m.ratio_name:
                 out[m.ratio_name] = round(m.ratio, 3)
         print(json.dumps(out))
-        return 0
+        return
     rows = [
         (
             m.name,
@@ -1282,7 +1300,6 @@ def main() -> int:
           f"{os.cpu_count()} CPUs)")
     for row in [headers, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return 0
 
 
 if __name__ == "__main__":
