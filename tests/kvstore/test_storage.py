@@ -3,7 +3,9 @@ data directory (round trip, compaction to one row per key, corrupt files, the lo
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from kvstore.db import KvStoreDb
 from kvstore.storage import (
+    BATCH_WRITER_NICENESS,
     DB_FILE,
     CorruptStateError,
     DataDirLocked,
@@ -117,6 +120,80 @@ def test_round_trip_one_row_per_key(tmp_path: Path) -> None:
     a = loaded["a"]
     assert (a.version, a.originator_id, a.value, a.ttl_ms, a.ttl_version, a.hash) == (
         2, "o", b"3", TTL_INFINITY, 4, None), "infinite TTL, hash left to the store"
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1024, 1025, 2100])
+def test_batches_of_any_size_with_deletes_write_exactly_their_rows(
+        tmp_path: Path, rows: int) -> None:
+    """Whatever a batch holds (a statement's worth, more, a short rest that `_chunks` pads, keys
+    deleted beside keys written), the table ends up with exactly the latest record per key."""
+    store = open_store(tmp_path)
+    store.start()
+    model: dict[str, Value] = {}
+    for round_ in range(3):
+        changes: dict[str, Value | None] = {
+            f"k{i:05d}": value(b"v%d" % (i * 7 + round_), version=round_ + 1,
+                               ttl_version=round_, originator=f"o{i % 3}")
+            for i in range(round_, rows + round_)
+        }
+        for gone in list(model)[::5]:  # a fifth of what the last round wrote leaves the table
+            changes[gone] = None
+        written_before = store.counters["kvstore.storage.rows_written"]
+        write(store, changes)
+        assert store.counters["kvstore.storage.rows_written"] - written_before == sum(
+            record is not None for record in changes.values()), "padding is not counted"
+        for key, record in changes.items():
+            if record is None:
+                model.pop(key)
+            else:
+                model[key] = record
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        on_disk = list(conn.execute("SELECT * FROM kv ORDER BY key"))
+    assert on_disk == [(key, r.version, r.originator_id, r.value, r.ttl_version)
+                       for key, r in sorted(model.items())]
+
+
+def test_a_data_dir_of_the_first_schema_is_loaded_and_written(tmp_path: Path) -> None:
+    """The file format is pinned: a database written by an earlier kvmesh (schema version 1, the
+    statements it ran spelled out here) loads, and takes new writes."""
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.executescript(
+            "PRAGMA journal_mode=WAL;"
+            "CREATE TABLE kv (key TEXT PRIMARY KEY, version INTEGER NOT NULL,"
+            " originator TEXT NOT NULL, value BLOB, ttl_version INTEGER NOT NULL)"
+            " STRICT, WITHOUT ROWID;"
+            "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;"
+            "PRAGMA user_version=1;"
+            "INSERT INTO meta VALUES ('node', 'n1');"
+            "INSERT INTO kv VALUES ('old', 3, 'o', x'6f6c64', 2), ('gone', 1, 'o', x'00', 0);")
+    store = open_store(tmp_path)
+    old = load(store)["old"]
+    assert (old.version, old.originator_id, old.value, old.ttl_ms, old.ttl_version) == (
+        3, "o", b"old", TTL_INFINITY, 2)
+    store.start()
+    write(store, {"new": value(b"n"), "gone": None})
+    store.close()
+    assert rows_in_file(tmp_path) == [("new", 1), ("old", 3)]
+
+
+@pytest.mark.parametrize(("durability", "niceness"), [("batch", BATCH_WRITER_NICENESS),
+                                                     ("sync", 0)])
+def test_only_a_batch_writer_yields_the_cpu(
+        tmp_path: Path, durability: str, niceness: int) -> None:
+    """A batch node's writer runs at a lower priority than the event loop; a sync node's, whose
+    commits replies wait for, at the same."""
+    store = DurableStore(tmp_path, "n1", durability)  # type: ignore[arg-type]
+    store.open()
+    store.start()
+    try:
+        write(store, {"k": value(b"v")})  # the writer has run: its priority is set
+        assert store._thread is not None and store._thread.native_id is not None
+        writer = os.getpriority(os.PRIO_PROCESS, store._thread.native_id)
+        assert writer == min(19, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+                             + niceness)
+    finally:
+        store.close()
 
 
 def test_group_commit_reports_tickets_in_order(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ Metrics (targets from the KvStore issues; 2-core machine):
   full_sync_1m_10diff_ms   the same with 1 M keys, 10 differ                    <= 100
   bytes_per_key_1m         node RSS growth per key, 1 M keys of 100-byte values <= 520
   flood_durable_kv_per_s   flood_forwarded_kv_per_s on a durability=batch node (infinite TTLs:
-                           only those are kept on disk); flood_durable_ratio = over
-                           flood_forwarded_kv_per_s (memory only, same workload)  ratio >= 0.75
+                           only those are kept on disk); flood_durable_ratio = over a
+                           memory-only node of the same workload, same rounds   ratio >= 0.75
   flood_durable_on_disk_kv_per_s  the same, until the last of it is on disk     report only
   key_set_ack_p50_ms       solicited 1-key KEY_SETs from 16 writers on a durability=sync node,
   key_set_ack_p99_ms       until acknowledged                                   <= 2, <= 10
@@ -30,8 +30,9 @@ Metrics (targets from the KvStore issues; 2-core machine):
   recv_user_id_ns_per_msg  receiving a small command on a CurveZMQ ROUTER and reading its ZAP
                            User-Id (what a secured node does per message), against the same
                            receive without it (the baseline)
-The CurveZMQ pairs (plaintext and secured) run side by side in alternating rounds, so load from
-elsewhere on a shared machine falls on both alike.
+The CurveZMQ pairs (plaintext and secured) and the durable pair (durability=batch and memory only)
+run side by side in alternating rounds, so load from elsewhere on a shared machine falls on both
+alike.
 
 Workload: flooded publications update existing keys with higher versions (steady state), values
 are 100 bytes, peers' hashes are set (as real floods carry them). Every flood metric uses finite
@@ -67,9 +68,10 @@ rates and sync times: medians of as many runs):
     client;
   bytes per key: a bare dict {key: 100-byte value} in a fresh process.
 
-Usage: kvstore_bench.py [--quick] [--json] [--runs N]
+Usage: kvstore_bench.py [--quick] [--json] [--runs N] [--only all|durable]
   --quick: fewer messages and runs, and 200 k instead of 1 M keys for the two 1 M metrics (their
   names then say 200k). Finishes in about a minute.
+  --only durable: the durable pair alone (flood_durable_*).
 """
 
 from __future__ import annotations
@@ -535,34 +537,56 @@ def flood_run(
     return total / seconds, total / disk_seconds
 
 
-def bench_flood_durable(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float]:
+def bench_flood_durable(kv_per_msg: int, n_msgs: int, runs: int) -> tuple[float, float, float]:
     """With durability=batch: (flood rate as the next node sees it, rate until the last of it is
-    on disk), key-values per second, medians of `runs`. Infinite TTLs: the durable store keeps
-    only infinite-TTL keys (kvstore/storage.py), so finite ones would never reach the disk."""
-    return bench_flood(kv_per_msg, n_msgs, runs, durability="batch", ttl_ms=TTL_INFINITY)
+    on disk, rate of a memory-only node in the same rounds), key-values per second, medians of
+    `runs`. Infinite TTLs: the durable store keeps only infinite-TTL keys (kvstore/storage.py),
+    so finite ones would never reach the disk. The two nodes run side by side in alternating
+    rounds (see `alternate`)."""
+    with cluster() as memory_cluster, cluster() as durable_cluster:
+        memory = flood_subject(memory_cluster, secure=False)
+        durable = flood_subject(durable_cluster, secure=False, durability="batch")
+        memory_rates, durable_rates = alternate(
+            [memory, durable], kv_per_msg, n_msgs, runs, TTL_INFINITY)
+    return (median([rate for rate, _disk in durable_rates]),
+            median([disk for _rate, disk in durable_rates]),
+            median([rate for rate, _disk in memory_rates]))
+
+
+def alternate(
+    subjects: list[FloodSubject], kv_per_msg: int, n_msgs: int, runs: int, ttl_ms: int
+) -> list[list[tuple[float, float]]]:
+    """`flood_run` on each subject in turn, `runs` rounds after a warm-up, in an order that
+    alternates, so that load from elsewhere on a shared machine hits them alike; each
+    subject's (rate, rate on disk) per round. Stops the subjects' sinks."""
+    for subject in subjects:
+        flood_run(subject, kv_per_msg, n_msgs, 0, ttl_ms)
+    rates: list[list[tuple[float, float]]] = [[] for _ in subjects]
+    for run in range(1, runs + 1):
+        order = list(enumerate(subjects))
+        for index, subject in order if run % 2 else reversed(order):
+            rates[index].append(flood_run(subject, kv_per_msg, n_msgs, run, ttl_ms))
+    for subject in subjects:
+        subject.sink.send(None)
+    return rates
 
 
 def bench_flood(
     kv_per_msg: int,
     n_msgs: int,
     runs: int,
-    durability: str | None = None,
     ttl_ms: int = FLOOD_TTL_MS,
 ) -> tuple[float, float]:
-    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. With a
-    `durability`, the second figure is the rate until everything is on the node's disk.
-    Publications smaller than MIN_FORWARD_KEYS, which the node coalesces, get the coalescing
+    """(node rate, raw pipe rate) in key-values per second, medians of `runs`. Publications
+    smaller than MIN_FORWARD_KEYS, which the node coalesces, get the coalescing
     relay as their baseline (see relay_main)."""
     total = n_msgs * kv_per_msg
     with cluster() as c:
-        subject = flood_subject(c, secure=False, durability=durability)
+        subject = flood_subject(c, secure=False)
         # Run 0 (not timed) inserts the keys: the timed runs measure the steady state.
         flood_run(subject, kv_per_msg, n_msgs, 0, ttl_ms)
         rates = [flood_run(subject, kv_per_msg, n_msgs, run, ttl_ms) for run in range(1, runs + 1)]
         node_rates = [rate for rate, _disk in rates]
-        if durability is not None:
-            subject.sink.send(None)
-            return median(node_rates), median([disk for _rate, disk in rates])
         relay_url = url()
         coalesce = kv_per_msg < MIN_FORWARD_KEYS
         start_helper(c, relay_main, relay_url, subject.sink_url, False, coalesce)
@@ -583,17 +607,9 @@ def bench_flood_curve(
     with cluster() as plain_cluster, cluster() as curve_cluster:
         plain = flood_subject(plain_cluster, secure=False)
         curve = flood_subject(curve_cluster, secure=True)
-        for subject in (plain, curve):
-            flood_run(subject, kv_per_msg, n_msgs, 0, ttl_ms)
-        rates: dict[bool, list[float]] = {False: [], True: []}
-        for run in range(1, runs + 1):
-            order = (plain, curve) if run % 2 else (curve, plain)
-            for subject in order:
-                rate, _disk = flood_run(subject, kv_per_msg, n_msgs, run, ttl_ms)
-                rates[subject is curve].append(rate)
-        for subject in (plain, curve):
-            subject.sink.send(None)
-    return median(rates[False]), median(rates[True])
+        plain_rates, curve_rates = alternate([plain, curve], kv_per_msg, n_msgs, runs, ttl_ms)
+    return (median([rate for rate, _disk in plain_rates]),
+            median([rate for rate, _disk in curve_rates]))
 
 
 # ---------------------------------------------------------------------- hop latency
@@ -1169,12 +1185,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller, faster run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=None, help="repetitions per metric")
+    parser.add_argument("--only", default="all", choices=("all", "durable"),
+                        help="measure only these metrics (durable: the durable flood and its "
+                        "memory-only baseline)")
     args = parser.parse_args()
     private_tempdir("kvbench")
     quick = args.quick
     runs = args.runs or (2 if quick else 5)
-    big = 200_000 if quick else 1_000_000
-    big_label = "200k" if quick else "1m"
 
     metrics: list[Metric] = []
     started = time.monotonic()
@@ -1184,21 +1201,34 @@ def main() -> int:
             print(f"[{time.monotonic() - started:5.1f}s] {message}", file=sys.stderr)
 
 
-    progress("flood (100-kv publications, finite TTL: re-encoded)...")
-    node, raw = bench_flood(100, 500 if quick else 2_000, runs)
-    metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
-    progress("flood (100-kv publications, infinite TTL: forwarded as received)...")
-    node, raw = bench_flood(100, 500 if quick else 2_000, runs, ttl_ms=TTL_INFINITY)
-    metrics.append(Metric("flood_forwarded_kv_per_s", node, None, True, "raw pyzmq relay", raw))
+    if args.only == "all":
+        progress("flood (100-kv publications, finite TTL: re-encoded)...")
+        node, raw = bench_flood(100, 500 if quick else 2_000, runs)
+        metrics.append(Metric("flood_kv_per_s", node, 400_000, True, "raw pyzmq relay", raw))
+        progress("flood (100-kv publications, infinite TTL: forwarded as received)...")
+        node, raw = bench_flood(100, 500 if quick else 2_000, runs, ttl_ms=TTL_INFINITY)
+        metrics.append(Metric("flood_forwarded_kv_per_s", node, None, True, "raw pyzmq relay",
+                              raw))
     # The durable flood has infinite TTLs (see bench_flood_durable): its memory-only
-    # counterpart is the forwarded flood.
-    flood_off = node
-    progress("flood (100-kv publications, infinite TTL), durability=batch...")
-    durable, on_disk = bench_flood_durable(100, 500 if quick else 2_000, runs)
+    # counterpart is the forwarded flood, run in the same rounds.
+    progress("flood (100-kv publications, infinite TTL), durability=batch and memory only...")
+    durable, on_disk, flood_off = bench_flood_durable(100, 500 if quick else 2_000, runs)
     metrics.append(Metric("flood_durable_kv_per_s", durable, 0.75 * flood_off, True,
-                          "the same, memory only", flood_off, "flood_durable_ratio"))
+                          "memory only, same rounds", flood_off, "flood_durable_ratio"))
     metrics.append(Metric("flood_durable_on_disk_kv_per_s", on_disk, None, True,
-                          "the same, memory only", flood_off))
+                          "memory only, same rounds", flood_off))
+    if args.only == "all":
+        measure_the_rest(metrics, quick, runs, progress)
+    print_metrics(metrics, args.json, quick, runs)
+    return 0
+
+
+def measure_the_rest(
+    metrics: list[Metric], quick: bool, runs: int, progress: Callable[[str], None]
+) -> None:
+    """Every metric after the durable flood's (see `--only`)."""
+    big = 200_000 if quick else 1_000_000
+    big_label = "200k" if quick else "1m"
     progress("KEY_SET acknowledgement, durability=sync, 16 writers...")
     p50, p99, p50_off = bench_key_set_ack(16, 2.0 if quick else 5.0)
     metrics.append(Metric("key_set_ack_p50_ms", p50, 2, False, "memory only p50", p50_off))
@@ -1253,7 +1283,10 @@ def main() -> int:
     node, bare = bench_memory(big)
     metrics.append(Metric(f"bytes_per_key_{big_label}", node, 520, False, "bare dict", bare))
 
-    if args.json:
+
+
+def print_metrics(metrics: list[Metric], as_json: bool, quick: bool, runs: int) -> None:
+    if as_json:
         out: dict[str, float] = {}
         for m in metrics:
             out[m.name] = round(m.value, 3)
@@ -1262,7 +1295,7 @@ def main() -> int:
             if m.ratio_name:
                 out[m.ratio_name] = round(m.ratio, 3)
         print(json.dumps(out))
-        return 0
+        return
     rows = [
         (
             m.name,
@@ -1282,7 +1315,6 @@ def main() -> int:
           f"{os.cpu_count()} CPUs)")
     for row in [headers, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return 0
 
 
 if __name__ == "__main__":
