@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The engine (and networkx under it) loads on first use: the API types alone — what
+    # The engine loads on first use: the API types alone — what
     # models and the CLI need — import in a fraction of the time.
     if name in ("KVScheduler", "Txn"):
         from scheduler import scheduler as engine_module

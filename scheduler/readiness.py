@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import networkx as nx
-
 from scheduler.api import Dependency, Key, ValueOrigin, ValueState
 from scheduler.graph import Graph, Node
 
@@ -77,8 +75,9 @@ def is_ready(graph: Graph, node: Node) -> bool:
 
 def _ready_with_cycle(graph: Graph, node: Node) -> bool:
     nodes = graph.nodes
-    waits_for = nx.DiGraph()
-    waits_for.add_node(node.key)
+    # Who waits for whom, as reverse edges (key -> the keys waiting for it), over the pending
+    # values reached from `node`.
+    waited_by: dict[Key, set[Key]] = {}
     stack = [node]
     explored = {node.key}
     while stack:
@@ -86,21 +85,19 @@ def _ready_with_cycle(graph: Graph, node: Node) -> bool:
         for dep in current.deps:
             if dep.matches(node.key):
                 # Back to the node being checked (even if it exists: it is what is in question).
-                waits_for.add_edge(current.key, node.key)
+                waited_by.setdefault(node.key, set()).add(current.key)
             if satisfied(graph, dep):
                 continue
             for key in candidate_keys(graph, dep):
                 target = nodes.get(key)
                 if key == node.key or _is_cycle_candidate(target):
-                    waits_for.add_edge(current.key, key)
+                    waited_by.setdefault(key, set()).add(current.key)
                     if key not in explored:
                         explored.add(key)
                         assert target is not None
                         stack.append(target)
-    component: set[Key] = next(
-        scc for scc in nx.strongly_connected_components(waits_for) if node.key in scc
-    )
-    if len(component) == 1 and not waits_for.has_edge(node.key, node.key):
+    component = _waiting_for(node.key, waited_by)
+    if len(component) == 1 and node.key not in waited_by.get(node.key, ()):
         return False
     # Greatest fixpoint: drop members with a dependency met neither outside nor inside the unit.
     members = set(component)
@@ -117,3 +114,17 @@ def _ready_with_cycle(graph: Graph, node: Node) -> bool:
                     changed = True
                     break
     return node.key in members
+
+
+def _waiting_for(key: Key, waited_by: dict[Key, set[Key]]) -> set[Key]:
+    """`key` and the keys waiting for it, directly or not. Every key in `waited_by` was reached
+    from `key`, so these are exactly `key`'s strongly connected component: its dependency
+    cycle (no graph library needed for one component)."""
+    found = {key}
+    stack = [key]
+    while stack:
+        for waiter in waited_by.get(stack.pop(), ()):
+            if waiter not in found:
+                found.add(waiter)
+                stack.append(waiter)
+    return found

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
-
-import networkx as nx
+from graphlib import CycleError, TopologicalSorter
 
 from scheduler.api import Descriptor, DescriptorError, Key, Metadata
 
@@ -153,16 +153,26 @@ class Registry:
 
 
 def _retrieve_order(descriptors: dict[str, Descriptor]) -> list[Descriptor]:
-    deps = nx.DiGraph()
+    """Each descriptor after its `retrieve_dependencies`; among those free to go next, the
+    smallest name first (Kahn's algorithm over a heap), so the order does not depend on the
+    order of registration."""
+    deps: TopologicalSorter[str] = TopologicalSorter()
     for name, descriptor in descriptors.items():
-        deps.add_node(name)
-        for required in descriptor.retrieve_dependencies:
-            # Dependencies on descriptors not registered (yet) do not constrain the order.
-            if required in descriptors:
-                deps.add_edge(required, name)
+        # Dependencies on descriptors not registered (yet) do not constrain the order.
+        deps.add(name, *(r for r in descriptor.retrieve_dependencies if r in descriptors))
     try:
-        ordered = list(nx.lexicographical_topological_sort(deps))
-    except nx.NetworkXUnfeasible as exc:
-        cycle = nx.find_cycle(deps)
-        raise DescriptorError(f"cycle in retrieve_dependencies: {cycle}") from exc
-    return [descriptors[name] for name in ordered]
+        deps.prepare()
+    except CycleError as exc:
+        # graphlib lists the cycle with each name before the one that depends on it.
+        needs = " needs ".join(repr(name) for name in reversed(exc.args[1]))
+        raise DescriptorError(f"cycle in retrieve_dependencies: {needs}") from exc
+    ready = list(deps.get_ready())
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        name = heapq.heappop(ready)
+        ordered.append(descriptors[name])
+        deps.done(name)
+        for freed in deps.get_ready():
+            heapq.heappush(ready, freed)
+    return ordered

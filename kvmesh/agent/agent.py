@@ -108,6 +108,7 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self.status.wake()
         if self._http is not None:
             self._http.close()
         if self._token_file is not None:

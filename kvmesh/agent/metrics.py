@@ -1,31 +1,26 @@
-"""The agent's /metrics, exposed through prometheus_client (text format 0.0.4).
+"""The agent's /metrics (Prometheus text format 0.0.4).
 
 Two kinds of metrics:
 
 * snapshots read at scrape time (the KvStore's and the scheduler's counters, agent counters,
-  device states): described as ``MetricFamily`` and turned into prometheus_client families;
-* histograms observed as things happen (``AgentMetrics``): transaction duration,
-  config-to-applied latency, and the KvStore's flood batch sizes (kept by the KvStore node as
-  bucket counters, see kvstore.batch_sizes, and exposed here as a cumulative histogram).
+  device states): described as ``MetricFamily``;
+* histograms (``HistogramFamily``): observed as things happen (``AgentMetrics``: transaction
+  duration, config-to-applied latency), and the KvStore's flood batch sizes (kept by the
+  KvStore node as bucket counters, see kvstore.batch_sizes, exposed as a cumulative histogram).
+
+The families are plain data; prometheus_client writes the text (kvmesh.agent.exposition),
+imported at the first scrape: an agent nobody scrapes does not load it.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
-from prometheus_client.registry import Collector
 
 from kvstore import stats
 
@@ -51,28 +46,53 @@ class MetricFamily:
         self.samples.append((labels, value))
         return self
 
-    def to_prometheus(self) -> Metric:
-        names = sorted({name for labels, _v in self.samples for name in labels})
-        kinds = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}
-        family = kinds.get(self.kind, UnknownMetricFamily)(self.name, self.help, labels=names)
-        for labels, value in self.samples:
-            family.add_metric([str(labels.get(name, "")) for name in names], float(value))
-        return family
+
+@dataclass(frozen=True)
+class HistogramFamily:
+    """One histogram without labels: cumulative `buckets` (upper bound as text, e.g. "0.5" or
+    "+Inf", count), the `sum` of the observations, and `created` (epoch seconds) if known."""
+
+    name: str
+    help: str
+    buckets: list[tuple[str, float]]
+    sum: float
+    created: float | None = None
 
 
-class _Snapshot(Collector):
-    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
-        self._collect = collect
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._collect()
+Family = MetricFamily | HistogramFamily
 
 
-def render(families: Iterable[MetricFamily]) -> str:
-    """Exposition text of `families` alone."""
-    registry = CollectorRegistry()
-    registry.register(_Snapshot(lambda: [f.to_prometheus() for f in families if f.samples]))
-    return generate_latest(registry).decode()
+def render(families: Iterable[Family]) -> str:
+    """Exposition text of `families`."""
+    from kvmesh.agent.exposition import text  # prometheus_client: loaded when first scraped
+
+    return text(families)
+
+
+class Histogram:
+    """Observations counted into fixed buckets (what prometheus_client's Histogram keeps,
+    without loading it). Not locked: its owner (AgentMetrics) holds a lock around it."""
+
+    def __init__(self, name: str, help: str, bounds: Sequence[float]) -> None:
+        self.name, self.help = name, help
+        self._bounds = tuple(bounds)
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound
+        self._sum = 0.0
+        self._created = time.time()
+
+    def observe(self, value: float) -> None:
+        # A value equal to a bound counts in that bound's bucket (le: "less or equal").
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def family(self) -> HistogramFamily:
+        labels = [str(float(bound)) for bound in self._bounds] + ["+Inf"]
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for label, count in zip(labels, self._counts, strict=True):
+            total += count
+            buckets.append((label, total))
+        return HistogramFamily(self.name, self.help, buckets, self._sum, self._created)
 
 
 def flat_counters(prefix: str, counters: Mapping[str, float], gauges: Iterable[str] = (),
@@ -108,7 +128,7 @@ def kvstore_families(counters: Mapping[str, float]) -> list[MetricFamily]:
     return families
 
 
-def flood_batch_histogram(counters: Mapping[str, float]) -> Metric | None:
+def flood_batch_histogram(counters: Mapping[str, float]) -> HistogramFamily | None:
     """The KvStore's flood batch size bucket counters as a cumulative histogram."""
     if stats.FLOOD_BATCH_SIZE_COUNT not in counters:
         return None
@@ -119,33 +139,35 @@ def flood_batch_histogram(counters: Mapping[str, float]) -> Metric | None:
         buckets.append((str(float(bound)), total))
     total += counters.get(stats.FLOOD_BATCH_SIZE_BUCKET("inf"), 0)
     buckets.append(("+Inf", total))
-    return HistogramMetricFamily(
+    return HistogramFamily(
         "kvmesh_kvstore_flood_batch_size", "Key-values per batch the KvStore node flooded to "
-        "its peers", buckets=buckets, sum_value=counters.get(stats.FLOOD_BATCH_SIZE_SUM, 0))
+        "its peers", buckets, counters.get(stats.FLOOD_BATCH_SIZE_SUM, 0))
 
 
 class AgentMetrics:
-    """The agent's registry: histograms observed as things happen, plus a snapshot collector."""
+    """The agent's metrics: histograms observed as things happen, then what `snapshot` reads
+    at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], Iterable[Metric]]) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, snapshot: Callable[[], Iterable[Family]]) -> None:
+        self._snapshot = snapshot
         self.txn_duration = Histogram(
             "kvmesh_scheduler_transaction_duration_seconds",
             "Duration of the scheduler's transactions (NB, resync, retry, SB notification)",
-            registry=self.registry, buckets=LATENCY_BUCKETS)
+            LATENCY_BUCKETS)
         self.config_to_applied = Histogram(
             "kvmesh_config_to_applied_seconds",
             "From the time a change was written (its revision's time: kvmesh apply, rollback, "
             "REST POST /configuration) to the value's CONFIGURED status on this node",
-            registry=self.registry, buckets=LATENCY_BUCKETS)
-        self.registry.register(_Snapshot(snapshot))
+            LATENCY_BUCKETS)
         self._lock = threading.Lock()
         self._last_txn_seq = 0
         self._written: OrderedDict[str, float] = OrderedDict()  # key -> write time
         self._applied: OrderedDict[str, float] = OrderedDict()  # key -> CONFIGURED time
 
     def text(self) -> str:
-        return generate_latest(self.registry).decode()
+        with self._lock:
+            observed = [self.txn_duration.family(), self.config_to_applied.family()]
+        return render([*observed, *self._snapshot()])
 
     def observe_transactions(self, records: Iterable[object]) -> None:
         """Observe the durations of finished transactions not seen yet (from the history)."""

@@ -25,6 +25,10 @@ from kvstore import KvStoreClient, KvStoreError, Subscription
 from scheduler import KVScheduler, TransactionError
 
 log = logging.getLogger("kvmesh.agent")
+# Stream waits: with nothing pending (an idle agent wakes twice a second, not twenty times: its
+# stop takes up to this long), and with changes held back for a device not KNOWN yet.
+IDLE_WAIT_S = 0.5
+HELD_WAIT_S = 0.05
 
 
 class NorthboundFollower:
@@ -107,16 +111,18 @@ class NorthboundFollower:
 
     def _poll_timeout(self) -> float:
         """How long to wait for the stream: briefly while a batch is open (it is applied as soon
-        as the stream goes quiet), never past the end of the coalescing window."""
+        as the stream goes quiet), never past the end of the coalescing window; with nothing
+        pending, until a publication comes (bounded: the loop also looks at its stop event and
+        its re-dump and resync deadlines)."""
         first = self.desired.first_pending_at
-        idle = 0.05
         if first is None:
-            return idle
+            return IDLE_WAIT_S
         left = first + self.config.coalesce_s - time.monotonic()
         if left <= 0:
             # The window is closed and what is still pending is held back (its device is not
-            # KNOWN): new changes are applied as they come, so just wait for the stream.
-            return idle
+            # KNOWN): new changes are applied as they come, and the held ones soon after their
+            # device becomes KNOWN.
+            return HELD_WAIT_S
         return min(self.config.quiet_s, left)
 
     def _drain(self, sub: Subscription, timeout: float) -> int:

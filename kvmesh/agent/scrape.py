@@ -8,12 +8,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client.core import Metric
-
 from kvmesh.agent.config import AgentConfig
 from kvmesh.agent.counters import AgentCounters
 from kvmesh.agent.metrics import (
     AgentMetrics,
+    Family,
+    HistogramFamily,
     MetricFamily,
     flat_counters,
     flood_batch_histogram,
@@ -49,18 +49,18 @@ class MetricsScrape:
             self.metrics.observe_transactions(fresh)
             self._txn_seen_start = max(r.start for r in fresh)
 
-    def _snapshot(self) -> list[Metric]:
+    def _snapshot(self) -> list[Family]:
         families, extra = self._kvstore_families()
         sched = _numbers(self.scheduler.stats())
         families += flat_counters("kvmesh_scheduler", sched, help_prefix="scheduler stat ")
         families += flat_counters("kvmesh_agent", self._counters.snapshot(),
                                   help_prefix="agent counter ")
         families += self._recon_families()
-        return [f.to_prometheus() for f in families if f.samples] + extra
+        return [*families, *extra]
 
-    def _kvstore_families(self) -> tuple[list[MetricFamily], list[Metric]]:
+    def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:
         families: list[MetricFamily] = []
-        extra: list[Metric] = []
+        extra: list[HistogramFamily] = []
         up = MetricFamily("kvmesh_kvstore_up", "gauge",
                           "1 when this scrape read the local KvStore node's counters")
         try:

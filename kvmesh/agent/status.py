@@ -131,6 +131,10 @@ class StatusPublisher:
             return
         self._stage(key, b"", TOMBSTONE_TTL_MS)
 
+    def refresh_due_in(self, now: float) -> float:
+        """Seconds until `take` refreshes the TTLs (0: due now)."""
+        return max(0.0, self._next_refresh - now)
+
     def take(self, now: float) -> dict[str, Value]:
         """Key-values to send now: staged changes, plus TTL refreshes when they are due."""
         out, self._staged = self._staged, {}

@@ -24,6 +24,9 @@ from kvstore import KvStoreClient, KvStoreError
 from scheduler import ValueState
 
 log = logging.getLogger("kvmesh.agent")
+# Longest the thread sleeps with nothing to do: events and `wake` end the wait at once, a TTL
+# refresh ends it when due; the bound only matters if stop is set without `wake`.
+IDLE_WAIT_S = 1.0
 
 
 class StatusPublishing:
@@ -35,10 +38,14 @@ class StatusPublishing:
         self.publisher = StatusPublisher(config.node, ttl_ms=config.status_ttl_ms)
         self._counters = counters
         self._metrics = metrics
-        self._events: queue.SimpleQueue[StatusEvent] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[StatusEvent | None] = queue.SimpleQueue()
 
     def post(self, event: StatusEvent) -> None:
         self._events.put(event)
+
+    def wake(self) -> None:
+        """End the thread's wait now (the stop event was set)."""
+        self._events.put(None)
 
     def run(self, stop: threading.Event) -> None:
         client = KvStoreClient(self.config.kv_url)
@@ -50,7 +57,8 @@ class StatusPublishing:
                     if not seeded:
                         self.publisher.seed(client.dump(prefix=prefix))
                         seeded = True
-                    self._collect(timeout=0.05)
+                    self._collect(timeout=min(self.publisher.refresh_due_in(time.monotonic()),
+                                              IDLE_WAIT_S))
                     out = self.publisher.take(time.monotonic())
                     if out:
                         client.set(out)
@@ -63,7 +71,10 @@ class StatusPublishing:
             client.close()
 
     def _collect(self, timeout: float) -> None:
-        """Every event posted within `timeout` (and what is queued after it) to the publisher."""
+        """Every event posted within `timeout` (and what is queued after it) to the publisher.
+
+        An idle agent waits here: blocking until something happens, not polling, keeps its
+        CPU at rest (issue 21)."""
         try:
             event = self._events.get(timeout=timeout)
         except queue.Empty:
@@ -75,9 +86,11 @@ class StatusPublishing:
             except queue.Empty:
                 return
 
-    def _take(self, event: StatusEvent) -> None:
+    def _take(self, event: StatusEvent | None) -> None:
         node = self.config.node
         match event:
+            case None:
+                pass  # `wake`: the loop looks at its stop event
             case ValueStatusChanged(status):
                 self.publisher.on_status(status)
                 if status.state is ValueState.CONFIGURED and status.derived_from is None:

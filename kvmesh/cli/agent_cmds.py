@@ -1,4 +1,5 @@
-"""Agent commands: run an agent, desired state (config), statuses, and the agent's REST views.
+"""Agent commands: desired state (config), statuses, and the agent's REST views (`agent run`
+is kvmesh.cli.agent_run_cmds: the agent process loads none of these).
 
 `config` and `status` talk only to the KvStore (any node sees the whole cluster). The commands
 that show one agent's scheduler (`values`, `history`, `resync`, `graph`, `report`, `recon`) find
@@ -8,9 +9,6 @@ that agent's HTTP address in the mesh under `node/<name>/agent`, so they also wo
 from __future__ import annotations
 
 import json
-import signal
-import sys
-import threading
 import time
 import zipfile
 from collections.abc import Sequence
@@ -28,61 +26,17 @@ from kvmesh.agent.keys import (
     validate_node_name,
 )
 from kvmesh.agent.status import decode_status
-from kvmesh.agent.supervisor import parent_pid_from_env
 from kvmesh.cli.common import (
     KvCommand,
     KvGroup,
-    agent_options,
     cli_context,
     emit,
     fail,
-    http_security_args,
-    parse_http,
     run_client,
 )
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.rest_client import AgentAddress, AgentRest, RestError, find_agent
 from kvstore import KvStoreClient, Value, next_version
-
-# -- agent run ----------------------------------------------------------------------------------
-
-
-@click.group("agent", cls=KvGroup)
-def agent_group() -> None:
-    """The node agent (KvStore -> KVScheduler -> southbounds)."""
-
-
-@agent_group.command("run")
-@click.option("--name", required=True, help="The node this agent serves (config/<name>/...).")
-@click.option("--node-url", default=None, help="Command URL of the local KvStore [--url].")
-@agent_options
-def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: bool,
-              linux_state_dir: str | None, vpp_socket: str | None, http: str | None,
-              http_cert: str | None, http_key: str | None, http_token_file: str | None,
-              http_read_token_file: str | None, http_public_reads: bool,
-              downstream_resync_s: float, assume_current: bool) -> None:
-    """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
-    from kvmesh.agent.agent import AgentConfig, run_agent
-
-    http_security_args(http, http_cert, http_key, http_token_file, http_read_token_file,
-                       http_public_reads)
-    try:
-        validate_node_name(name)
-        settings = AgentConfig(
-            node=name, kv_url=node_url or cli_context().url, linux_netns=linux_netns,
-            linux=linux, linux_state_dir=linux_state_dir, vpp_socket=vpp_socket,
-            http=parse_http(http),
-            downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
-            http_token_file=http_token_file, http_read_token_file=http_read_token_file,
-            http_public_reads=http_public_reads, assume_current=assume_current,
-            parent_pid=parent_pid_from_env())
-    except (ValueError, click.BadParameter) as exc:
-        fail(str(exc), code=2)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    sys.exit(run_agent(settings, stop))
-
 
 # -- config -------------------------------------------------------------------------------------
 
@@ -419,6 +373,6 @@ def recon_status(node: str | None) -> None:
 
 
 def register(group: click.Group) -> None:
-    for command in (agent_group, config_group, status, values, history, resync, graph, report,
+    for command in (config_group, status, values, history, resync, graph, report,
                     recon_group):
         group.add_command(command)

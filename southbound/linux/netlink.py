@@ -24,9 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyroute2 import IPRoute, IPRSocket
-from pyroute2.netlink.exceptions import NetlinkError
-
 from southbound.linux.errors import (
     ABSENT_ERRNOS,
     NamespaceNotFoundError,
@@ -34,6 +31,7 @@ from southbound.linux.errors import (
     OwnershipError,
     UnsupportedLinkTypeError,
 )
+from southbound.linux.pyroute2_lean import IPRoute, IPRSocket, NetlinkError
 from southbound.linux.records import Address, Link, Neighbor, Route, Rule
 from southbound.linux.rtnl import RtnlReader
 

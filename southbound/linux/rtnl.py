@@ -66,7 +66,11 @@ RTN_UNICAST, RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT = 1, 6, 7, 8
 ROUTE_TYPES = frozenset({RTN_UNICAST, RTN_BLACKHOLE, RTN_UNREACHABLE, RTN_PROHIBIT})
 RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 
-RECEIVE_BUFFER = 1 << 20
+# One datagram per read: the kernel sizes dump datagrams to the reader's buffer, 32 KiB at most
+# (netlink's cap), and a single reply is one message of a few KiB. Twice the largest; a datagram
+# that would not fit is an error (`_receive`), never a silently cut one. (It was 1 MiB, all of
+# it resident in every agent: issue 21.)
+RECEIVE_BUFFER = 64 << 10
 DUMP_ATTEMPTS = 3
 
 
@@ -306,7 +310,7 @@ class RtnlReader:
         seq = self._send(RTM_GETLINK, NLM_F_REQUEST, payload)
         view = memoryview(self._buffer)
         while True:
-            size = self._sock.recv_into(self._buffer)
+            size = self._receive(operation)
             for kind, _flags, reply_seq, offset, length in messages(view[:size]):
                 if reply_seq != seq:
                     continue
@@ -317,6 +321,15 @@ class RtnlReader:
                     if code in (errno.ENODEV, errno.ENOENT):
                         return None
                     raise NetlinkOperationError(operation, code)
+
+    def _receive(self, operation: str) -> int:
+        """One datagram into the buffer; its size. MSG_TRUNC: netlink then returns the
+        datagram's real length, so one larger than the buffer is seen, not parsed cut."""
+        size: int = self._sock.recv_into(self._buffer, 0, socket.MSG_TRUNC)
+        if size > len(self._buffer):
+            raise NetlinkOperationError(operation, errno.EMSGSIZE,
+                                        f"a {size}-byte reply does not fit {len(self._buffer)}")
+        return size
 
     def _send(self, request: int, flags: int, payload: bytes) -> int:
         self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
@@ -345,7 +358,7 @@ class RtnlReader:
         interrupted = False
         view = memoryview(self._buffer)
         while True:
-            size = self._sock.recv_into(self._buffer)
+            size = self._receive(operation)
             for kind, flags, reply_seq, offset, length in messages(view[:size]):
                 if reply_seq != seq:
                     continue  # a late reply of an abandoned request

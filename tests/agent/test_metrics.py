@@ -39,16 +39,7 @@ def test_flood_batch_sizes_become_a_cumulative_histogram() -> None:
         count_batch(counters, size)
     family = flood_batch_histogram(counters)
     assert family is not None
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    class One:
-        def collect(self):
-            yield family
-
-    registry = CollectorRegistry()
-    registry.register(One())
-    parsed = {f.name: f for f in text_string_to_metric_families(
-        generate_latest(registry).decode())}
+    parsed = {f.name: f for f in text_string_to_metric_families(render_families([family]))}
     samples = {(s.name, s.labels.get("le")): s.value
                for s in parsed["kvmesh_kvstore_flood_batch_size"].samples}
     assert samples[("kvmesh_kvstore_flood_batch_size_bucket", "1.0")] == 2
@@ -83,6 +74,33 @@ def test_agent_histograms_transactions_and_config_to_applied() -> None:
     assert latency[("kvmesh_config_to_applied_seconds_count", None)] == 2
     assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.25")] == 0
     assert latency[("kvmesh_config_to_applied_seconds_bucket", "0.5")] == 2
+
+
+def test_agent_histograms_read_as_prometheus_client_histograms_would() -> None:
+    """The agent counts its histograms itself (prometheus_client loads at the first scrape):
+    the exposition is that of prometheus_client's own Histogram given the same observations."""
+    import prometheus_client
+
+    from kvmesh.agent.metrics import LATENCY_BUCKETS, Histogram
+
+    ours = Histogram("h_seconds", "Some durations", LATENCY_BUCKETS)
+    registry = prometheus_client.CollectorRegistry()
+    reference = prometheus_client.Histogram("h_seconds", "Some durations", registry=registry,
+                                            buckets=LATENCY_BUCKETS)
+    for value in (0.0, 0.005, 0.0051, 0.3, 1.0, 59.9, 60.0, 61.0, 1e9):  # bounds, above all
+        ours.observe(value)
+        reference.observe(value)
+
+    def samples(text: str) -> dict[tuple[str, str | None], float]:
+        return {(s.name, s.labels.get("le")): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    got = samples(render([ours.family()]))
+    want = samples(prometheus_client.generate_latest(registry).decode())
+    assert got.keys() == want.keys()
+    created = ("h_seconds_created", None)
+    assert abs(got.pop(created) - want.pop(created)) < 5  # both: when the histogram was made
+    assert got == want
 
 
 def test_a_scrape_without_the_kvstore_says_so() -> None:

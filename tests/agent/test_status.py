@@ -33,6 +33,34 @@ def test_refresh_is_ttl_only_and_due_every_quarter_ttl() -> None:
     assert pub.take(now=105.0) == {}  # not due yet (every 10 s)
     refresh = pub.take(now=110.0)["status/n1/a/x"]
     assert refresh.value is None and refresh.version == 1 and refresh.ttl_version == 1
+    # what the status thread sleeps for when nothing happens (it does not poll)
+    assert pub.refresh_due_in(now=112.5) == 7.5 and pub.refresh_due_in(now=121.0) == 0.0
+
+
+def test_the_idle_status_thread_waits_for_events_and_wakes_for_stop() -> None:
+    import threading
+    import time
+
+    from kvmesh.agent.config import AgentConfig
+    from kvmesh.agent.counters import AgentCounters
+    from kvmesh.agent.events import AgentAnnounced
+    from kvmesh.agent.metrics import AgentMetrics
+    from kvmesh.agent.status_loop import StatusPublishing
+
+    status = StatusPublishing(AgentConfig(node="n1", kv_url="tcp://127.0.0.1:9"),
+                              AgentCounters(), AgentMetrics(lambda: []))
+
+    def waits(timeout: float) -> float:
+        started = time.monotonic()
+        status._collect(timeout)
+        return time.monotonic() - started
+
+    threading.Timer(0.2, status.post, [AgentAnnounced({"http": "h:1"})]).start()
+    assert waits(30.0) < 10  # an event ends the wait...
+    assert status.publisher.take(0.0)  # ...and is taken
+    threading.Timer(0.2, status.wake).start()
+    assert waits(30.0) < 10  # so does wake (the agent's stop)
+    assert status.publisher.take(1.0) == {}
 
 
 def test_removed_value_becomes_a_short_lived_tombstone_once() -> None:

@@ -100,6 +100,36 @@ def test_descriptor_registration_errors(sched: KVScheduler, sb: MockSB) -> None:
         sched.start_txn().set_value("a/b1", {}).commit()
 
 
+def test_retrieve_order_is_dependencies_first_then_by_name(sb: MockSB) -> None:
+    from itertools import permutations
+
+    from scheduler.registry import Registry
+
+    needs = {"a": (), "b": ("d", "missing"), "c": ("e",), "d": (), "e": ()}
+    for registration in permutations(needs):
+        registry = Registry()
+        for name in registration:
+            registry.register(prefix_descriptor(sb, name, f"{name}/",
+                                                retrieve_dependencies=needs[name]))
+        # Whatever the registration order: of those free to go next, the smallest name.
+        order = [d.name for d in registry.retrieve_order()]
+        assert order == ["a", "d", "b", "e", "c"], registration
+
+
+def test_a_retrieve_dependency_cycle_is_refused_and_named(sb: MockSB) -> None:
+    from scheduler.registry import Registry
+
+    registry = Registry()
+    registry.register(prefix_descriptor(sb, "x", "x/", retrieve_dependencies=("y",)))
+    registry.register(prefix_descriptor(sb, "y", "y/", retrieve_dependencies=("z",)))
+    with pytest.raises(DescriptorError) as refused:
+        registry.register(prefix_descriptor(sb, "z", "z/", retrieve_dependencies=("x",)))
+    rotations = ("xyzx", "yzxy", "zxyz")
+    assert str(refused.value) in {"cycle in retrieve_dependencies: " + " needs ".join(
+        repr(name) for name in rotation) for rotation in rotations}
+    assert [d.name for d in registry.retrieve_order()] == ["y", "x"]  # as before the refusal
+
+
 def test_bad_input_is_rejected_and_counted(sched: KVScheduler, sb: MockSB) -> None:
     base_setup(sched, sb)
     with pytest.raises(TransactionError):

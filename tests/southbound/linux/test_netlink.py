@@ -190,3 +190,16 @@ def test_close_closes_the_event_loops_of_other_threads(ns) -> None:
     assert loops and not loops[0].is_closed()
     nl.close()
     assert loops[0].is_closed()
+
+
+def test_dumps_of_many_datagrams_read_whole(ns, client) -> None:
+    """A dump comes as many datagrams (the kernel sizes them to the reader's buffer, 32 KiB at
+    most), each read whole: hundreds of links with addresses and routes, every one read."""
+    ns.batch([f"link add a{i} type veth peer name b{i}" for i in range(200)]
+             + [f"link set {end}{i} up" for i in range(200) for end in "ab"]
+             + [f"addr add 10.{i // 200}.{i % 200}.1/24 dev {'ab'[i % 2]}{i // 2}"
+                for i in range(400)])
+    names = {f"{end}{i}" for i in range(200) for end in "ab"}
+    assert names <= {link.name for link in client.dump_links()}
+    assert len([a for a in client.dump_addresses() if a.cidr.startswith("10.")]) == 400
+    assert len([r for r in client.dump_routes() if r.dst.startswith("10.")]) >= 400
