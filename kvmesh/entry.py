@@ -1,6 +1,6 @@
 """The `kvmesh` program's entry point: the installed script and `python -m kvmesh` both run here.
 
-One decision is made before any command module loads: a plain `kvmesh node run` process leaves
+One decision is made before any command module loads: a `kvmesh node run` process leaves
 OpenSSL out. A KvStore node never speaks TLS — its mesh is secured by CurveZMQ — yet asyncio
 imports `ssl` whenever it can, and `hashlib` binds OpenSSL's `_hashlib`: together 5 MiB of an
 idle node's 35 MiB (issue 21; BENCHMARKS.md "Footprint"). Marked absent, asyncio runs without
@@ -9,7 +9,8 @@ built-in SHA-256 (the same digests: key fingerprints and store signatures do not
 
 Not left out when the node must read TLS files itself (`--http-cert`: `node run --agent`
 checks the agent's REST certificate before starting anything), and never in a process that
-runs other commands (`kvmesh status` may talk HTTPS to an agent). Tests that call
+runs other commands (`kvmesh status` may talk HTTPS to an agent). Nor in an agent: pyroute2
+imports `ssl` (its netlink probe messages), so the Linux southbound needs it. Tests that call
 `kvmesh.cli.main` in their own process are not affected: only this entry point decides.
 """
 
@@ -22,10 +23,24 @@ OPENSSL_MODULES = ("ssl", "_ssl", "_hashlib")
 
 
 def needs_no_openssl(args: Sequence[str]) -> bool:
-    """`node run` (as the launcher and the docs spell it: the first two words), without TLS
-    options for its agent's REST API."""
-    return (tuple(args[:2]) == ("node", "run")
+    """`node run` (after any global options), without TLS for its agent's REST API."""
+    return (command_words(args) == ("node", "run")
             and not any(a == "--http-cert" or a.startswith("--http-cert=") for a in args))
+
+
+def command_words(args: Sequence[str]) -> tuple[str, ...]:
+    """The first two words of the command line past the top-level options (`--url URL`,
+    `--json`, ...: the values of those that take one are skipped)."""
+    import click
+
+    from kvmesh.cli import main
+
+    takes_value = {name for param in main.params if isinstance(param, click.Option)
+                   and not param.is_flag for name in param.opts}
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        index += 2 if args[index] in takes_value else 1
+    return tuple(args[index:index + 2])
 
 
 def leave_out_openssl() -> None:

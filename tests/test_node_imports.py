@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from kvmesh.agent.supervisor import AgentSupervisor
 from kvmesh.entry import needs_no_openssl
 
 # What the node never uses: the agent's REST server (and asyncio's TLS half of it), the
@@ -51,5 +52,10 @@ def test_openssl_is_left_out_only_of_a_node_run_without_rest_tls() -> None:
     assert needs_no_openssl(["node", "run", "--name", "n1", "--agent", "--http", "x:1"])
     assert not needs_no_openssl(["node", "run", "--agent", "--http-cert", "c.pem"])
     assert not needs_no_openssl(["node", "run", "--agent", "--http-cert=c.pem"])
+    assert needs_no_openssl(["--url", "tcp://127.0.0.1:1", "--json", "node", "run"])
+    assert not needs_no_openssl(["--url", "node", "run"])  # "node" is the URL here
+    # An agent keeps OpenSSL: pyroute2 imports ssl. As the node's supervisor starts it:
+    supervised = AgentSupervisor("n1", "tcp://127.0.0.1:1", ["--http", "127.0.0.1:2"])
+    assert not needs_no_openssl(supervised.command()[3:])  # past `python -m kvmesh`
     assert not needs_no_openssl(["status", "n1"])  # may speak HTTPS to an agent
     assert not needs_no_openssl(["key", "set", "node", "run"])

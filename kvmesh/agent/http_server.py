@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 import threading
 import time
 from collections import Counter
@@ -185,7 +184,7 @@ class AgentHttpServer:
             return
         try:
             await self._exchange(conn, reader, writer)
-        except (ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError,
+        except (ConnectionError, OSError, asyncio.IncompleteReadError,
                 asyncio.CancelledError):
             pass  # the client went away, was evicted, or the server is closing
         except Exception:
@@ -206,7 +205,7 @@ class AgentHttpServer:
                 if self.security.tls is not None:
                     try:
                         await writer.start_tls(self.security.tls)
-                    except (OSError, ssl.SSLError) as exc:
+                    except OSError as exc:  # ssl.SSLError included
                         self.count("tls_failures")
                         log.debug("TLS handshake failed: %s", exc)
                         return
@@ -304,7 +303,7 @@ class AgentHttpServer:
     async def _linger(self, reader: asyncio.StreamReader) -> None:
         """After an early answer, read (and drop) what the client still sends for a moment, so
         that closing does not reset the connection before the client read the answer."""
-        with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+        with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(LINGER_S):
                 dropped = 0
                 while dropped <= self.limits.max_body_bytes:
