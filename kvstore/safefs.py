@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 PRIVATE_DIR_MODE = 0o700
@@ -188,6 +187,10 @@ def write_new(path: str | os.PathLike[str], data: bytes, mode: int = SECRET_MODE
 def write_replace(path: str | os.PathLike[str], data: bytes, mode: int = SECRET_MODE) -> None:
     """Write `path` whole, atomically: a new temporary file (O_EXCL, `mode`) next to it,
     renamed over it (a symlink at `path` is replaced, never followed)."""
+    # Loaded here: tempfile brings shutil and its compression modules (0.6 MiB), and a KvStore
+    # node, which imports this module, never replaces a file.
+    import tempfile
+
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:

@@ -20,7 +20,9 @@ NOT_IN_A_NODE = ("kvmesh.agent.http_server", "kvmesh.agent.agent", "pydantic", "
                  "prometheus_client", "yaml", "scheduler", "southbound", "zmq.auth.thread",
                  "zmq.asyncio", "http.server", "pyroute2", "vpp_papi",
                  # ... nor OpenSSL: the mesh is CurveZMQ's (kvmesh/entry.py)
-                 "ssl", "_hashlib")
+                 "ssl", "_hashlib",
+                 # ... nor tempfile (shutil, bz2, lzma): a node replaces no file
+                 "tempfile")
 
 PROBE = """
 import sys
