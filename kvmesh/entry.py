@@ -7,10 +7,11 @@ idle node's 35 MiB (issue 21; BENCHMARKS.md "Footprint"). Marked absent, asyncio
 TLS support (its documented behaviour when Python has no ssl module) and hashlib uses Python's
 built-in SHA-256 (the same digests: key fingerprints and store signatures do not change).
 
-Not left out when the node must read TLS files itself (`--http-cert`: `node run --agent`
-checks the agent's REST certificate before starting anything), and never in a process that
-runs other commands (`kvmesh status` may talk HTTPS to an agent). Nor in an agent: pyroute2
-imports `ssl` (its netlink probe messages), so the Linux southbound needs it. Tests that call
+With `--http-cert`, `node run --agent` still refuses an unusable certificate for its agent's REST
+API before starting anything: the certificate is loaded in a short-lived child process
+(`kvmesh.agent.http_security.check_in_child`). Never left out of a process that runs other
+commands (`kvmesh status` may talk HTTPS to an agent), nor of an agent: pyroute2 imports `ssl`
+(its netlink probe messages), so the Linux southbound needs it. Tests that call
 `kvmesh.cli.main` in their own process are not affected: only this entry point decides.
 """
 
@@ -23,9 +24,8 @@ OPENSSL_MODULES = ("ssl", "_ssl", "_hashlib")
 
 
 def needs_no_openssl(args: Sequence[str]) -> bool:
-    """`node run` (after any global options), without TLS for its agent's REST API."""
-    return (command_words(args) == ("node", "run")
-            and not any(a == "--http-cert" or a.startswith("--http-cert=") for a in args))
+    """`node run` (after any global options)."""
+    return command_words(args) == ("node", "run")
 
 
 def command_words(args: Sequence[str]) -> tuple[str, ...]:
@@ -47,6 +47,11 @@ def leave_out_openssl() -> None:
     """Make `import ssl` / `import _hashlib` fail from here on (unless already imported)."""
     for name in OPENSSL_MODULES:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "not available"
+
+
+def openssl_left_out() -> bool:
+    """Did this process leave OpenSSL out (`leave_out_openssl`)?"""
+    return "ssl" in sys.modules and sys.modules["ssl"] is None
 
 
 def run() -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from kvmesh.agent.supervisor import AgentSupervisor
 from kvmesh.entry import needs_no_openssl
@@ -40,20 +43,51 @@ run()
 """
 
 
-def test_node_run_with_agent_loads_none_of_the_agents_libraries() -> None:
-    args = ["node", "run", "--name", "n1", "--ephemeral", "--insecure", "--agent",
-            "--http", "127.0.0.1:0", "--cmd-url", "tcp://127.0.0.1:1",
-            "--pub-url", "tcp://127.0.0.1:2"]
-    done = subprocess.run([sys.executable, "-c", PROBE, ",".join(NOT_IN_A_NODE), *args],
+NODE_RUN = ["node", "run", "--name", "n1", "--ephemeral", "--insecure", "--agent",
+            "--cmd-url", "tcp://127.0.0.1:1", "--pub-url", "tcp://127.0.0.1:2"]
+
+
+def probe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", PROBE, ",".join(NOT_IN_A_NODE), *args],
                           capture_output=True, text=True, timeout=60)
+
+
+def test_node_run_with_agent_loads_none_of_the_agents_libraries() -> None:
+    done = probe(*NODE_RUN, "--http", "127.0.0.1:0")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "-", f"the node process loaded {done.stdout.strip()}"
 
 
-def test_openssl_is_left_out_only_of_a_node_run_without_rest_tls() -> None:
+@pytest.fixture
+def cert(tmp_path: Path) -> tuple[Path, Path]:
+    crt, key = tmp_path / "agent.crt", tmp_path / "agent.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+                   check=True, capture_output=True)
+    return crt, key
+
+
+def test_an_agents_tls_certificate_is_checked_without_ssl_in_the_node(
+        cert: tuple[Path, Path], tmp_path: Path) -> None:
+    crt, key = cert
+    tls = ["--http", "127.0.0.1:0", "--http-cert", str(crt), "--http-key", str(key)]
+    done = probe(*NODE_RUN, *tls)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "-", f"the node process loaded {done.stdout.strip()}"
+    # Still refused before anything starts, in one line: a key that is not the certificate's.
+    other = tmp_path / "other.key"
+    subprocess.run(["openssl", "genrsa", "-out", str(other), "2048"], check=True,
+                   capture_output=True)
+    tls[-1] = str(other)
+    refused = probe(*NODE_RUN, *tls)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "cannot load the TLS certificate" in refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_openssl_is_left_out_only_of_a_node_run() -> None:
     assert needs_no_openssl(["node", "run", "--name", "n1", "--agent", "--http", "x:1"])
-    assert not needs_no_openssl(["node", "run", "--agent", "--http-cert", "c.pem"])
-    assert not needs_no_openssl(["node", "run", "--agent", "--http-cert=c.pem"])
+    assert needs_no_openssl(["node", "run", "--agent", "--http-cert", "c.pem"])
     assert needs_no_openssl(["--url", "tcp://127.0.0.1:1", "--json", "node", "run"])
     assert not needs_no_openssl(["--url", "node", "run"])  # "node" is the URL here
     # An agent keeps OpenSSL: pyroute2 imports ssl. As the node's supervisor starts it:

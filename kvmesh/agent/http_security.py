@@ -7,6 +7,10 @@ node's process (issue 21: the node loads what it uses).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,7 +21,8 @@ from kvstore import is_loopback_host
 if TYPE_CHECKING:
     import ssl
 
-__all__ = ["GENERATED", "HttpConfigError", "HttpSecurity", "check_bind", "load_security"]
+__all__ = ["GENERATED", "HttpConfigError", "HttpSecurity", "check_bind", "check_in_child",
+           "load_security"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,34 @@ def check_bind(host: str, security: HttpSecurity) -> None:
     if missing:
         raise HttpConfigError(
             f"the REST API on {host} (not loopback) needs {' and '.join(missing)}")
+
+
+def check_in_child(cert: str | None, key: str | None, token_file: str | None,
+                   read_token_file: str | None, public_reads: bool, host: str | None) -> None:
+    """`load_security` and `check_bind` (with `host`) run in a short-lived child process, for a
+    process that left OpenSSL out (`kvmesh/entry.py`: a KvStore node refusing its agent's
+    unusable TLS settings before it starts anything); HttpConfigError with the child's message."""
+    settings = json.dumps([cert, key, token_file, read_token_file, public_reads, host])
+    done = subprocess.run([sys.executable, "-m", __name__, settings], capture_output=True,
+                          text=True, timeout=60, check=False)
+    if done.returncode == 2:
+        raise HttpConfigError(done.stdout.strip())
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HttpConfigError(f"checking the REST API's TLS settings failed: {last}")
+
+
+def _check(argv: Sequence[str]) -> int:
+    cert, key, token_file, read_token_file, public_reads, host = json.loads(argv[0])
+    try:
+        security = load_security(cert, key, token_file, read_token_file, public_reads)
+        if host is not None:
+            check_bind(host, security)
+    except HttpConfigError as exc:
+        print(exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_check(sys.argv[1:]))

@@ -80,16 +80,27 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
                        public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
     or a non-loopback --http without TLS and token); the agent's arguments for them."""
-    from kvmesh.agent.http_security import HttpConfigError, check_bind, load_security
+    from kvmesh.agent.http_security import (
+        HttpConfigError,
+        check_bind,
+        check_in_child,
+        load_security,
+    )
+    from kvmesh.entry import openssl_left_out
 
+    address = parse_http(http)
     try:
-        security = load_security(cert, key, token_file, read_token_file, public_reads)
-        address = parse_http(http)
-        if address is not None:
-            check_bind(address[0], security)
-        elif cert or key or token_file or read_token_file or public_reads:
+        if address is None and (cert or key or token_file or read_token_file or public_reads):
             raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
                                   "--http-read-token-file/--http-public-reads need --http")
+        if cert is not None and openssl_left_out():
+            # This process (a KvStore node) has no ssl: the certificate is loaded elsewhere.
+            check_in_child(cert, key, token_file, read_token_file, public_reads,
+                           address[0] if address is not None else None)
+        else:
+            security = load_security(cert, key, token_file, read_token_file, public_reads)
+            if address is not None:
+                check_bind(address[0], security)
     except HttpConfigError as exc:
         fail(str(exc), code=2)
     args: list[str] = []
