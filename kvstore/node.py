@@ -54,6 +54,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Response,
     Value,
 )
+from kvstore.malloc import return_large_buffers
 from kvstore.node_conns import (
     FD_RESERVE,
     HEARTBEAT_IVL_MS,
@@ -974,6 +975,7 @@ def run_node(
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
     prepare_process_limits(config)
+    return_large_buffers()
     try:
         return asyncio.run(_serve(config, security, on_ready))
     except zmq.ZMQError as exc:
