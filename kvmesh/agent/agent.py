@@ -186,8 +186,37 @@ class Agent:
         thread.start()
 
 
-def run_agent(config: AgentConfig, stop: threading.Event) -> int:
-    """Run an agent until `stop` is set (or the agent fails); returns the exit code."""
+STOP_DEADLINE_S = 10.0
+
+
+class StopDeadline:
+    """Once armed, exits the process (code 1) unless it has ended within `seconds`.
+
+    A stopping agent whose thread hangs (a call into its dead node, a stuck southbound) must not
+    outlive its node: the restarted node would start a second agent beside it. Exiting here is
+    a crash, which the agent is built to survive (nothing it has not made durable is lost)."""
+
+    def __init__(self, seconds: float = STOP_DEADLINE_S) -> None:
+        self.seconds = seconds
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        log.error("the agent did not stop within %g s: exiting", self.seconds)
+        logging.shutdown()
+        os._exit(1)
+
+
+def run_agent(config: AgentConfig, stop: threading.Event,
+              deadline: StopDeadline | None = None) -> int:
+    """Run an agent until `stop` is set (or the agent fails); returns the exit code. Whatever
+    ends it, the process is gone within `deadline` after (`StopDeadline`)."""
+    deadline = deadline or StopDeadline()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent = Agent(config)
@@ -195,10 +224,12 @@ def run_agent(config: AgentConfig, stop: threading.Event) -> int:
         agent.start()
     except Exception as exc:
         log.error("agent failed to start: %s", exc)
+        deadline.arm()
         agent.stop()
         return 1
     while not stop.wait(0.2):
         if agent.wait_stopped(0):
+            deadline.arm()
             agent.stop()
             return 1
         if config.parent_pid is not None and os.getppid() != config.parent_pid:
@@ -207,5 +238,6 @@ def run_agent(config: AgentConfig, stop: threading.Event) -> int:
             log.warning("the node process (pid %d) that started this agent is gone: stopping",
                         config.parent_pid)
             break
+    deadline.arm()
     agent.stop()
     return 0

@@ -41,7 +41,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
               http_read_token_file: str | None, http_public_reads: bool,
               downstream_resync_s: float, assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
-    from kvmesh.agent.agent import AgentConfig, run_agent
+    from kvmesh.agent.agent import AgentConfig, StopDeadline, run_agent
 
     http_security_args(http, http_cert, http_key, http_token_file, http_read_token_file,
                        http_public_reads)
@@ -58,9 +58,16 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)
     stop = threading.Event()
+    deadline = StopDeadline()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        # Armed here too: the main thread may be busy starting the agent, not watching `stop`.
+        stop.set()
+        deadline.arm()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    sys.exit(run_agent(settings, stop))
+        signal.signal(sig, on_signal)
+    sys.exit(run_agent(settings, stop, deadline))
 
 
 def register(group: click.Group) -> None:

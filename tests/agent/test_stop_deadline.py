@@ -1,0 +1,32 @@
+"""An agent told to stop is gone within its deadline, even when a thread of it hangs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HANGS = """
+import logging, threading, time
+from kvmesh.agent.agent import StopDeadline
+logging.basicConfig()
+StopDeadline(0.3).arm()
+threading.Event().wait(60)  # a thread that never returns: the stop hangs
+"""
+
+ENDS = """
+from kvmesh.agent.agent import StopDeadline
+StopDeadline(30).arm()  # the process ends well before: the deadline does not hold it up
+"""
+
+
+def test_a_stop_that_hangs_ends_the_process_at_the_deadline() -> None:
+    done = subprocess.run([sys.executable, "-c", HANGS], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 1
+    assert "did not stop within 0.3 s: exiting" in done.stderr
+
+
+def test_a_process_that_ends_in_time_is_not_held_up() -> None:
+    done = subprocess.run([sys.executable, "-c", ENDS], capture_output=True, text=True,
+                          timeout=10)
+    assert done.returncode == 0, done.stderr
