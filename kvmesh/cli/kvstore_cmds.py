@@ -27,7 +27,6 @@ from kvmesh.cli.common import (
     emit,
     fail,
     http_security_args,
-    parse_http,
     run_client,
 )
 from kvstore import (
@@ -148,8 +147,7 @@ def node_run(
     if not agent and len(agent_args) > 2:
         fail("agent options (--linux, --linux-netns, --linux-state-dir, --vpp-socket, --http, "
              "--assume-current) need --agent", code=2)
-    if http is not None:
-        parse_http(http)  # reject a bad ADDR:PORT before anything starts
+    # Also rejects a bad --http ADDR:PORT, before anything starts.
     agent_args += http_security_args(http, http_cert, http_key, http_token_file,
                                      http_read_token_file, http_public_reads)
 

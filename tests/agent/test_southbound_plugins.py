@@ -14,7 +14,7 @@ import pytest
 
 from kvmesh.vppemu import EmulatorProcess
 from scheduler import KVScheduler
-from southbound.plugin_api import ReconciliationStage
+from southbound.plugin_api import ReconciliationStage, SouthboundPlugin
 from tests.netns import Netns, temporary_netns
 
 
@@ -24,45 +24,44 @@ def netns() -> Iterator[Netns]:
         yield ns
 
 
-def test_linux_plugin_declares_a_stage_for_every_descriptor(netns: Netns,
-                                                             tmp_path: Path) -> None:
+@pytest.fixture
+def linux(netns: Netns, tmp_path: Path) -> Iterator[tuple[KVScheduler, SouthboundPlugin]]:
+    """A scheduler with the Linux plugin registered on it, working in `netns`."""
     import southbound.linux
 
     scheduler = KVScheduler()
     plugin = southbound.linux.register(scheduler, netns=netns.name, watch=False,
                                        state_dir=str(tmp_path))
     try:
-        stages = plugin.descriptor_stages()
-        assert list(stages) == [d.name for d in scheduler.descriptors()]
-        assert stages["linux-interface"] is ReconciliationStage.INTERFACES
-        assert stages["linux-host-interface"] is ReconciliationStage.INTERFACES
-        assert stages["linux-route"] is ReconciliationStage.ROUTES
-        assert stages["linux-interface-address"] is ReconciliationStage.OTHER
-        assert plugin.connected
+        yield scheduler, plugin
     finally:
         plugin.close()
         scheduler.close()
+
+
+def test_linux_plugin_declares_a_stage_for_every_descriptor(
+        linux: tuple[KVScheduler, SouthboundPlugin]) -> None:
+    scheduler, plugin = linux
+    stages = plugin.descriptor_stages()
+    assert list(stages) == [d.name for d in scheduler.descriptors()]
+    assert stages["linux-interface"] is ReconciliationStage.INTERFACES
+    assert stages["linux-host-interface"] is ReconciliationStage.INTERFACES
+    assert stages["linux-route"] is ReconciliationStage.ROUTES
+    assert stages["linux-interface-address"] is ReconciliationStage.OTHER
+    assert plugin.connected
 
 
 def test_linux_reconnect_calls_on_connect_after_the_hold_off_unless_closed(
-        netns: Netns, tmp_path: Path) -> None:
-    import southbound.linux
-
-    scheduler = KVScheduler()
-    plugin = southbound.linux.register(scheduler, netns=netns.name, watch=False,
-                                       state_dir=str(tmp_path))
+        linux: tuple[KVScheduler, SouthboundPlugin]) -> None:
+    _scheduler, plugin = linux
     connected = threading.Event()
     plugin.on_connect(connected.set)
-    try:
-        plugin.reconnect(0.01)
-        assert connected.wait(10), "on_connect after the hold-off"
-        connected.clear()
-        plugin.reconnect(0.3)
-        plugin.close()  # cancels the pending reconnect: no callback after close
-        assert not connected.wait(1.0)
-    finally:
-        plugin.close()
-        scheduler.close()
+    plugin.reconnect(0.01)
+    assert connected.wait(10), "on_connect after the hold-off"
+    connected.clear()
+    plugin.reconnect(0.3)
+    plugin.close()  # cancels the pending reconnect: no callback after close
+    assert not connected.wait(1.0)
 
 
 def test_vpp_plugin_declares_a_stage_for_every_descriptor() -> None:
