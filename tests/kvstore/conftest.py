@@ -12,6 +12,7 @@ node a `peer`, plus the operator key `op` the nodes' `client()` uses), see `Keyr
 
 from __future__ import annotations
 
+import itertools
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import zmq
 from kvmesh import launch
 from kvmesh.cluster import write_node_config
 from kvmesh.launch import Launched, NodeSpec
-from kvstore.client import KvStoreClient, KvStoreError
+from kvstore.client import KvStoreClient, KvStoreError, Subscription, make_value
 from kvstore.curve import ClientCurve, generate, load_key_pair, load_public_key
 from kvstore.node_ports import free_tcp_port
 from tests.util import wait_until
@@ -271,3 +272,17 @@ def wait_for_value(
         return True
 
     wait_until(check, timeout=timeout, message=f"{key} on {[n.name for n in nodes]}")
+
+
+def wait_subscription_live(writer: KvStoreClient, subscription: Subscription,
+                           key: str = "probe") -> None:
+    """Write `key` until `subscription` sees a publication (ZeroMQ's slow joiner: a new
+    subscription misses what is published before it attaches). A new version per attempt: a
+    repeated one changes nothing, so it would publish nothing."""
+    versions = itertools.count(1)
+    wait_until(
+        lambda: writer.set({key: make_value(b"", version=next(versions), originator_id="t")})
+        is not None
+        and subscription.recv(timeout_s=0.2) is not None,
+        message="subscription live",
+    )

@@ -10,7 +10,7 @@ from kvstore import wire
 from kvstore.client import make_value
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request, Value
 from kvstore.hashing import value_hash
-from tests.kvstore.conftest import Mesh, wait_for_value
+from tests.kvstore.conftest import Mesh, wait_for_value, wait_subscription_live
 from tests.util import wait_until
 
 
@@ -181,12 +181,7 @@ def test_peer_publication_is_forwarded_as_received_or_reencoded(mesh: Mesh) -> N
     }
     with c.client() as client, client.subscribe(prefix="fw/") as subscription:
         with b.client() as injector:
-            wait_until(  # the subscription is live (ZeroMQ's slow joiner)
-                lambda: injector.set({"fw/probe": make_value(b"", version=1, originator_id="t")})
-                is not None
-                and subscription.recv(timeout_s=0.2) is not None,
-                message="subscription live",
-            )
+            wait_subscription_live(injector, subscription, "fw/probe")
             # As if b's peer a flooded them: b applies them and floods them on to c.
             peer: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
             try:

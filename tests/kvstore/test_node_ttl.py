@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable, Callable
 
 from kvstore.aioclient import AsyncKvStoreClient, KeyManager
 from kvstore.client import make_value
 from kvstore.gen.kvstore_thrift.ttypes import Value
-from tests.kvstore.conftest import Mesh, wait_for_value
+from tests.kvstore.conftest import Mesh, wait_for_value, wait_subscription_live
 from tests.util import wait_until
 
 
@@ -30,16 +29,7 @@ def test_ttl_expiry_everywhere_and_expired_key_publication(mesh: Mesh) -> None:
     with c.client() as client, client.subscribe() as subscription:
         # Make sure the subscription is live before the key is set (ZeroMQ's slow joiner).
         with a.client() as writer:
-            # A new version per attempt: a repeated one changes nothing and publishes nothing.
-            versions = itertools.count(1)
-            wait_until(
-                lambda: writer.set(
-                    {"probe": make_value(b"", version=next(versions), originator_id="t")}
-                )
-                is not None
-                and subscription.recv(timeout_s=0.2) is not None,
-                message="subscription live",
-            )
+            wait_subscription_live(writer, subscription)
             writer.set({"short": make_value(b"bye", version=1, originator_id="a", ttl_ms=1500)})
         wait_for_value([a, b, c], "short", lambda v: v is not None and 0 < v.ttl_ms <= 1500)
         expired_seen: list[str] = []
