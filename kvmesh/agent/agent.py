@@ -13,6 +13,8 @@ The agent wires its parts together, each with one job (and at most one lock):
                                        reconciliation services run for each (re)connected
                                        device (recon-* threads);
   RestBackend, MetricsScrape           the REST API and /metrics;
+  MemberTokensFollower (agent-members) the REST tokens the mesh vouches for (`member/`), with
+                                       the REST API only;
 plus the scheduler's own worker and the southbound watchers. Each thread owns its KvStore
 client (ZeroMQ sockets are not thread-safe).
 
@@ -150,11 +152,14 @@ class Agent:
         from kvmesh.agent.http_api import HttpApi
         from kvmesh.agent.http_security import load_security
         from kvmesh.agent.http_token import token_dir, token_name, write_token_file
+        from kvmesh.agent.member_tokens import MemberTokens, MemberTokensFollower
 
         cfg = self.config
+        members = MemberTokens()
+        self._spawn("agent-members", MemberTokensFollower(cfg.kv_url, members).run)
         security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
-                                 cfg.http_read_token_file, cfg.http_public_reads)
-        self._http = HttpApi(self.rest, *address, security=security)
+                                 cfg.http_read_token_file, cfg.http_public_reads, members)
+        self._http = HttpApi(self.rest, *address, security=security, node=cfg.node)
         host, port = self._http.address
         if security.generated_token is not None:
             path = token_dir() / token_name(host, port)

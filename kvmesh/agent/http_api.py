@@ -428,7 +428,7 @@ class HttpApi:
     `kvmesh.agent.http_server`)."""
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
-                 limits: HttpLimits | None = None) -> None:
+                 limits: HttpLimits | None = None, *, node: str) -> None:
         backend = api
 
         def respond(request: RestRequest) -> tuple[int, bytes, str]:
@@ -442,7 +442,7 @@ class HttpApi:
 
         self.security = security
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
-                                       frozenset(m for m, _path in ALL_ROUTES), is_read)
+                                       frozenset(m for m, _path in ALL_ROUTES), is_read, node)
 
     @property
     def address(self) -> tuple[str, int]:

@@ -79,7 +79,7 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
                        token_file: str | None, read_token_file: str | None = None,
                        public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
-    or a non-loopback --http without TLS and token); the agent's arguments for them."""
+    or a non-loopback --http without TLS); the agent's arguments for them."""
     from kvmesh.agent.http_security import (
         HttpConfigError,
         check_bind,
@@ -126,8 +126,9 @@ def agent_options(fn: Any) -> Any:
                      "DATA_DIR/agent]."),
         click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
         click.option("--http", default=None, help="Serve the REST API on ADDR:PORT (loopback "
-                     "unless --http-cert, --http-key and --http-token-file are given); every "
-                     "request needs a bearer token (docs/security.md)."),
+                     "unless --http-cert and --http-key are given); every request needs a "
+                     "bearer token: the agent's, or a member's whose hash is in the mesh "
+                     "(docs/security.md)."),
         click.option("--http-cert", default=None, type=click.Path(dir_okay=False),
                      help="TLS certificate (PEM) of the REST API."),
         click.option("--http-key", default=None, type=click.Path(dir_okay=False),
