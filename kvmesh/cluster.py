@@ -319,10 +319,19 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string is a JSON string
 
 
-def write_node_config(path: Path, values: Mapping[str, object]) -> None:
-    """A node's TOML configuration file (flat table of ints, floats, strings, booleans and
-    lists of them, e.g. a leaf's `key_prefix_filters`)."""
-    lines = [f"{key} = {_toml_value(value)}\n" for key, value in values.items()]
+def _toml_key(key: str) -> str:
+    bare = key and all(c.isascii() and (c.isalnum() or c in "-_") for c in key)
+    return key if bare else json.dumps(key)
+
+
+def write_node_config(path: Path, values: Mapping[str, object],
+                      tables: Mapping[str, Mapping[str, object]] | None = None) -> None:
+    """A node's TOML configuration file: top-level ints, floats, strings, booleans and lists
+    of them (e.g. a leaf's `key_prefix_filters`), then `tables` ([peers], [agent]) of those."""
+    lines = [f"{_toml_key(key)} = {_toml_value(value)}\n" for key, value in values.items()]
+    for table, entries in (tables or {}).items():
+        lines.append(f"\n[{_toml_key(table)}]\n")
+        lines += [f"{_toml_key(key)} = {_toml_value(value)}\n" for key, value in entries.items()]
     safefs.write_replace(path, "".join(lines).encode())
 
 

@@ -39,8 +39,10 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kvmesh.cli.keys_cmds": ("keys",),
     "kvmesh.cli.ops_cmds": ("apply", "completion", "confirm", "model", "plan"),
 }
-# ops_cmds adds `config export` and `config history` to agent_cmds' `config` group.
-ALSO_LOADS: dict[str, tuple[str, ...]] = {"kvmesh.cli.agent_cmds": ("kvmesh.cli.ops_cmds",)}
+# ops_cmds adds `config export` and `config history` to agent_cmds' `config` group;
+# node_init_cmds adds `node init` to kvstore_cmds' `node` group.
+ALSO_LOADS: dict[str, tuple[str, ...]] = {"kvmesh.cli.agent_cmds": ("kvmesh.cli.ops_cmds",),
+                                          "kvmesh.cli.kvstore_cmds": ("kvmesh.cli.node_init_cmds",)}
 _loaded: set[str] = set()
 _MODULE_OF = {command: module for module, commands in COMMAND_MODULES.items()
               for command in commands}
