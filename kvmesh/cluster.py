@@ -151,11 +151,12 @@ class ClusterState:
 
     def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
         """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
-        over TLS, if it has REST credentials (isolated); else the agent's own."""
-        from kvmesh.rest_client import AgentRest
+        over TLS, if it has REST credentials (isolated); else the agent's own. An answer from
+        another node's agent is refused (kvmesh.rest_client)."""
+        from kvmesh.rest_client import AgentAddress, AgentRest
 
-        return AgentRest.at(str(self.nodes[node].http), tls=bool(self.http_cert),
-                            timeout_s=timeout_s, run_dir=Path(self.run_dir))
+        address = AgentAddress.parse(str(self.nodes[node].http), bool(self.http_cert), node=node)
+        return AgentRest(address, timeout_s=timeout_s, run_dir=Path(self.run_dir))
 
     def curve(self, node: str) -> ClientCurve | None:
         """The operator's keys for talking to `node` (None: insecure cluster)."""

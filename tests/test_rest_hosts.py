@@ -17,6 +17,7 @@ dialled h3's loopback address, which on h1 is h1's agent).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -103,6 +104,10 @@ class Fleet:
         self.write_member(name, **rest_record_fields(rest_url, str(cert), None), **extra)
 
 
+def token_sha256(ops: Path) -> str:
+    return hashlib.sha256((ops / "op.token").read_text().strip().encode()).hexdigest()
+
+
 def node_init(fleet: Fleet, name: str, join: Host | None) -> Host:
     directory = fleet.tmp / name
     args = [*KVMESH, "node", "init", name, "--dir", str(directory),
@@ -162,11 +167,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             host.proc.wait_answering(host.cmd_url, timeout=60, curve=ClientCurve(
                 load_key_pair(str(ops / "op.key_secret")),
                 load_public_key(str(host.public_key))))
-        token = (ops / "op.token").read_text().strip()
-        import hashlib
-
-        fleet.write_member("op", role="operator",
-                           token_sha256=hashlib.sha256(token.encode()).hexdigest())
+        fleet.write_member("op", role="operator", token_sha256=token_sha256(ops))
         for host in fleet.hosts.values():
             if host.name in LOOPBACK_REST:  # admitted without REST fields (no pin)
                 fleet.write_member(host.name, cmd_url=host.cmd_url,
@@ -232,7 +233,7 @@ def test_an_answer_from_another_node_is_an_error(fleet: Fleet) -> None:
     fleet.admit("ghost", h2_url, h2.directory / "h2-rest.pem")
     done = values(fleet, "h1", "ghost")
     assert done.returncode == 1 and done.stdout == ""
-    assert f"answered as node 'h2', not node 'ghost'" in done.stderr
+    assert "answered as node 'h2', not node 'ghost'" in done.stderr
     # Pinned to a certificate h2 does not have: refused before the request (and token) is sent.
     fleet.admit("ghost", h2_url, fleet.hosts["h1"].directory / "h1-rest.pem")
     done = values(fleet, "h1", "ghost")
@@ -243,14 +244,15 @@ def test_an_answer_from_another_node_is_an_error(fleet: Fleet) -> None:
 def test_the_operator_token_stops_working_when_the_member_is_removed(fleet: Fleet) -> None:
     assert "linux/interface/only-on-h2" in wait_until(
         lambda: keys_of(values(fleet, "h1", "h2")), timeout=30, interval=0.2)
-    import hashlib
-
-    digest = hashlib.sha256((fleet.ops / "op.token").read_text().strip().encode()).hexdigest()
+    digest = token_sha256(fleet.ops)
     fleet.write_member("op", role="operator", token_sha256=digest, state="removed")
     try:
-        refused = wait_until(lambda: (lambda d: d if d.returncode != 0 else None)(
-            values(fleet, "h1", "h2")), timeout=10, interval=0.2)
-        assert "HTTP 401" in refused.stderr and "wrong bearer token" in refused.stderr
+        def refused() -> str:
+            done = values(fleet, "h1", "h2")
+            return "" if done.returncode == 0 else done.stderr
+
+        error = wait_until(refused, timeout=10, interval=0.2)
+        assert "HTTP 401" in error and "wrong bearer token" in error
     finally:
         fleet.write_member("op", role="operator", token_sha256=digest)
     assert "linux/interface/only-on-h2" in wait_until(
