@@ -25,8 +25,10 @@ The token, first found of:
    by root and the group `kvmesh` only;
 4. the operator's own token beside their key file (`KVMESH_KEY_FILE` NAME.key_secret ->
    NAME.token, `kvmesh keys token`): accepted by every agent once its hash is in the operator's
-   member record. Never a path the mesh names: a forged agent record cannot make the client
-   read a file and send it elsewhere.
+   member record, so sent only to an agent on loopback or one whose certificate the member
+   record pins (a forged `node/<N>/agent` address gets no token that opens every agent).
+Never a path the mesh names: a forged agent record cannot make the client read a file and send
+it elsewhere.
 """
 
 from __future__ import annotations
@@ -178,10 +180,10 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
                 reasons.append(str(exc))
     operator = operator_token_file()
     if operator is not None:
-        try:
-            return Credentials(read_token(operator), str(operator), ca)
-        except TokenFileError as exc:
-            reasons.append(str(exc))
+        token, why = _operator_token(operator, address)
+        if token is not None:
+            return Credentials(token, str(operator), ca)
+        reasons.append(why)
     if not is_loopback_host(address.host):
         reasons.append(f"no token for {address.text}")
     return Credentials(None, "; ".join(reasons) + " (root and the group kvmesh can read a local "
@@ -190,17 +192,30 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
 
 
 def operator_token_file() -> Path | None:
-    """The operator's token beside their key file (NAME.key_secret -> NAME.token), if there is
-    one and it is theirs alone (safefs: not a file another user could have planted)."""
+    """Where the operator's token would be: beside their key file (NAME.key_secret ->
+    NAME.token), if it exists."""
     key_file = os.environ.get(KEY_FILE_ENV)
     if not key_file or not key_file.endswith(".key_secret"):
         return None
     path = Path(key_file[:-len(".key_secret")] + ".token")
+    return path if os.path.lexists(path) else None
+
+
+def _operator_token(path: Path, address: AgentAddress) -> tuple[str | None, str]:
+    """The operator's token for `address`, or why not. Every agent accepts it: it goes only to
+    an agent that proves, by the certificate its member record pins, to be that node's (or to
+    one on loopback); and only from a file that is theirs alone (safefs: not one another user
+    could have planted or can read)."""
+    if not (address.cert_sha256 or is_loopback_host(address.host)):
+        return None, (f"{path} is sent only to agents whose member record pins their "
+                      f"certificate, and {address.text} has none")
     try:
         safefs.check_private_file(path)
-    except OSError:
-        return None
-    return path
+        if os.lstat(path).st_mode & 0o077:
+            raise safefs.UnsafePathError(path, "readable by others (chmod 600)")
+        return read_token(path), ""
+    except (OSError, TokenFileError) as exc:
+        return None, str(exc)
 
 
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:

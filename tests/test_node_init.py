@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path,
                                                   keys: dict[str, Path]) -> None:
     not_a_key = tmp_path / "junk.key"
     not_a_key.write_text("not a key\n")
-    cases: list[tuple[dict[str, object], str]] = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"join_key": None}, "--join and --join-key go together"),
         ({"join": "h1"}, "--join: peer must be NAME=CMD_URL"),
         ({"join_key": not_a_key}, "--join-key"),

@@ -205,3 +205,27 @@ def test_member_rest_fields_and_the_member_add_options(
                          ((None, None, str(tmp_path / "missing")), "cannot read")):
         with pytest.raises(PinError, match=message):
             rest_record_fields(*bad)
+
+
+def test_the_operator_token_beside_the_key_goes_only_to_pinned_or_local_agents(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every agent accepts it, so a forged `node/<N>/agent` address must not get it."""
+    from kvmesh.rest_client import credentials_for
+    from kvstore import KEY_FILE_ENV, generate
+
+    for env in ("KVMESH_HTTP_TOKEN_FILE", "KVMESH_RUN_DIR"):
+        monkeypatch.delenv(env, raising=False)
+    _public, secret = generate("op", tmp_path / "ops")
+    token = tmp_path / "ops" / "op.token"
+    token.write_text(MEMBER_TOKEN + "\n")
+    token.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(secret))
+    run_dir = tmp_path / "no-cluster"
+    unpinned = credentials_for(AgentAddress("198.18.0.9", 8080, True, "h9"), run_dir)
+    assert unpinned.token is None and "sent only to agents whose member record pins" in \
+        unpinned.source
+    pinned = AgentAddress("198.18.0.9", 8080, True, "h9", "ab" * 32)
+    assert credentials_for(pinned, run_dir).token == MEMBER_TOKEN
+    assert credentials_for(AgentAddress("127.0.0.1", 1), run_dir).token == MEMBER_TOKEN
+    token.chmod(0o644)  # readable by others: not the operator's alone, not used
+    assert credentials_for(pinned, run_dir).token is None
