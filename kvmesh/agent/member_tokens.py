@@ -23,8 +23,9 @@ from typing import Any
 
 import msgpack
 
+from kvmesh.agent.follow import follow
 from kvmesh.agent.http_auth import OPERATOR, READER, MemberToken
-from kvstore import KvStoreClient, KvStoreError, Subscription
+from kvstore import KvStoreClient, Subscription
 
 log = logging.getLogger("kvmesh.agent.members")
 
@@ -84,28 +85,19 @@ class MemberTokensFollower:
         self.tokens = tokens
 
     def run(self, stop: threading.Event) -> None:
-        client = KvStoreClient(self.kv_url)
-        sub: Subscription | None = None
-        next_dump = 0.0
-        try:
-            while not stop.is_set():
-                try:
-                    if sub is None:
-                        sub = client.subscribe(prefix=MEMBER)
-                        next_dump = 0.0  # what was published before the subscription
-                    if _drained(sub, WAIT_S) or time.monotonic() >= next_dump:
-                        self._reload(client)
-                        next_dump = time.monotonic() + REDUMP_S
-                except KvStoreError as exc:
-                    log.warning("KvStore %s: %s (member tokens: retrying)", self.kv_url, exc)
-                    if sub is not None:
-                        sub.close()
-                        sub = None
-                    stop.wait(1.0)
-        finally:
-            if sub is not None:
-                sub.close()
-            client.close()
+        next_dump = 0.0  # at once; and again after an error: what was published meanwhile
+
+        def step(client: KvStoreClient, sub: Subscription) -> None:
+            nonlocal next_dump
+            if _drained(sub, WAIT_S) or time.monotonic() >= next_dump:
+                self._reload(client)
+                next_dump = time.monotonic() + REDUMP_S
+
+        def failed() -> None:
+            nonlocal next_dump
+            next_dump = 0.0
+
+        follow(self.kv_url, MEMBER, stop, step, "member tokens", failed)
 
     def _reload(self, client: KvStoreClient) -> None:
         dump = client.dump(prefix=MEMBER)
