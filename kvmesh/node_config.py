@@ -152,11 +152,13 @@ def _check_agent(effective: Effective, where: str) -> None:
         raise ConfigError(f"{where}: agent.downstream_resync_s must be >= 1, got "
                           f"{effective['agent.downstream_resync_s']!r}")
     if effective["agent.http"]:
+        import click
+
         from kvmesh.cli.common import parse_http
 
         try:
             parse_http(effective["agent.http"])
-        except ValueError as exc:  # click.BadParameter
+        except click.BadParameter as exc:
             raise ConfigError(f"{where}: agent.http: expected ADDR:PORT, got "
                               f"{effective['agent.http']!r}") from exc
 
@@ -242,7 +244,6 @@ class Reloader:
             node.counters[stats.CONFIG_RELOAD_FAILURES] += 1
             log.error("SIGHUP: %s; the running configuration is kept", exc)
             return
-        set_log_level(running.effective["log_level"])
         for key, (old, value) in plan.live.items():
             log.info("SIGHUP: %s: %s -> %s (applied)", key, _shown(old), _shown(value))
         for key, (old, value) in plan.restart.items():
@@ -253,6 +254,7 @@ class Reloader:
         self.running = running
         log.info("SIGHUP: %s re-read: %d change(s) applied, %d need a restart", path,
                  len(plan.live), len(plan.restart))
+        set_log_level(running.effective["log_level"])  # last: the lines above at the old one
 
 
 def set_log_level(level: str) -> None:
