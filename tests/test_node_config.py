@@ -23,7 +23,7 @@ from kvmesh.node_config import (
     build_run_config,
     flag_values,
 )
-from kvstore import ConfigError, NodeConfig, PeerAddress
+from kvstore import ConfigError, NodeConfig, PeerAddress, read_config_file
 from kvstore import version as kvstore_version
 
 FILE = """\
@@ -163,3 +163,13 @@ def test_version_is_the_packages_and_loads_no_command() -> None:
     assert printed == f"kvmesh {version('kvmesh')}"
     assert version("kvmesh") == kvstore_version.__version__
     assert loaded == "['kvmesh.cli.context']", loaded  # no command's module
+
+
+def test_the_documented_example_is_a_valid_file(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "kvstore.md").read_text()
+    example = doc.split("### The configuration file", 1)[1].split("```toml\n", 1)[1]
+    path = config_file(tmp_path, example.split("```", 1)[0])
+    values = read_config_file(str(path), SCHEMA)
+    assert values["name"] == "h1" and values["agent.enabled"] is True
+    assert values["key_file"] == str(tmp_path / "keys/h1.key_secret")
+    assert set(values) >= {"peers.h2", "peers.h3", "agent.http_token_file", "log_level"}

@@ -102,7 +102,7 @@ def test_a_file_others_may_write_is_refused(tmp_path: Path, mode: int, needle: s
 def test_a_directory_or_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"refusing {tmp_path}: it is a directory"):
         read_config_file(tmp_path)
-    with pytest.raises(ConfigError, match="absent.toml: cannot read: No such file"):
+    with pytest.raises(ConfigError, match=r"absent\.toml: cannot read: No such file"):
         read_config_file(tmp_path / "absent.toml")
     os.mkfifo(tmp_path / "fifo.toml")  # opened without blocking, then refused
     with pytest.raises(ConfigError, match="not a regular file"):
@@ -170,3 +170,21 @@ def test_a_reload_applies_live_changes_and_keeps_restart_only_values() -> None:
     assert after.section("peers") == {"b": "tcp://2.2.2.2:1", "c": "tcp://3.3.3.3:1"}
     assert after.sources["max_peers"] == "file" and after.sources["zmq_hwm"] == "default"
     assert node_config(after).peers.keys() == {"b", "c"}
+
+
+def test_the_knobs_table_says_which_are_live() -> None:
+    """docs/kvstore.md's "Tuning knobs" table: every knob, and its SIGHUP column is the
+    declaration's."""
+    doc = (Path(__file__).parents[2] / "docs" / "kvstore.md").read_text()
+    table = doc.split("#### Tuning knobs", 1)[1].split("\n\n")[2]
+    documented: dict[str, str] = {}
+    for row in table.splitlines()[2:]:
+        keys, _default, applies = row.split(" | ")[:3]
+        for key in keys.strip("| ").split(", "):
+            documented[key.strip("`")] = applies
+    knobs = {f.name for f in dataclasses.fields(NodeConfig)} - {
+        "name", "cmd_url", "pub_url", "peers", "leaf", "key_prefix_filters",
+        "key_originator_filters", "data_dir", "discard_corrupt_state", "durability"}
+    assert knobs <= set(documented), knobs - set(documented)
+    for key, applies in documented.items():
+        assert applies == ("live" if NODE_SCHEMA.is_live(key) else "restart"), key

@@ -4,6 +4,7 @@ a broken file changes nothing. A real `kvmesh node run --config FILE` process, r
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
@@ -125,6 +126,10 @@ def test_sighup_applies_peers_and_tunables_and_logs_what_needs_a_restart(
     assert node.counter("kvstore.config.restart_pending") == 0
 
 
+def failures_reach(node: ConfiguredNode, count: int) -> bool:
+    return node.counter("kvstore.config.reload_failures") == count
+
+
 @pytest.mark.process
 def test_sighup_with_a_broken_file_keeps_the_running_configuration(
         configured: ConfiguredNode) -> None:
@@ -138,12 +143,12 @@ def test_sighup_with_a_broken_file_keeps_the_running_configuration(
         node.write(broken)
         node.hangup()
         reloads += 1
-        wait_until(lambda: node.counter("kvstore.config.reload_failures") == reloads,
-                   timeout=15, message=f"reload refused\n{node.log()}")
+        wait_until(functools.partial(failures_reach, node, reloads), timeout=15,
+                   message=f"reload refused\n{node.log()}")
         assert node.peers() == {"n2"}
     node.path.chmod(0o666)  # a file others may write is no order to take
     node.hangup()
-    wait_until(lambda: node.counter("kvstore.config.reload_failures") == reloads + 1, timeout=15)
+    wait_until(functools.partial(failures_reach, node, reloads + 1), timeout=15)
     assert "writable by group or others" in node.log()
     assert node.peers() == {"n2"} and node.counter("kvstore.config.reloads") == 0
     assert node.stop() == 0
