@@ -36,11 +36,11 @@ from kvstore import (
     settle_data_dir,
     stats,
 )
-from kvstore.config_layers import Effective, Schema, Setting
 
 log = logging.getLogger(__name__)
 
-AGENT_SCHEMA = Schema((
+Setting = config_layers.Setting
+AGENT_SCHEMA = config_layers.Schema((
     Setting("agent.enabled", False, help="run this node's agent (--agent)"),
     Setting("agent.linux", False),
     Setting("agent.linux_netns", ""),
@@ -80,7 +80,7 @@ class RunConfig:
     """The effective configuration of `node run`, checked; `node` is its kvstore part."""
 
     path: str | None  # the configuration file, if any
-    effective: Effective
+    effective: config_layers.Effective
     node: NodeConfig
 
     @property
@@ -125,7 +125,7 @@ def build_run_config(path: str | None, flags: Mapping[str, Any]) -> RunConfig:
     return RunConfig(path, effective, node_config(effective, where))
 
 
-def _agent_defaults(effective: Effective) -> Effective:
+def _agent_defaults(effective: config_layers.Effective) -> config_layers.Effective:
     """Defaults that depend on other settings: the agent's durable state lives with the node's
     (kept by `cluster down`); a leaf running its agent keeps what the agent needs
     (docs/kvstore.md, "Leaf nodes")."""
@@ -141,7 +141,7 @@ def _agent_defaults(effective: Effective) -> Effective:
     return effective
 
 
-def _check_agent(effective: Effective, where: str) -> None:
+def _check_agent(effective: config_layers.Effective, where: str) -> None:
     if not effective["agent.enabled"]:
         given = [key for key in sorted(effective.values) if key.startswith("agent.")
                  and key != "agent.linux_state_dir" and effective.given(key)]
