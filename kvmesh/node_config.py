@@ -143,11 +143,11 @@ def _agent_defaults(effective: config_layers.Effective) -> config_layers.Effecti
 
 def _check_agent(effective: config_layers.Effective, where: str) -> None:
     if not effective["agent.enabled"]:
-        given = [key for key in sorted(effective.values) if key.startswith("agent.")
-                 and key != "agent.linux_state_dir" and effective.given(key)]
+        given = [_named(key, effective) for key in sorted(effective.values)
+                 if key.startswith("agent.") and effective.given(key)]
         if given:
-            raise ConfigError(f"{where}: agent option(s) {', '.join(given)} need the agent "
-                              "(--agent, or enabled = true in [agent])")
+            raise ConfigError(f"{where}: agent option(s) {', '.join(given)} need --agent (or "
+                              "enabled = true in [agent])")
     if effective["agent.downstream_resync_s"] < 1:
         raise ConfigError(f"{where}: agent.downstream_resync_s must be >= 1, got "
                           f"{effective['agent.downstream_resync_s']!r}")
@@ -161,6 +161,14 @@ def _check_agent(effective: config_layers.Effective, where: str) -> None:
         except click.BadParameter as exc:
             raise ConfigError(f"{where}: agent.http: expected ADDR:PORT, got "
                               f"{effective['agent.http']!r}") from exc
+
+
+def _named(key: str, effective: config_layers.Effective) -> str:
+    """`key` as its source spells it: `--linux-netns` on the command line, `agent.linux_netns`
+    in the file."""
+    if effective.sources[key] == "flag":
+        return "--" + key.partition(".")[2].replace("_", "-")
+    return key
 
 
 def agent_args(run: RunConfig) -> list[str]:

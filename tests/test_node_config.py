@@ -115,7 +115,7 @@ def test_check_prints_each_values_source(tmp_path: Path) -> None:
     ("name = 'n1'\n[agent]\nenabled = true\nhttp = 'nowhere'\n", "agent.http: expected ADDR"),
     ("name = 'n1'\n[agent]\nenabled = true\ndownstream_resync_s = 0\n",
      "agent.downstream_resync_s must be >= 1"),
-    ("name = 'n1'\n[agent]\nlinux = true\n", "agent option(s) agent.linux need the agent"),
+    ("name = 'n1'\n[agent]\nlinux = true\n", "agent option(s) agent.linux need --agent"),
     ("name = 'n1'\nzmq_hwm = 1\n", "zmq_hwm must be an integer >= 64"),
     ("name = 'n1'\n[peers]\nn1 = 'tcp://127.0.0.1:1'\n", "peer 'n1' is this node itself"),
     ("cmd_url = 'tcp://127.0.0.1:1'\n", "no node name: give name = \"NAME\" in it, or --name"),
