@@ -88,7 +88,8 @@ class Schema:
         return Schema((*self.settings, *other.settings))
 
     def find(self, key: str) -> Setting | None:
-        section, _, _ = key.rpartition(".")
+        # A free name may hold dots itself (a peer named after its host: peers.h1.example.org).
+        section = key.partition(".")[0]
         return self._by_key.get(key) or self._by_key.get(f"{section}.{ANY_NAME}")
 
     def flatten(self, document: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -107,7 +108,7 @@ class Schema:
                 setting = self.find(key)
                 if setting is None:
                     unknown.append(key)
-                elif setting.free_names and not key.rpartition(".")[2]:
+                elif setting.free_names and not key.partition(".")[2]:
                     raise ConfigError(f"{where}: {key}: a name may not be empty")
                 else:
                     flat[key] = setting.check(key, item, where)

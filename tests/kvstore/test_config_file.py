@@ -47,6 +47,7 @@ def test_printed_configuration_reads_back_to_the_same_values(tmp_path: Path) -> 
     path = write(tmp_path / "n.toml", 'name = "n \\"quoted\\" é"\nsync_interval_s = 2\n'
                  'leaf = true\nkey_prefix_filters = ["a/", "b\\\\c"]\n'
                  '[peers]\n"odd name" = "tcp://1.2.3.4:5,tcp://1.2.3.4:6"\n'
+                 '"h1.example.org" = "tcp://1.2.3.4:7"\n'
                  '[extra]\nflag = true\n', 0o644)
     effective = layer(SCHEMA, read_config_file(path, SCHEMA), {"log_level": "debug"})
     text = render(SCHEMA, effective)
@@ -54,6 +55,7 @@ def test_printed_configuration_reads_back_to_the_same_values(tmp_path: Path) -> 
     assert "sync_interval_s = 2.0  # file" in text
     again = layer(SCHEMA, SCHEMA.flatten(tomllib.loads(text), "printed"), {})
     assert dict(again.values) == dict(effective.values)
+    assert again.section("peers").keys() == {"odd name", "h1.example.org"}
 
 
 @pytest.mark.parametrize(("text", "needle"), [
