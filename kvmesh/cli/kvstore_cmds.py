@@ -98,7 +98,7 @@ def node_group() -> None:
 @agent_options
 def node_run(config_path: str | None, check: bool, peers: Sequence[str],
              **options: Any) -> None:
-    """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
+    """Run a node in the foreground until SIGTERM/SIGINT (exit code 0); SIGHUP re-reads --config."""
     from kvmesh.node_config import (
         Reloader,
         agent_args,
