@@ -155,6 +155,11 @@ def test_the_command_prints_the_admission_and_refuses_with_one_line(
     assert (f"kvmesh member add h2 --key {tmp_path}/etc/keys/h2.key --address "
             f"tcp://198.18.0.2:60002,tcp://198.18.0.2:60001 --peer h1 --rest-url "
             f"https://198.18.0.2:8080 --rest-cert {tmp_path}/etc/h2-rest.pem") in done.stdout
+    # The file is what `node run --config` takes (its loader, with the agent and its TLS).
+    check = subprocess.run([*KVMESH, "node", "run", "--config", str(tmp_path / "etc" / "h2.toml"),
+                            "--check"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    assert 'http_cert = "' + str(tmp_path / "etc" / "h2-rest.pem") + '"  # file' in check.stdout
     again = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.startswith("error: --dir") and len(again.stderr.splitlines()) == 1

@@ -1,7 +1,7 @@
 """Talking to another host's agent reaches that host, or fails (issue 25).
 
 Three "hosts" (network namespaces on a bridge, kvmesh.netlab), each made with `kvmesh node init`
-and running `kvmesh node run --agent` from what it wrote:
+and running `kvmesh node run --config` on the file it wrote:
   h1  REST on 127.0.0.1:8080, plain HTTP (loopback only, the default documented before 0.5:
       the original bug's setup)
   h2  REST on its own address, TLS with the certificate `node init` made (pinned from its
@@ -33,6 +33,7 @@ import msgpack
 import pytest
 
 from kvmesh import launch, netlab
+from kvmesh.cluster import write_node_config
 from kvmesh.rest_pin import member_key, rest_record_fields
 from kvstore import ClientCurve, KvStoreClient, load_key_pair, load_public_key
 from kvstore.client import make_value
@@ -125,26 +126,25 @@ def node_init(fleet: Fleet, name: str, join: Host | None) -> Host:
 
 
 def start(host: Host, fleet: Fleet) -> None:
-    """`kvmesh node run --agent` with what `node init` wrote (the flags `node run --config`
-    takes from the file)."""
-    config, agent = host.config, host.config["agent"]
-    peers = dict(config.get("peers", {}))
-    loopback = host.name in LOOPBACK_REST  # plain HTTP, as before node init made certificates
-    if host.name == "h1":  # the other side of the joins (what `member add --peer h1` does)
-        peers = {other.name: other.cmd_url for other in fleet.hosts.values() if other is not host}
+    """`kvmesh node run --config NAME.toml`, the file `node init` wrote. h1 and h3 run their
+    REST API as documented before 0.5 (plain HTTP on loopback): their files lose the
+    certificate. h1 also takes the other side of the joins (`--peer`, and the joiners' keys:
+    what `member add --peer h1` does once membership is in the mesh)."""
+    path = host.directory / f"{host.name}.toml"
+    if host.name in LOOPBACK_REST:
+        config = tomllib.loads(path.read_text())
+        for option in ("http_cert", "http_key"):
+            del config["agent"][option]
+        tables = {name: config.pop(name) for name in ("peers", "agent")}
+        write_node_config(path, config, tables)
+    argv = [*KVMESH, "node", "run", "--config", str(path), "--downstream-resync-s", "3600"]
+    if host.name == "h1":
         for other in fleet.hosts.values():
             if other is not host:
+                argv += ["--peer", f"{other.name}={other.cmd_url}"]
                 (host.directory / "authorized-keys" / "peer" / f"{other.name}.key").write_bytes(
                     other.public_key.read_bytes())
-    spec = launch.NodeSpec(
-        host.name, config["cmd_url"], config["pub_url"], peers=peers,
-        data_dir=config["data_dir"], key_file=config["key_file"],
-        authorized_keys=config["authorized_keys"], netns=host.netns,
-        agent=launch.AgentOptions(http=agent["http"],
-                                  http_cert=None if loopback else agent["http_cert"],
-                                  http_key=None if loopback else agent["http_key"],
-                                  downstream_resync_s=3600))
-    host.proc = launch.start(spec, fleet.tmp / f"{host.name}.log")
+    host.proc = launch.start(launch.in_netns(host.netns, argv), fleet.tmp / f"{host.name}.log")
 
 
 @pytest.fixture(scope="module")
