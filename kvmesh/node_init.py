@@ -33,10 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvmesh.cluster import write_node_config
-from kvstore import ConfigError, CurveError, NodeConfig, generate, load_public_key, safefs
-from kvstore.config import PeerAddress, parse_peer
+from kvstore import (
+    DEFAULT_DATA_ROOT,
+    ConfigError,
+    CurveError,
+    NodeConfig,
+    PeerAddress,
+    generate,
+    load_public_key,
+    parse_peer,
+    safefs,
+)
 
-DEFAULT_DATA_ROOT = "/var/lib/kvmesh"
 DEFAULT_REST_PORT = 8080
 DEFAULT_PUB_PORT = 60001
 CERT_DAYS = 3650  # pinned by fingerprint, not trusted by expiry: rotated by re-admission
