@@ -168,6 +168,7 @@ def certs(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
     return made
 
 
+@pytest.mark.process  # openssl makes the certificates
 def test_the_pinned_certificate_is_checked_before_the_token_is_sent(
         serve: Any, certs: dict[str, tuple[Path, Path]]) -> None:
     h2 = serve("h2", load_security(str(certs["h2"][0]), str(certs["h2"][1]), None,
@@ -185,6 +186,7 @@ def test_the_pinned_certificate_is_checked_before_the_token_is_sent(
         unpinned.json("GET", "/scheduler/stats")  # self-signed and no CA given
 
 
+@pytest.mark.process
 def test_member_rest_fields_and_the_member_add_options(
         tmp_path: Path, certs: dict[str, tuple[Path, Path]]) -> None:
     token = tmp_path / "op.token"
