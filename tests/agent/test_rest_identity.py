@@ -60,11 +60,12 @@ def test_every_answer_names_the_node(serve: Any) -> None:
     for method, path, headers, status in (("GET", "/scheduler/stats", good, 200),
                                           ("GET", "/scheduler/stats", {}, 401),
                                           ("GET", "/no/such/endpoint", good, 404),
+                                          ("GET", "/scheduler/txn-history?seq-num=x", good, 400),
                                           ("TRACE", "/scheduler/stats", good, 405)):
         got, body, resp = call(api, method, path, headers)
         assert got == status
         assert resp.getheader("X-Kvmesh-Node") == "h2", (method, path)
-        if status in (401, 405):  # the server's own refusals say it in the JSON too
+        if status != 200:  # and every JSON error says it too
             assert body["node"] == "h2"
 
 
