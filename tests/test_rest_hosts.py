@@ -223,6 +223,13 @@ def test_values_of_another_host_come_from_that_host(fleet: Fleet) -> None:
     shown = wait_until(lambda: keys_of(values(fleet, "h1", "h2")), timeout=30, interval=0.2)
     assert "linux/interface/only-on-h2" in shown and "linux/interface/only-on-h1" not in shown
     assert "linux/interface/only-on-h1" in keys_of(values(fleet, "h1", "h1"))
+    # A write too: the member token is an operator's (h2's log records who asked).
+    resync = fleet.cli("h1", "resync", "--node", "h2")
+    assert resync.returncode == 0, resync.stderr
+    h2 = fleet.hosts["h2"].proc
+    assert h2 is not None
+    wait_until(lambda: "REST POST /scheduler/downstream-resync by member op's operator token "
+               "(mesh)" in h2.log(), timeout=10, message="h2 logged the resync")
 
 
 def test_an_answer_from_another_node_is_an_error(fleet: Fleet) -> None:
