@@ -43,7 +43,7 @@ def test_a_killed_peer_is_marked_down_within_the_default_bound_and_comes_back(
     mesh: Mesh,
 ) -> None:
     # The reported setup: a 3-node chain, anti-entropy off (as in tests), default liveness knob.
-    n1, n2, n3 = mesh.chain(["n1", "n2", "n3"])
+    _n1, n2, n3 = mesh.chain(["n1", "n2", "n3"])
     wait_until(lambda: _state_of(n2, "n3") == "INITIALIZED", timeout=20, message="n3 synced")
     n3.kill()  # SIGKILL: no goodbye
     killed = time.monotonic()
