@@ -65,9 +65,9 @@ def test_health_status_filters_exit_codes_and_a_dead_node_shown_stale(tmp_path: 
         _kvmesh(env, "config", "set", "n2", "linux/interface/br9",
                 json.dumps({"type": "bridge"}))
 
-        def n2_failed() -> dict[str, Any] | None:
+        def n2_failed() -> dict[str, Any]:
             code, nodes = _health(env)
-            return nodes["n2"] if code == 1 and nodes["n2"]["oldest_failed"] else None
+            return nodes["n2"] if code == 1 and nodes["n2"]["oldest_failed"] else {}
 
         n2 = wait_until(n2_failed, timeout=60, interval=0.5, message="n2 has a FAILED value")
         assert n2["oldest_failed"]["key"] in ("linux/interface/vxa", "linux/interface/vxb")
@@ -97,9 +97,9 @@ def test_health_status_filters_exit_codes_and_a_dead_node_shown_stale(tmp_path: 
                    .stdout, timeout=30, interval=0.5, message="br3 CONFIGURED on n3")
         os.kill(state.nodes["n3"].pids["node"], signal.SIGKILL)
 
-        def n3_down() -> dict[str, Any] | None:
+        def n3_down() -> dict[str, Any]:
             _code, nodes = _health(env)
-            return nodes["n3"] if not nodes["n3"]["agent"]["up"] else None
+            return nodes["n3"] if not nodes["n3"]["agent"]["up"] else {}
 
         bound = (MISSED_HEARTBEATS + 2) * HEARTBEAT_MS / 1000
         n3 = wait_until(n3_down, timeout=bound, interval=1, message="n3 shown down")
