@@ -17,7 +17,7 @@ import msgpack
 
 from kvmesh.agent.keys import NODE, STATUS
 from kvmesh.agent.liveness import AgentLiveness, agent_liveness
-from kvstore.value import Value
+from kvstore import Value
 
 MEMBER = "member/"
 # Value states that make a node unhealthy (and `kvmesh status` exit 1).

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvstore.value import TTL_INFINITY
+from kvstore import TTL_INFINITY
 
 HEARTBEAT_MS = 10_000
 MISSED_HEARTBEATS = 3  # so a late flood or a busy agent is not taken for dead

@@ -61,18 +61,15 @@ class MetricsScrape:
         return [*families, *extra]
 
     def _value_families(self) -> list[MetricFamily]:
-        """This node's values by state (every state, 0 included: alerts compare it), and who
-        the agent is (labels node and version, value 1: for joins and dashboards)."""
-        from kvstore.version import __version__
-
+        """This node's values by state (every state, 0 included: alerts compare it), and which
+        node the agent serves (label node, value 1: for joins and dashboards)."""
         counts = Counter(s.state.name for s in self.scheduler.get_value_statuses())
         values = MetricFamily("kvmesh_scheduler_values", "gauge",
                               "Values known to this node's scheduler, by state")
         for state in ValueState:
             values.add(counts.get(state.name, 0), state=state.name)
-        info = MetricFamily("kvmesh_agent_info", "gauge",
-                            "1, with the node's name and the agent's software version")
-        info.add(1, node=self.config.node, version=__version__)
+        info = MetricFamily("kvmesh_agent_info", "gauge", "1, with the node's name")
+        info.add(1, node=self.config.node)
         return [values, info]
 
     def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvmesh.agent.liveness import MISSED_HEARTBEATS, agent_liveness, format_age
 from kvmesh.agent.status import StatusPublisher, decode_status
-from kvstore.value import TTL_INFINITY
+from kvstore import TTL_INFINITY
 from scheduler import ValueOrigin, ValueState, ValueStatus
 
 
