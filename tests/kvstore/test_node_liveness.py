@@ -83,3 +83,12 @@ def test_a_stopped_peer_is_silent_not_gone_and_is_detected_too(mesh: Mesh) -> No
     wait_until(lambda: _state_of(a, "b") == "INITIALIZED", timeout=10, message="b back on a")
     assert _counter(a, stats.PEER_RETURNED) == 1
     assert _counter(a, stats.KEEPALIVE_REPLIES) > 0
+
+
+def test_probes_are_answered_between_secured_peers(secure_mesh: Mesh) -> None:
+    # CurveZMQ + ZAP: the probe (NODE_INFO) is a request a `peer` key may make.
+    a, b = secure_mesh.chain(["a", "b"], peer_timeout_ms=900)
+    wait_until(lambda: _counter(a, stats.KEEPALIVE_REPLIES) >= 4, timeout=20,
+               message="a's probes answered by b")
+    assert _counter(a, stats.PEER_SILENT) == 0 and _counter(b, stats.PEER_SILENT) == 0
+    assert _state_of(a, "b") == "INITIALIZED"
