@@ -40,8 +40,12 @@ class NodeHealth:
     def problems(self) -> list[str]:
         """Why the node is unhealthy (empty: healthy)."""
         out = []
-        if not self.agent.up:
-            out.append("agent down" if self.agent.known else "no agent")
+        if self.agent.known and not self.agent.up:
+            out.append("agent down")
+        elif not self.agent.known and not (self.values or self.devices):
+            # Nothing at all from it: a member that never ran an agent. (Statuses without a
+            # record come from a 0.4.0 agent without --http, which announced none: unknown.)
+            out.append("no agent")
         out += [f"device {d} {s}" for d, s in sorted(self.devices.items())
                 if s in BAD_DEVICE_STATES]
         out += [f"{n} {s}" for s, n in sorted(self.values.items()) if s in BAD_VALUE_STATES]

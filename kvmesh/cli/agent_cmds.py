@@ -189,7 +189,7 @@ def status_text(rows: dict[str, NodeStatuses]) -> str:
     lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<20} {'LAST OP':<8} DETAILS / ERROR"]
     notes = []
     for node_name, view in rows.items():
-        if not view.agent.up:
+        if view.agent.known and not view.agent.up:
             notes.append(f"{node_name}: agent {view.agent.describe()}: its statuses are the "
                          "last it published (stale), not current")
         for model_key, rec in view.values.items():
@@ -248,7 +248,8 @@ def status_rows(node: str | None, prefix: str,
             liveness = agent_liveness(decode_status(found.value) if found else None,
                                       found.ttl_ms if found else None, now)
             view = rows[node_name] = NodeStatuses(liveness)
-        view.values[model_key] = {**record, "stale": not view.agent.up}
+        # No record at all (a 0.4.0 agent without --http published none): no way to tell.
+        view.values[model_key] = {**record, "stale": view.agent.known and not view.agent.up}
     return rows
 
 

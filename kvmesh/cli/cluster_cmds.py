@@ -140,7 +140,7 @@ def health_table(nodes: list[NodeHealth]) -> str:
             age = f" ({format_age(now - since)} ago)" if isinstance(since, int | float) else ""
             failed = f"{key}{age}: {record.get('error') or 'no error message'}"
         agent = n.agent.describe(now)
-        if not n.agent.up and n.values:
+        if n.agent.known and not n.agent.up and n.values:
             values += " (stale)"
         rows.append((n.name, agent, devices, values, failed, n.version))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]

@@ -40,3 +40,42 @@ def test_a_reader_tells_up_from_down_by_the_remaining_ttl() -> None:
     assert agent_liveness({"http": "h:1"}, 300_000 - 200_000, now).up
     assert not agent_liveness({"http": "h:1"}, 300_000 - 230_000, now).up
     assert (format_age(5), format_age(300), format_age(7300)) == ("5s", "5m00s", "2h01m")
+
+
+def test_cluster_health_from_key_values_alone() -> None:
+    import msgpack
+
+    from kvmesh.agent.health import cluster_health
+    from kvstore import Value
+
+    def kv(record: dict[str, object], ttl_ms: int = TTL_INFINITY) -> Value:
+        return Value(version=1, originator_id="x", value=msgpack.packb(record), ttl_ms=ttl_ms)
+
+    day = 86_400_000
+    beat: dict[str, object] = {"heartbeat_ms": 10_000, "ttl_ms": day}
+    kvs = {
+        "node/n1/agent": kv({**beat, "version": "0.5.0"}, day - 1_000),
+        "node/n1/device/linux": kv({"device": "linux", "state": "KNOWN"}),
+        "status/n1/a/ok": kv({"state": "CONFIGURED"}),
+        "status/n1/a/bad": kv({"state": "FAILED", "error": "late", "time": 20.0}),
+        "status/n1/a/worse": kv({"state": "FAILED", "error": "early", "time": 10.0}),
+        "node/n2/agent": kv(beat, day - 60_000),  # a minute without a refresh
+        "status/n2/a/ok": kv({"state": "CONFIGURED"}),
+        "status/n3/a/ok": kv({"state": "CONFIGURED"}),  # a 0.4.0 agent without --http
+        "member/n4": kv({"name": "n4", "state": "active"}),  # never ran an agent
+        "member/n5": kv({"name": "n5", "state": "removed"}),
+        "status/n6/a/tomb": Value(version=2, originator_id="n6", value=b""),
+    }
+    health = {n.name: n for n in cluster_health(kvs, now=1000.0)}
+    assert sorted(health) == ["n1", "n2", "n3", "n4"]
+    n1 = health["n1"]
+    assert n1.version == "0.5.0" and n1.devices == {"linux": "KNOWN"}
+    assert dict(n1.values) == {"CONFIGURED": 1, "FAILED": 2}
+    assert n1.oldest_failed is not None and n1.oldest_failed[0] == "a/worse"
+    assert n1.problems == ["2 FAILED"]
+    assert health["n2"].problems == ["agent down"] and health["n2"].version == "?"
+    assert health["n2"].agent.last_seen == 1000.0 - 60
+    assert health["n3"].healthy and not health["n3"].agent.known
+    assert health["n4"].problems == ["no agent"]
+    assert health["n1"].as_json()["oldest_failed"] == {"key": "a/worse", "error": "early",
+                                                       "since": 10.0}
