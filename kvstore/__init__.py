@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import safefs, stats
+    from kvstore import config_layers, safefs, stats, version
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -39,7 +39,19 @@ if TYPE_CHECKING:
         make_value,
         next_version,
     )
-    from kvstore.config import ConfigError, NodeConfig, PeerAddress, load_config, parse_peer
+    from kvstore.config import (
+        DEFAULT_DATA_ROOT,
+        LOG_LEVELS,
+        NODE_SCHEMA,
+        ConfigError,
+        NodeConfig,
+        PeerAddress,
+        load_config,
+        node_config,
+        parse_peer,
+        read_config_file,
+        settle_data_dir,
+    )
     from kvstore.curve import (
         ClientCurve,
         CurveError,
@@ -61,8 +73,10 @@ if TYPE_CHECKING:
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
 
-# Where each public name lives (a submodule for `safefs` and `stats`).
+# Where each public name lives (a submodule for `config_layers`, `safefs`, `stats`, `version`).
 _SURFACE: dict[str, tuple[str, ...]] = {
+    "kvstore.config_layers": ("config_layers",),
+    "kvstore.version": ("version",),
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
     "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
@@ -71,7 +85,9 @@ _SURFACE: dict[str, tuple[str, ...]] = {
         "KvStoreRequestError", "KvStoreTimeout", "KvStoreVersionExhausted", "Subscription",
         "check_response", "make_value", "next_version",
     ),
-    "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
+    "kvstore.config": ("DEFAULT_DATA_ROOT", "LOG_LEVELS", "NODE_SCHEMA", "ConfigError",
+                       "NodeConfig", "PeerAddress", "load_config", "node_config", "parse_peer",
+                       "read_config_file", "settle_data_dir"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
         "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
@@ -100,10 +116,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DB_FILE",
+    "DEFAULT_DATA_ROOT",
     "DEFAULT_TIMEOUT_S",
     "I64_MAX",
     "I64_MIN",
     "KEY_FILE_ENV",
+    "LOG_LEVELS",
+    "NODE_SCHEMA",
     "SERVER_KEY_ENV",
     "TTL_INFINITY",
     "AsyncKvStoreClient",
@@ -131,6 +150,7 @@ __all__ = [
     "Subscription",
     "Value",
     "check_response",
+    "config_layers",
     "fingerprint",
     "free_tcp_port",
     "generate",
@@ -140,14 +160,18 @@ __all__ = [
     "load_public_key",
     "make_value",
     "next_version",
+    "node_config",
     "non_loopback",
     "parse_peer",
+    "read_config_file",
     "record_identity",
     "run_node",
     "safefs",
+    "settle_data_dir",
     "stats",
     "store_is_current",
     "store_signature",
+    "version",
     "why_not_current",
     "with_ttl",
 ]

@@ -137,14 +137,10 @@ class PeerTable:
     ) -> None:
         if not 0 < parallel_syncs_start <= parallel_syncs_max:
             raise ValueError("need 0 < parallel_syncs_start <= parallel_syncs_max")
-        if dead_after_ms < 0:
-            raise ValueError("dead_after_ms must be >= 0 (0: no liveness checks)")
-        self.dead_after_ms = dead_after_ms
-        # Probes go out after a third of the limit without news: a peer that is alive answers
-        # two or three of them before it could be taken for dead.
-        self.keepalive_ms = max(1, dead_after_ms // 3)
         Backoff(initial_backoff_ms, max_backoff_ms, rng=rng, jitter=backoff_jitter)  # validate
         self._peers: dict[str, Peer] = {}
+        self.dead_after_ms = self.keepalive_ms = 0
+        self.set_dead_after(dead_after_ms)
         self._initial_backoff_ms = initial_backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._rng = rng
@@ -263,6 +259,19 @@ class PeerTable:
         return self._to_idle(peer, now_ms)
 
     # ---------------------------------------------------------------- liveness
+
+    def set_dead_after(self, dead_after_ms: int) -> None:
+        """The liveness limit (0: no probes, nobody marked down; a down peer stays down until
+        it answers a probe, so turning them off also brings the down ones back to IDLE)."""
+        if dead_after_ms < 0:
+            raise ValueError("dead_after_ms must be >= 0 (0: no liveness checks)")
+        self.dead_after_ms = dead_after_ms
+        # Probes go out after a third of the limit without news: a peer that is alive answers
+        # two or three of them before it could be taken for dead.
+        self.keepalive_ms = max(1, dead_after_ms // 3)
+        if not dead_after_ms:
+            for peer in self._peers.values():
+                peer.down = False
 
     def heard_from(self, name: str, now_ms: int) -> bool:
         """A reply came from `name` (to a probe or a sync step). Returns True when the peer was

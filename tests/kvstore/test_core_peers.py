@@ -285,3 +285,15 @@ def test_a_peer_readded_with_a_new_address_gets_the_full_time_again() -> None:
     t.add("a", 1000, spec="tcp://x:2")
     assert not t["a"].down and t.mark_silent(1899) == []
     assert [p.name for p in t.start_syncs(1000)] == ["a"]
+
+
+def test_the_liveness_limit_changes_live_and_off_brings_the_down_back() -> None:
+    t = table(dead_after_ms=900)
+    t.add("a", 0)
+    t.mark_silent(900)
+    assert t["a"].down and t.start_syncs(10**6) == []
+    t.set_dead_after(3000)
+    assert t.keepalive_ms == 1000
+    t.set_dead_after(0)
+    assert not t["a"].down and t.keepalives_due(10**7) == []
+    assert [p.name for p in t.start_syncs(10**6)] == ["a"]
