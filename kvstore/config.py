@@ -61,6 +61,11 @@ class NodeConfig:
     # A sync step not answered within this time fails the sync (peer back to IDLE, backoff).
     sync_timeout_ms: int = field(default=10_000, metadata=LIVE)
     sync_initial_backoff_ms: int = 1_000
+    # Dead or silent peers: a peer not heard from for this long (it is probed with a NODE_INFO
+    # after a third of it) is marked down: IDLE, counted (kvstore.peer_silent), logged, and
+    # synced again as soon as it answers. 0 disables the probes (a dead peer then stays
+    # INITIALIZED until a sync with it fails).
+    peer_timeout_ms: int = field(default=9_000, metadata=LIVE)
     sync_max_backoff_ms: int = 60_000
     # Digest-tree leaves asked for in one KEY_DUMP: bounds the size of one sync message.
     sync_buckets_per_request: int = field(default=4_096, metadata=LIVE)
@@ -171,6 +176,7 @@ _INT_MINIMUMS: dict[str, int] = {
     "max_clock_skew_ms": 0,
     "sync_timeout_ms": 1,
     "sync_initial_backoff_ms": 1,
+    "peer_timeout_ms": 0,
     "sync_max_backoff_ms": 1,
     "sync_buckets_per_request": 1,
     "flood_msg_per_sec": 0,

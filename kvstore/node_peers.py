@@ -10,7 +10,11 @@ to whom, as what bytes); this module moves the messages. Per peer:
   a correlation-id frame, so a reply to an abandoned sync is recognised and dropped;
 - failure (no reply within sync_timeout_ms since the last reply, a send failure, a refused or
   malformed reply): the peer goes back to IDLE with exponential backoff, and its socket is rebuilt
-  so nothing queued for an unreachable peer is delivered late.
+  so nothing queued for an unreachable peer is delivered late;
+- liveness (`peer_timeout_ms`): a NODE_INFO probe when nothing was heard from the peer for a
+  third of it; a peer silent for all of it is marked down (IDLE, a counter, a log line) and only
+  probed, each probe on a fresh socket so unanswered ones never pile up, until it answers and
+  is synced at once (`PeerTable.keepalives_due` / `mark_silent` / `heard_from` decide).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import zmq
@@ -33,7 +37,7 @@ from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
-from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Value
+from kvstore.gen.kvstore_thrift.ttypes import Command, PeerSpec, PeerState, Request, Value
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.ratelimit import FloodLimiter
@@ -62,6 +66,7 @@ class PeerLink:
     sync_id: int | None = None  # PeerTable's id of the initial sync; None for anti-entropy
     last_activity_ms: int = 0
     server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
+    probes: set[bytes] = field(default_factory=set)  # keep-alive probes awaiting a reply
 
 
 class Peering:
@@ -92,9 +97,11 @@ class Peering:
             max_backoff_ms=config.sync_max_backoff_ms,
             rng=rng,
             backoff_jitter=0.1,
+            dead_after_ms=config.peer_timeout_ms,
         )
         self.links: dict[str, PeerLink] = {}
         self._requests: dict[bytes, str] = {}  # correlation id -> peer name
+        self._probe_request = wire.encode(Request(cmd=Command.NODE_INFO))
         self._corr_ids = itertools.count(1)
         self.anti_entropy: AntiEntropyTimer | None = None
         if config.sync_interval_s > 0:
@@ -117,6 +124,7 @@ class Peering:
         remove): read from `self.config` when used, or copied into the flood protocol."""
         self.config = config
         self.flooding.max_clock_skew_ms = config.max_clock_skew_ms
+        self.table.set_dead_after(config.peer_timeout_ms)
 
     # ------------------------------------------------------------------ membership
 
@@ -188,6 +196,7 @@ class Peering:
             stats.INITIAL_SYNC_DONE: int(self._initial_sync_done),
             stats.FULL_SYNC_PARALLEL_CAP: self.table.parallel_syncs,
             stats.FULL_SYNC_RUNNING: sum(1 for s in self.links.values() if s.session),
+            stats.NUM_PEERS_DOWN: self.table.down_count(),
         }
         for state, state_name in PeerState._VALUES_TO_NAMES.items():
             out[stats.NUM_PEERS_IN(state_name)] = sum(1 for p in peers if p.state == state)
@@ -219,6 +228,7 @@ class Peering:
     def _close_socket(self, link: PeerLink) -> None:
         sock = link.sock
         link.sock = None
+        link.probes.clear()  # their replies, if any, would come on the closed socket
         if sock is not None and not sock.closed:
             self._loop.remove_reader(sock.fileno())
             sock.close(linger=0)
@@ -306,6 +316,7 @@ class Peering:
 
     def tick(self, now: int) -> None:
         self._check_timeouts(now)
+        self._check_liveness(now)
         self.start_due_syncs(now)
         self._maybe_anti_entropy(now)
         self._send_all(self.flooding.poll(now, wall_ms()))
@@ -317,6 +328,32 @@ class Peering:
             if link.session is not None and now - link.last_activity_ms > timeout:
                 self.counters[stats.FULL_SYNC_TIMEOUTS] += 1
                 self._failed(link, f"no reply within {timeout} ms")
+
+    def _check_liveness(self, now: int) -> None:
+        for peer in self.table.mark_silent(now):
+            link = self.links[peer.name]
+            self._drop_session(link)
+            link.sync_id = None
+            self.counters[stats.PEER_SILENT] += 1
+            log.warning("peer %s: nothing heard from it for %d ms (keep-alive unanswered): "
+                        "marked down; probing it every %d ms", peer.name,
+                        now - peer.last_heard_ms, self.table.keepalive_ms)
+            self._reset_socket(link)
+            self.update_initial_sync()
+        for peer in self.table.keepalives_due(now):
+            link = self.links[peer.name]
+            if peer.down:  # the last probe went unanswered: drop it with its socket
+                self._reset_socket(link)
+            corr = next(self._corr_ids).to_bytes(8, "big")
+            if self._send(link, [corr, b"", self._probe_request]):
+                link.probes.add(corr)
+                self.counters[stats.KEEPALIVE_SENT] += 1
+
+    def _heard(self, link: PeerLink, now: int) -> None:
+        if self.table.heard_from(link.name, now):
+            self.counters[stats.PEER_RETURNED] += 1
+            log.info("peer %s answers again: resyncing it", link.name)
+            self.start_due_syncs(now)
 
     def resync_diverged(self, name: str) -> None:
         """The peer's flood showed our stores diverged: sync with it now (no backoff penalty),
@@ -423,6 +460,11 @@ class Peering:
             self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             return
         corr = frames[0]
+        if corr in link.probes:  # any answer to a probe shows the peer alive
+            link.probes.discard(corr)
+            self.counters[stats.KEEPALIVE_REPLIES] += 1
+            self._heard(link, monotonic_ms())
+            return
         owner = self._requests.pop(corr, None)
         session = link.session
         if owner != link.name or session is None or corr not in session.in_flight:
@@ -430,6 +472,7 @@ class Peering:
             return
         now = monotonic_ms()
         link.last_activity_ms = now
+        self._heard(link, now)
         try:
             response = wire.decode_response(frames[2])
             if response.error is not None:
@@ -511,15 +554,18 @@ class Peering:
         self.counters[stats.FULL_SYNC_FAILURES if had_session else stats.PEER_FAILURES] += 1
         backoff = self.table[link.name].backoff.current_ms
         log.warning("peer %s: %s; retry in ~%d ms", link.name, why, backoff)
-        # A fresh socket drops whatever was queued for an unreachable peer; the next sync
-        # repairs what it missed.
+        self._reset_socket(link)
+        self.update_initial_sync()
+
+    def _reset_socket(self, link: PeerLink) -> None:
+        """A fresh socket drops whatever was queued for an unreachable peer; the next sync
+        repairs what it missed."""
         if link.sock is not None:
             self._close_socket(link)
             try:
                 self._open_socket(link)
             except (zmq.ZMQError, CurveError) as exc:
                 log.error("peer %s: cannot reconnect: %s", link.name, exc)
-        self.update_initial_sync()
 
 
 __all__ = ["SYNCING", "PeerLink", "Peering"]

@@ -273,6 +273,17 @@ PEER_DELS = counter("kvstore.peer_dels", "Peers removed.")
 PEER_ADD_REFUSED = counter(
     "kvstore.peer_add_refused", "PEER_ADDs refused (over max_peers, or too few descriptors).")
 PEER_FAILURES = counter("kvstore.peer_failures", "Peers that failed outside a full sync.")
+PEER_SILENT = counter(
+    "kvstore.peer_silent",
+    "Peers marked down: nothing heard from them (keep-alive probes unanswered) for "
+    "peer_timeout_ms.")
+PEER_RETURNED = counter(
+    "kvstore.peer_returned", "Peers marked down that answered again (then synced at once).")
+NUM_PEERS_DOWN = gauge(
+    "kvstore.num_peers_down", "Peers marked down now (silent: not synced, only probed).")
+KEEPALIVE_SENT = counter("kvstore.keepalive.sent", "Keep-alive probes sent to peers.")
+KEEPALIVE_REPLIES = counter(
+    "kvstore.keepalive.replies", "Replies to keep-alive probes received from peers.")
 NUM_PEERS = gauge("kvstore.num_peers", "Peers.")
 NUM_PEERS_IN = family("kvstore.num_peers.", "STATE", Kind.GAUGE, "Peers in the state STATE.",
                       PeerState._NAMES_TO_VALUES)

@@ -107,6 +107,9 @@ class Agent:
             self._spawn("agent-load", lambda stop: self.northbound.load_once())
         if self.config.http is not None:
             self._start_http(self.config.http)
+        else:
+            # Announced all the same: the record is the agent's heartbeat (kvmesh.agent.liveness).
+            self.status.post(AgentAnnounced({}))
 
     def stop(self) -> None:
         self._stop.set()

@@ -5,6 +5,7 @@ observes as things happen."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from kvmesh.agent.metrics import (
 )
 from kvmesh.agent.recon import DeviceState, ReconciliationManager
 from kvstore import KvStoreClient, KvStoreError
-from scheduler import KVScheduler
+from scheduler import KVScheduler, ValueState
 
 log = logging.getLogger("kvmesh.agent")
 
@@ -56,7 +57,20 @@ class MetricsScrape:
         families += flat_counters("kvmesh_agent", self._counters.snapshot(),
                                   help_prefix="agent counter ")
         families += self._recon_families()
+        families += self._value_families()
         return [*families, *extra]
+
+    def _value_families(self) -> list[MetricFamily]:
+        """This node's values by state (every state, 0 included: alerts compare it), and which
+        node the agent serves (label node, value 1: for joins and dashboards)."""
+        counts = Counter(s.state.name for s in self.scheduler.get_value_statuses())
+        values = MetricFamily("kvmesh_scheduler_values", "gauge",
+                              "Values known to this node's scheduler, by state")
+        for state in ValueState:
+            values.add(counts.get(state.name, 0), state=state.name)
+        info = MetricFamily("kvmesh_agent_info", "gauge", "1, with the node's name")
+        info.add(1, node=self.config.node)
+        return [values, info]
 
     def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:
         families: list[MetricFamily] = []

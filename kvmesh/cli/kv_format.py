@@ -24,7 +24,11 @@ def ttl_text(ttl_ms: int) -> str:
     return "inf" if ttl_ms == TTL_INFINITY else f"{ttl_ms}ms"
 
 
-def value_json(value: Value, *, with_value: bool = True) -> dict[str, Any]:
+def value_json(value: Value, *, with_value: bool = True,
+               decode_maps: bool = False) -> dict[str, Any]:
+    """A key-value as JSON: the value as text when it is UTF-8, else base64 (`value_b64`); with
+    `decode_maps`, a msgpack map (the mesh's configuration and status records) as a JSON
+    object under `value`."""
     out: dict[str, Any] = {
         "version": value.version,
         "originator": value.originator_id,
@@ -33,15 +37,38 @@ def value_json(value: Value, *, with_value: bool = True) -> dict[str, Any]:
         try:
             out["value"] = value.value.decode("utf-8")
         except UnicodeDecodeError:
-            out["value_b64"] = base64.b64encode(value.value).decode("ascii")
+            decoded = msgpack_map(value.value) if decode_maps else None
+            if decoded is not None:
+                out["value"] = decoded
+            else:
+                out["value_b64"] = base64.b64encode(value.value).decode("ascii")
     out["ttl_ms"] = ttl_json(value.ttl_ms)
     out["ttl_version"] = value.ttl_version
     out["hash"] = value.hash
     return out
 
 
-def key_vals_json(key_vals: Mapping[str, Value], *, with_value: bool = True) -> dict[str, Any]:
-    return {key: value_json(key_vals[key], with_value=with_value) for key in sorted(key_vals)}
+def msgpack_map(raw: bytes) -> dict[str, Any] | None:
+    """`raw` decoded as one msgpack map, JSON-ready (bytes inside as text or {"b64": ...});
+    None when it is not exactly that."""
+    import msgpack
+
+    from kvmesh.agent.jsonable import to_jsonable
+
+    try:
+        decoded = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    jsonable: dict[str, Any] = to_jsonable(decoded)
+    return jsonable
+
+
+def key_vals_json(key_vals: Mapping[str, Value], *, with_value: bool = True,
+                  decode_maps: bool = False) -> dict[str, Any]:
+    return {key: value_json(key_vals[key], with_value=with_value, decode_maps=decode_maps)
+            for key in sorted(key_vals)}
 
 
 def dumps(obj: Any) -> str:
@@ -128,7 +155,7 @@ def peers_table(peers: Mapping[str, PeerSpec]) -> str:
 
 def publication_json(publication: Publication) -> dict[str, Any]:
     return {
-        "key_vals": key_vals_json(publication.key_vals or {}),
+        "key_vals": key_vals_json(publication.key_vals or {}, decode_maps=True),
         "expired_keys": sorted(publication.expired_keys or []),
         "node_ids": list(publication.node_ids or []),
     }

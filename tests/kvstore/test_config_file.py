@@ -152,7 +152,7 @@ def test_ephemeral_and_data_dir_the_higher_layer_wins() -> None:
 def test_live_settings_are_declared_on_the_fields() -> None:
     live = {f.name for f in dataclasses.fields(NodeConfig) if f.metadata == LIVE}
     assert live == {"peers", "ttl_decrement_ms", "ttl_threshold_ms", "max_clock_skew_ms",
-                    "sync_timeout_ms", "sync_buckets_per_request", "max_peers"}
+                    "sync_timeout_ms", "peer_timeout_ms", "sync_buckets_per_request", "max_peers"}
     assert NODE_SCHEMA.is_live("peers.anyone") and NODE_SCHEMA.is_live("log_level")
     assert not NODE_SCHEMA.is_live("name") and not NODE_SCHEMA.is_live("key_file")
 
