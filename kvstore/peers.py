@@ -29,6 +29,7 @@ from typing import Final
 
 from kvstore.filters import KeyFilter
 from kvstore.gen.kvstore_thrift.ttypes import PeerState
+from kvstore.protocol import Speaks
 
 __all__ = [
     "IDLE",
@@ -107,6 +108,10 @@ class Peer:
     pending_keys: set[str] = field(default_factory=set)
     # The peer's key filters once known (it is a leaf: `kvstore.filters`); None: it takes all.
     key_filter: KeyFilter | None = None
+    # What the peer said it speaks in its last sync hello (`kvstore.protocol`); None: not yet.
+    speaks: Speaks | None = None
+    # Why the peering is refused (an incompatible protocol), until a sync succeeds again.
+    refused: str | None = None
 
 
 class PeerTable:
@@ -215,6 +220,7 @@ class PeerTable:
         pending = peer.pending_keys
         peer.pending_keys = set()
         peer.backoff.report_success()
+        peer.refused = None
         self._set_state(peer, INITIALIZED, now_ms)
         self.parallel_syncs = min(2 * self.parallel_syncs, self.parallel_syncs_max)
         return pending
@@ -230,6 +236,19 @@ class PeerTable:
             return False
         peer.errors += 1
         peer.backoff.report_error(now_ms)
+        return self._to_idle(peer, now_ms)
+
+    def refuse(self, name: str, reason: str, now_ms: int) -> bool:
+        """The peer's protocol cannot be spoken (`kvstore.protocol.agree`): -> IDLE with
+        backoff (it is retried: it may be upgraded in place), marked refused with `reason`.
+        A refused peer is never INITIALIZED, so it gets no floods: no half-working peering."""
+        peer = self._peers.get(name)
+        if peer is None:
+            return False
+        peer.refused = reason
+        peer.errors += 1
+        peer.backoff.report_error(now_ms)
+        peer.pending_keys.clear()
         return self._to_idle(peer, now_ms)
 
     def inconsistency(self, name: str, now_ms: int) -> bool:

@@ -273,6 +273,13 @@ PEER_DELS = counter("kvstore.peer_dels", "Peers removed.")
 PEER_ADD_REFUSED = counter(
     "kvstore.peer_add_refused", "PEER_ADDs refused (over max_peers, or too few descriptors).")
 PEER_FAILURES = counter("kvstore.peer_failures", "Peers that failed outside a full sync.")
+PEER_PROTOCOL_REFUSED = counter(
+    "kvstore.peer_protocol_refused",
+    "Peerings refused for an incompatible KvStore protocol (kvstore/protocol.py): syncs this "
+    "node started that the peer's protocol made it abandon, and DIGEST_GETs it refused.")
+NUM_PEERS_REFUSED = gauge(
+    "kvstore.num_peers_refused",
+    "Peers refused now (incompatible protocol; PEER_DUMP says why): they stay IDLE.")
 NUM_PEERS = gauge("kvstore.num_peers", "Peers.")
 NUM_PEERS_IN = family("kvstore.num_peers.", "STATE", Kind.GAUGE, "Peers in the state STATE.",
                       PeerState._NAMES_TO_VALUES)
