@@ -28,7 +28,7 @@ def test_a_peer_that_says_nothing_speaks_protocol_1() -> None:
     assert from_wire(3, None, "9.0") == Speaks(3, 3, "9.0")
     for bad in ((0, None), (2, 3), (-1, -5), (1 << 20, 1)):
         with pytest.raises(ValueError, match="nonsensical"):
-            from_wire(*bad, None)
+            from_wire(bad[0], bad[1], None)
 
 
 def test_agreement_is_the_highest_common_protocol_or_a_refusal_naming_the_older_side() -> None:
