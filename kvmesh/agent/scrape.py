@@ -21,6 +21,8 @@ from kvmesh.agent.metrics import (
 )
 from kvmesh.agent.recon import DeviceState, ReconciliationManager
 from kvstore import KvStoreClient, KvStoreError
+from kvstore.gen.kvstore_thrift.ttypes import NodeInfo
+from kvstore.version import PROTOCOL_VERSION, __version__
 from scheduler import KVScheduler
 
 log = logging.getLogger("kvmesh.agent")
@@ -56,6 +58,10 @@ class MetricsScrape:
         families += flat_counters("kvmesh_agent", self._counters.snapshot(),
                                   help_prefix="agent counter ")
         families += self._recon_families()
+        families.append(MetricFamily(
+            "kvmesh_agent_build_info", "gauge",
+            "Always 1; the labels say the agent's software version and KvStore protocol")
+            .add(1, version=__version__, protocol=str(PROTOCOL_VERSION)))
         return [*families, *extra]
 
     def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:
@@ -66,8 +72,10 @@ class MetricsScrape:
         try:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
+                info = client.node_info(refresh=True)
             up.add(1)
             families += kvstore_families(kv)
+            families.append(node_build_info(info))
             histogram = flood_batch_histogram(kv)
             if histogram is not None:
                 extra.append(histogram)
@@ -99,6 +107,15 @@ class MetricsScrape:
                     if isinstance(value, int):
                         family.add(value, device=device, service=service)
         return [dev, *per_service.values()]
+
+
+def node_build_info(info: NodeInfo) -> MetricFamily:
+    """The node's versions as an info metric (a 0.4.0 node reports none: "?" and protocol 1)."""
+    return MetricFamily(
+        "kvmesh_kvstore_build_info", "gauge",
+        "Always 1; the labels say the KvStore node's software version and protocol range"
+    ).add(1, version=info.version or "?", protocol=str(info.protocol or 1),
+          min_protocol=str(info.min_protocol or info.protocol or 1))
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
