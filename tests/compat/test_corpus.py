@@ -15,13 +15,17 @@ from typing import Any
 
 import msgpack
 import pytest
+import zmq
 
+from kvmesh import launch
 from kvmesh.agent import revisions
 from kvmesh.agent.desired import decode_config_value
 from kvmesh.agent.status import decode_status
 from kvmesh.statefile import parse_state
 from kvstore import wire
+from kvstore.client import KvStoreClient
 from kvstore.gen.kvstore_thrift.ttypes import Command
+from kvstore.node_ports import free_tcp_port
 from kvstore.storage import DB_FILE, SCHEMA_VERSION, DurableStore
 from kvstore.value import TTL_INFINITY
 from tests.compat.conftest import ALL_RELEASES, corpus_dir
@@ -211,3 +215,37 @@ def test_the_idl_check_sees_a_renumbered_retyped_or_required_field() -> None:
     assert idl_changes(newest, required, optional) == [
         "Error field 3 (detail) is new but not optional"]
     assert idl_changes(newest, enum, optional) == ["enum PeerState.SYNCING was 1, is now 5"]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_todays_node_serves_every_recorded_request_and_store(version: str,
+                                                             tmp_path: Path) -> None:
+    """Today's node, started on the release's data directory, holds its rows, and answers each
+    request the release's clients and peers sent (an error only where the release got one)."""
+    data_dir, manifest = extract_store(version, tmp_path)
+    cmd_url, pub_url = (f"tcp://127.0.0.1:{free_tcp_port()}" for _ in range(2))
+    spec = launch.NodeSpec(manifest["node"], cmd_url, pub_url, data_dir=data_dir)
+    node = launch.start(spec, tmp_path / "node.log", cwd=tmp_path)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        node.wait_answering(cmd_url)
+        with KvStoreClient(cmd_url) as client:
+            info = client.node_info(refresh=True)
+        assert (info.num_keys, info.store_state) == (manifest["infinite"], "RESTORED")
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(cmd_url)
+        messages = _messages(version)
+        for name, payload in messages["requests"].items():
+            sock.send_multipart([b"", payload])
+            if name not in messages["replies"]:  # one-way
+                continue
+            assert sock.poll(10_000), f"no reply to {name}"
+            reply = wire.decode_response(sock.recv_multipart()[-1])
+            recorded = wire.decode_response(messages["replies"][name])
+            assert (reply.error is None) == (recorded.error is None), (name, reply.error)
+        assert node.alive()
+    finally:
+        ctx.destroy(linger=0)
+        assert node.terminate() == 0, node.log(tail=3000)

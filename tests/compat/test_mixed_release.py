@@ -8,24 +8,29 @@ The previous release's code is its commit from the repository's history
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+import zmq
 
+from kvmesh import launch
 from kvmesh.chaos.model import WriteLog, check_store
 from kvmesh.chaos.workload import Writer, monotonic_ms
 from kvmesh.cluster import LEGACY_VERSION, node_versions
-from kvstore import stats
+from kvstore import stats, wire
 from kvstore.client import make_value
-from kvstore.value import TTL_INFINITY, Value
 from kvstore.db import compare_values
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request
+from kvstore.storage import DB_FILE
+from kvstore.value import TTL_INFINITY, Value
 from kvstore.version import PROTOCOL_VERSION, __version__
-from tests.compat.conftest import ALL_RELEASES
+from tests.compat.conftest import ALL_RELEASES, release_launch_env
 from tests.compat.mixed import NODE_CONFIG, TODAY, Member, ring, wait_everywhere
 from tests.util import wait_until
 
@@ -46,13 +51,9 @@ def _start(members: dict[str, Member], plan: dict[str, str],
 def _inject_unflooded(member: Member, key: str, value: bytes) -> None:
     """Set `key` on `member` alone: a one-way KEY_SET whose flood path names every peer of
     `member`, so flooding sends it nowhere; only anti-entropy can spread it."""
-    from kvstore import wire
-
     request = Request(cmd=Command.KEY_SET, key_set=KeySetParams(
         key_vals={key: make_value(value, version=1, originator_id="ae")},
         solicit_response=False, node_ids=sorted(member.peers)))
-    import zmq
-
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         sock = ctx.socket(zmq.DEALER)
@@ -162,6 +163,15 @@ def _caught_up(member: Member, log: WriteLog, before_ms: int) -> bool:
                for key, value in best.items())
 
 
+def _configured(member: Member, model_key: str) -> bool:
+    return member.state_of(model_key) == "CONFIGURED"
+
+
+def _resynced(member: Member) -> tuple[dict[str, int]] | None:
+    writes = member.southbound_writes()
+    return None if writes is None else (writes,)
+
+
 @pytest.mark.slow
 def test_rolling_upgrade_under_load_loses_no_acknowledged_write(
         tmp_path: Path, release_tree: Callable[[str], Path]) -> None:
@@ -172,8 +182,8 @@ def test_rolling_upgrade_under_load_loses_no_acknowledged_write(
         for name, member in members.items():
             member.set_config(name, {f"vpp/interface/lo{name}": LOOP})
         for name, member in members.items():
-            wait_until(lambda m=member, n=name: m.state_of(f"vpp/interface/lo{n}") ==
-                       "CONFIGURED", timeout=30, message=f"{name} configured")
+            wait_until(partial(_configured, member, f"vpp/interface/lo{name}"), timeout=30,
+                       message=f"{name} configured")
         log = WriteLog()
         writer = Writer("w1", [m.cmd_url for m in members.values()], log, seed=26,
                         pace_s=0.01)
@@ -189,18 +199,22 @@ def test_rolling_upgrade_under_load_loses_no_acknowledged_write(
                 restarted_ms = monotonic_ms()
                 assert member.info().version == __version__
                 wait_until(member.synced, timeout=30, message=f"{name} synced after upgrade")
-                wait_until(lambda m=member, t=restarted_ms: _caught_up(m, log, t), timeout=30,
+                wait_until(partial(_caught_up, member, log, restarted_ms), timeout=30,
                            message=f"{name} holds what was acknowledged before its restart")
                 convergence[name] = (monotonic_ms() - restarted_ms) / 1000
                 # The agent's warm restart: VPP already holds its value, nothing is written.
-                writes = wait_until(member.southbound_writes, timeout=30,
-                                    message=f"{name}'s agent resynced")
+                resynced = wait_until(partial(_resynced, member), timeout=30,
+                                      message=f"{name}'s agent resynced")
+                assert resynced is not None
+                (writes,) = resynced
                 assert not any(writes.values()), (name, writes)
                 assert member.state_of(f"vpp/interface/lo{name}") == "CONFIGURED"
                 assert f"lo{name}" in member.vpp_interfaces()
         finally:
             writer.stop()
             writer.join(timeout=10)
+        print(f"rolling upgrade: {log.acknowledged()} acknowledged writes, {writer.uncertain} "
+              f"uncertain; caught up after its restart (s): {convergence}")
         assert log.acknowledged() > 200, log.acknowledged()
         bound = NODE_CONFIG["sync_interval_s"] + 2
         assert all(seconds <= bound for seconds in convergence.values()), convergence
@@ -239,9 +253,6 @@ def test_a_data_dir_of_today_opens_with_the_previous_release(
     """Downgrade: today's store format is the previous release's (same schema), so the previous
     release opens a data directory today's code wrote and serves every key; and a store of a
     newer schema is refused by it with its own clear error, never misread."""
-    from kvmesh import launch
-    from kvstore.storage import DB_FILE
-
     member = Member("d1", tmp_path, tmp_path)
     spec = launch.NodeSpec("d1", member.cmd_url, member.pub_url, data_dir=member.data_dir)
     today = launch.start(spec, tmp_path / "today.log", cwd=tmp_path)
@@ -254,7 +265,7 @@ def test_a_data_dir_of_today_opens_with_the_previous_release(
             digest = client.node_info(refresh=True).digest
     finally:
         assert today.terminate() == 0
-    env = {"PYTHONUNBUFFERED": "1", **release_env_of(release_tree(PREVIOUS))}
+    env = release_launch_env(release_tree(PREVIOUS))
     previous = launch.start(spec, tmp_path / "previous.log", env=env, cwd=tmp_path)
     try:
         previous.wait_answering(member.cmd_url)
@@ -264,8 +275,6 @@ def test_a_data_dir_of_today_opens_with_the_previous_release(
     finally:
         assert previous.terminate() == 0
     # A future schema (a migration bumps PRAGMA user_version): refused, with the reason.
-    import sqlite3
-
     with sqlite3.connect(member.data_dir / DB_FILE) as conn:
         conn.execute("PRAGMA user_version=99")
     refused = launch.start(spec, tmp_path / "refused.log", env=env, cwd=tmp_path)
@@ -273,8 +282,3 @@ def test_a_data_dir_of_today_opens_with_the_previous_release(
     assert code != 0
     assert "schema version 99, this kvmesh reads 1" in refused.log(), refused.log()
 
-
-def release_env_of(tree: Path) -> dict[str, str]:
-    from tools.compat.release_tree import release_env
-
-    return release_env(tree)
