@@ -48,6 +48,11 @@ DURABILITY_MODES: Final[tuple[str, ...]] = ("sync", "batch", "off")
 
 DB_FILE: Final[str] = "kvstore.sqlite3"
 LOCK_FILE: Final[str] = "LOCK"
+# DESIGN (docs/compatibility.md, rule 4): a schema change is a migration in `_check` with a bump
+# of this version (PRAGMA user_version), logged once when it runs. The bump is what makes an older
+# release refuse the migrated store (0.4.0 refuses any version but 1) instead of misreading it;
+# never change what the rows mean without it. tests/compat/test_corpus.py opens every release's
+# recorded store with today's code.
 SCHEMA_VERSION: Final[int] = 1
 #: Rows per multi-row statement (5 parameters each; SQLite allows 32766 parameters). A power of
 #: two: see `_chunks`.
