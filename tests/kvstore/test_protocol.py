@@ -4,6 +4,9 @@ counter and PEER_DUMP's `refused` — while a peer that says nothing (0.4.0) pee
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import zmq
 
@@ -120,6 +123,10 @@ def test_node_refuses_a_peer_whose_hello_it_cannot_speak_and_floods_it_nothing(
     assert counters[stats.PEER_PROTOCOL_REFUSED] >= 1
     assert counters[stats.NUM_PEERS_REFUSED] == 1
     assert "peer z refused: incompatible KvStore protocol" in node.log()
+    shown = subprocess.run([sys.executable, "-m", "kvmesh", "--url", node.cmd_url, "peer", "dump"],
+                           capture_output=True, text=True, timeout=60)
+    assert "z REFUSED: incompatible KvStore protocol" in shown.stdout, shown.stdout + shown.stderr
+    assert "99.0" in shown.stdout  # the Version column
     # Nothing but sync retries reaches the refused peer: no flood of "k".
     for _ in range(20):
         if not fake.poll(300):
