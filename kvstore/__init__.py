@@ -11,7 +11,9 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+`NodeInfo`, `StoreState`); the versions (`__version__`, `PROTOCOL_VERSION`,
+`MIN_PROTOCOL_VERSION`: docs/compatibility.md); the declared counters (`stats`) and safe file
+writes (`safefs`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -53,13 +55,14 @@ if TYPE_CHECKING:
         non_loopback,
     )
     from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
-    from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Publication
+    from kvstore.gen.kvstore_thrift.ttypes import NodeInfo, PeerSpec, PeerState, Publication
     from kvstore.node import KvStoreNode, run_node
     from kvstore.node_ports import free_tcp_port
     from kvstore.signature import record_identity, store_signature
     from kvstore.storage import DB_FILE
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
+    from kvstore.version import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, __version__
 
 # Where each public name lives (a submodule for `safefs` and `stats`).
 _SURFACE: dict[str, tuple[str, ...]] = {
@@ -77,13 +80,14 @@ _SURFACE: dict[str, tuple[str, ...]] = {
         "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
         "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
     ),
-    "kvstore.gen.kvstore_thrift.ttypes": ("PeerSpec", "PeerState", "Publication"),
+    "kvstore.gen.kvstore_thrift.ttypes": ("NodeInfo", "PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
     "kvstore.node_ports": ("free_tcp_port",),
     "kvstore.signature": ("record_identity", "store_signature"),
     "kvstore.storage": ("DB_FILE",),
     "kvstore.store_state": ("StoreState", "store_is_current", "why_not_current"),
     "kvstore.value": ("I64_MAX", "I64_MIN", "TTL_INFINITY", "NoMergeReason", "Value", "with_ttl"),
+    "kvstore.version": ("MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "__version__"),
 }
 _MODULE_OF = {name: module for module, names in _SURFACE.items() for name in names}
 
@@ -104,6 +108,8 @@ __all__ = [
     "I64_MAX",
     "I64_MIN",
     "KEY_FILE_ENV",
+    "MIN_PROTOCOL_VERSION",
+    "PROTOCOL_VERSION",
     "SERVER_KEY_ENV",
     "TTL_INFINITY",
     "AsyncKvStoreClient",
@@ -122,6 +128,7 @@ __all__ = [
     "KvStoreVersionExhausted",
     "NoMergeReason",
     "NodeConfig",
+    "NodeInfo",
     "NodeSecurity",
     "PeerAddress",
     "PeerSpec",
@@ -130,6 +137,7 @@ __all__ = [
     "StoreState",
     "Subscription",
     "Value",
+    "__version__",
     "check_response",
     "fingerprint",
     "free_tcp_port",

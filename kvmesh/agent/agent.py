@@ -42,7 +42,7 @@ from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.rest_backend import RestBackend
 from kvmesh.agent.scrape import MetricsScrape
 from kvmesh.agent.status_loop import StatusPublishing
-from kvstore.version import PROTOCOL_VERSION, __version__
+from kvstore import PROTOCOL_VERSION, __version__
 from scheduler import KVScheduler
 
 if TYPE_CHECKING:

@@ -20,9 +20,7 @@ from kvmesh.agent.metrics import (
     kvstore_families,
 )
 from kvmesh.agent.recon import DeviceState, ReconciliationManager
-from kvstore import KvStoreClient, KvStoreError
-from kvstore.gen.kvstore_thrift.ttypes import NodeInfo
-from kvstore.version import PROTOCOL_VERSION, __version__
+from kvstore import PROTOCOL_VERSION, KvStoreClient, KvStoreError, NodeInfo, __version__
 from scheduler import KVScheduler
 
 log = logging.getLogger("kvmesh.agent")
