@@ -73,8 +73,9 @@ class Member:
         return AgentRest.at(self.http, timeout_s=5, credentials=Credentials(
             self.token_file.read_text().strip(), str(self.token_file)))
 
-    def start(self, release: str, tree: Path | None) -> None:
-        """Start (again) as `release` on the same data directory, ports and VPP."""
+    def start(self, release: str, tree: Path | None, wait: bool = True) -> None:
+        """Start (again) as `release` on the same data directory, ports and VPP; with `wait`,
+        until its command socket answers."""
         self.release, self.tree = release, tree
         if self.emulator is None:
             self.emulator = EmulatorProcess(str(self.sockdir / f"{self.name}.sock")).start()
@@ -89,7 +90,8 @@ class Member:
         self.starts += 1
         self.proc = launch.start(spec, self.workdir / f"{self.name}.{self.starts}.log",
                                  env=env, cwd=self.workdir)
-        self.proc.wait_answering(self.cmd_url)
+        if wait:
+            self.proc.wait_answering(self.cmd_url)
 
     def stop(self) -> None:
         """SIGTERM the node (it stops its agent) and wait for both to be gone."""

@@ -8,6 +8,7 @@ The previous release's code is its commit from the repository's history
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -19,11 +20,11 @@ from pathlib import Path
 import pytest
 import zmq
 
-from kvmesh import launch
+from kvmesh import cluster, launch
 from kvmesh.chaos.model import WriteLog, check_store
 from kvmesh.chaos.workload import Writer, monotonic_ms
 from kvmesh.cluster import LEGACY_VERSION, node_versions
-from kvstore import stats, wire
+from kvstore import safefs, stats, wire
 from kvstore.client import make_value
 from kvstore.db import compare_values
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request
@@ -42,8 +43,12 @@ LOOP = {"type": "loopback"}
 
 def _start(members: dict[str, Member], plan: dict[str, str],
            release_tree: Callable[[str], Path]) -> None:
-    for name, release in plan.items():
-        members[name].start(release, None if release == TODAY else release_tree(release))
+    for name, release in plan.items():  # all at once, then wait: they start in parallel
+        members[name].start(release, None if release == TODAY else release_tree(release),
+                            wait=False)
+    for member in members.values():
+        assert member.proc is not None
+        member.proc.wait_answering(member.cmd_url)
     for member in members.values():
         wait_until(member.synced, timeout=30, message=f"{member.name} synced\n{member.log()}")
 
@@ -89,6 +94,7 @@ def test_two_releases_in_one_mesh_converge_and_apply_each_others_desired_state(
                 spec = peers[name]
                 assert spec.state == PeerState.INITIALIZED and spec.refused is None
                 assert (spec.protocol, spec.version) == (1, None)
+        _cluster_status_shows_versions(tmp_path / "run", members)
         # Flooding, both ways.
         with members["n1"].client() as client:
             client.set_key("flood/from-old", b"o")
@@ -142,6 +148,30 @@ def test_two_releases_in_one_mesh_converge_and_apply_each_others_desired_state(
         for member in old:
             record = member.agent_record()
             assert record is not None and "version" not in record
+
+
+def _cluster_status_shows_versions(run_dir: Path, members: dict[str, Member]) -> None:
+    """`kvmesh cluster status` of these processes (a run dir written for them) shows each
+    node's version as the node says it: its own for today's, "0.4.0?" for the old ones."""
+    state = cluster.ClusterState(str(safefs.private_dir(run_dir)), "ring", {
+        name: cluster.NodeInfo(m.cmd_url, m.pub_url, None, m.http,
+                               pids={"node": m.proc.pid} if m.proc else {})
+        for name, m in members.items()})
+    state.save()
+    want = {name: __version__ if m.release == TODAY else LEGACY_VERSION
+            for name, m in members.items()}
+    as_json = subprocess.run([sys.executable, "-m", "kvmesh", "--json", "cluster", "status",
+                              "--run-dir", str(run_dir)], capture_output=True, text=True,
+                             timeout=60, cwd=run_dir)
+    assert as_json.returncode == 0, as_json.stderr
+    nodes = json.loads(as_json.stdout)["nodes"]
+    assert {name: info["version"] for name, info in nodes.items()} == want
+    table = subprocess.run([sys.executable, "-m", "kvmesh", "cluster", "status", "--run-dir",
+                            str(run_dir)], capture_output=True, text=True, timeout=60,
+                           cwd=run_dir).stdout
+    assert "VERSION" in table.splitlines()[0]
+    for name, version in want.items():
+        assert any(line.split()[:3] == [name, "full", version] for line in table.splitlines())
 
 
 # ------------------------------------------------------------------------ rolling upgrade
