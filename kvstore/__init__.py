@@ -11,9 +11,7 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`NodeInfo`, `StoreState`); the versions (`__version__`, `PROTOCOL_VERSION`,
-`MIN_PROTOCOL_VERSION`: docs/compatibility.md); the declared counters (`stats`) and safe file
-writes (`safefs`).
+`NodeInfo`, `StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -26,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import safefs, stats
+    from kvstore import config_layers, safefs, stats, version
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -41,7 +39,19 @@ if TYPE_CHECKING:
         make_value,
         next_version,
     )
-    from kvstore.config import ConfigError, NodeConfig, PeerAddress, load_config, parse_peer
+    from kvstore.config import (
+        DEFAULT_DATA_ROOT,
+        LOG_LEVELS,
+        NODE_SCHEMA,
+        ConfigError,
+        NodeConfig,
+        PeerAddress,
+        load_config,
+        node_config,
+        parse_peer,
+        read_config_file,
+        settle_data_dir,
+    )
     from kvstore.curve import (
         ClientCurve,
         CurveError,
@@ -62,10 +72,11 @@ if TYPE_CHECKING:
     from kvstore.storage import DB_FILE
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
-    from kvstore.version import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, __version__
 
-# Where each public name lives (a submodule for `safefs` and `stats`).
+# Where each public name lives (a submodule for `config_layers`, `safefs`, `stats`, `version`).
 _SURFACE: dict[str, tuple[str, ...]] = {
+    "kvstore.config_layers": ("config_layers",),
+    "kvstore.version": ("version",),
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
     "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
@@ -74,7 +85,9 @@ _SURFACE: dict[str, tuple[str, ...]] = {
         "KvStoreRequestError", "KvStoreTimeout", "KvStoreVersionExhausted", "Subscription",
         "check_response", "make_value", "next_version",
     ),
-    "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
+    "kvstore.config": ("DEFAULT_DATA_ROOT", "LOG_LEVELS", "NODE_SCHEMA", "ConfigError",
+                       "NodeConfig", "PeerAddress", "load_config", "node_config", "parse_peer",
+                       "read_config_file", "settle_data_dir"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
         "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
@@ -87,7 +100,6 @@ _SURFACE: dict[str, tuple[str, ...]] = {
     "kvstore.storage": ("DB_FILE",),
     "kvstore.store_state": ("StoreState", "store_is_current", "why_not_current"),
     "kvstore.value": ("I64_MAX", "I64_MIN", "TTL_INFINITY", "NoMergeReason", "Value", "with_ttl"),
-    "kvstore.version": ("MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "__version__"),
 }
 _MODULE_OF = {name: module for module, names in _SURFACE.items() for name in names}
 
@@ -104,12 +116,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DB_FILE",
+    "DEFAULT_DATA_ROOT",
     "DEFAULT_TIMEOUT_S",
     "I64_MAX",
     "I64_MIN",
     "KEY_FILE_ENV",
-    "MIN_PROTOCOL_VERSION",
-    "PROTOCOL_VERSION",
+    "LOG_LEVELS",
+    "NODE_SCHEMA",
     "SERVER_KEY_ENV",
     "TTL_INFINITY",
     "AsyncKvStoreClient",
@@ -137,8 +150,8 @@ __all__ = [
     "StoreState",
     "Subscription",
     "Value",
-    "__version__",
     "check_response",
+    "config_layers",
     "fingerprint",
     "free_tcp_port",
     "generate",
@@ -148,14 +161,18 @@ __all__ = [
     "load_public_key",
     "make_value",
     "next_version",
+    "node_config",
     "non_loopback",
     "parse_peer",
+    "read_config_file",
     "record_identity",
     "run_node",
     "safefs",
+    "settle_data_dir",
     "stats",
     "store_is_current",
     "store_signature",
+    "version",
     "why_not_current",
     "with_ttl",
 ]

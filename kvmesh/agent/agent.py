@@ -42,7 +42,7 @@ from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.rest_backend import RestBackend
 from kvmesh.agent.scrape import MetricsScrape
 from kvmesh.agent.status_loop import StatusPublishing
-from kvstore import PROTOCOL_VERSION, __version__
+from kvstore import version
 from scheduler import KVScheduler
 
 if TYPE_CHECKING:
@@ -107,8 +107,8 @@ class Agent:
         record = self._start_http(self.config.http) if self.config.http is not None else {}
         # Every agent announces itself (`node/<node>/agent`), with the versions its node speaks
         # (docs/compatibility.md): `kvmesh status` and the operator see a mixed-release mesh.
-        self.status.post(AgentAnnounced({**record, "version": __version__,
-                                         "protocol": PROTOCOL_VERSION}))
+        self.status.post(AgentAnnounced({**record, "version": version.__version__,
+                                         "protocol": version.PROTOCOL_VERSION}))
 
     def stop(self) -> None:
         self._stop.set()

@@ -20,7 +20,7 @@ from kvmesh.agent.metrics import (
     kvstore_families,
 )
 from kvmesh.agent.recon import DeviceState, ReconciliationManager
-from kvstore import PROTOCOL_VERSION, KvStoreClient, KvStoreError, NodeInfo, __version__
+from kvstore import KvStoreClient, KvStoreError, NodeInfo, version
 from scheduler import KVScheduler
 
 log = logging.getLogger("kvmesh.agent")
@@ -59,7 +59,7 @@ class MetricsScrape:
         families.append(MetricFamily(
             "kvmesh_agent_build_info", "gauge",
             "Always 1; the labels say the agent's software version and KvStore protocol")
-            .add(1, version=__version__, protocol=str(PROTOCOL_VERSION)))
+            .add(1, version=version.__version__, protocol=str(version.PROTOCOL_VERSION)))
         return [*families, *extra]
 
     def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:
