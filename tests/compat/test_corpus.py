@@ -38,7 +38,7 @@ IDL = REPO / "if" / "KvStore.thrift"
 def test_every_release_has_a_corpus() -> None:
     for version in ALL_RELEASES:
         assert (corpus_dir(version) / "RECORDED.json").is_file(), (
-            f"release {version} has no corpus: python tools/compat/record_corpus.py {version}")
+            f"release {version} has no corpus: python -m tools.compat.record_corpus {version}")
         recorded = json.loads((corpus_dir(version) / "RECORDED.json").read_text())
         assert recorded["version"] == version
 

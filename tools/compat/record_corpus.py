@@ -1,4 +1,4 @@
-"""Record the golden corpus of a release: `python tools/compat/record_corpus.py VERSION`.
+"""Record the golden corpus of a release: `.venv/bin/python -m tools.compat.record_corpus VERSION`.
 
 Cut a release (docs/compatibility.md, "Cutting a release"): add `VERSION COMMIT` to
 tests/compat/RELEASES, run this, commit tests/compat/VERSION/. The corpus is written by the
