@@ -249,3 +249,32 @@ def test_todays_node_serves_every_recorded_request_and_store(version: str,
     finally:
         ctx.destroy(linger=0)
         assert node.terminate() == 0, node.log(tail=3000)
+
+
+def test_a_schema_migration_runs_once_says_so_and_keeps_every_row(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The migration path a schema change will take (kvstore/storage.py MIGRATIONS), tried on
+    the newest corpus's store with a stand-in schema 2."""
+    from kvstore import storage
+
+    version = ALL_RELEASES[-1]
+    data_dir, manifest = extract_store(version, tmp_path)
+    monkeypatch.setattr(storage, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(storage.MIGRATIONS, SCHEMA_VERSION, (
+        "CREATE TABLE IF NOT EXISTS migrated_marker (x INTEGER) STRICT",))
+    caplog.set_level(logging.INFO, logger="kvstore.storage")
+    for _ in range(2):
+        store = DurableStore(data_dir, manifest["node"])
+        try:
+            store.open()
+            rows = [(k, v.version, v.originator_id, v.value, v.ttl_version)
+                    for chunk in store.rows() for k, v in chunk]
+        finally:
+            store.close()
+        assert canonical_digest(rows) == manifest["rows_sha256"]
+    migrations = [r.getMessage() for r in caplog.records if "migrated" in r.getMessage()]
+    assert len(migrations) == 1, migrations
+    assert f"from schema {SCHEMA_VERSION} to {SCHEMA_VERSION + 1}" in migrations[0]
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT count(*) FROM migrated_marker").fetchone()[0] == 0
