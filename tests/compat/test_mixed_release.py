@@ -87,7 +87,6 @@ def test_two_releases_in_one_mesh_converge_and_apply_each_others_desired_state(
         for member in new:
             assert (member.info().version, member.info().protocol) == (
                 __version__, PROTOCOL_VERSION)
-            peers = {}
             with member.client() as client:
                 peers = client.peers()
             for name in member.peers:  # both its peers are old: protocol 1, no version
