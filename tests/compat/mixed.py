@@ -6,7 +6,9 @@ restarts so a member can be stopped and started again as another release."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -99,9 +101,30 @@ class Member:
             code = self.proc.terminate(timeout=20)
             assert code == 0, f"{self.name} exited {code}:\n{self.proc.log(tail=3000)}"
 
+    def agent_pids(self) -> list[int]:
+        """This member's agent processes (by their command line: its own token file)."""
+        wanted = str(self.token_file).encode()
+        pids = []
+        for proc_dir in Path("/proc").iterdir():
+            if proc_dir.name.isdigit():
+                with contextlib.suppress(OSError):
+                    args = (proc_dir / "cmdline").read_bytes().split(b"\0")
+                    if b"agent" in args and wanted in args:
+                        pids.append(int(proc_dir.name))
+        return pids
+
+    def wait_agent_gone(self, timeout: float = 20) -> None:
+        """The node's agent exits with it (the node stops it; StopDeadline: 10 s at most)."""
+        wait_until(lambda: not self.agent_pids(), timeout=timeout,
+                   message=f"{self.name}'s agent ({self.release}) gone with its node: still "
+                           f"running as {self.agent_pids()}")
+
     def close(self) -> None:
         if self.proc is not None:
             self.proc.kill()
+        for pid in self.agent_pids():  # an agent that outlived its node (never left behind)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if self.emulator is not None:
             self.emulator.stop()
 

@@ -115,6 +115,7 @@ def test_two_releases_in_one_mesh_converge_and_apply_each_others_desired_state(
         # comes back (its peers are of the other release).
         for down, writer in (("n2", "n1"), ("n3", "n4")):
             members[down].stop()
+            members[down].wait_agent_gone()
             with members[writer].client() as client:
                 client.set_key(f"fs/while-{down}-down", b"f")
             members[down].start(plan[down], members[down].tree)
@@ -224,6 +225,7 @@ def test_rolling_upgrade_under_load_loses_no_acknowledged_write(
             for name in names:
                 member = members[name]
                 member.stop()
+                member.wait_agent_gone()  # never two agents for one node
                 member.start(TODAY, None)
                 restarted_ms = monotonic_ms()
                 assert member.info().version == __version__
