@@ -373,6 +373,24 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
         return False
 
 
+UNKNOWN_VERSION = "?"
+LEGACY_VERSION = "0.4.0?"  # a node that answers NODE_INFO without a version: 0.4.0 (or older)
+
+
+def node_versions(url: str, curve: ClientCurve | None, ask: bool = True) -> dict[str, object]:
+    """What the node on `url` says it runs: {"version", "protocol"} ("?" and None when it does
+    not answer; "0.4.0?" and protocol 1 for a node that answers without versions)."""
+    if ask:
+        try:
+            with KvStoreClient(url, timeout_s=0.5, curve=curve) as client:
+                info = client.node_info(refresh=True)
+        except KvStoreError:
+            pass
+        else:
+            return {"version": info.version or LEGACY_VERSION, "protocol": info.protocol or 1}
+    return {"version": UNKNOWN_VERSION, "protocol": None}
+
+
 def _agent_answers(state: ClusterState, node: str) -> bool:
     """Does the agent REST API of `node` answer (`ClusterState.agent_rest`)?"""
     from kvmesh.rest_client import RestError
@@ -524,12 +542,14 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
         return {"nodes": {}, "running": False}
     nodes: dict[str, object] = {}
     for name, info in state.nodes.items():
+        processes = {role: {"pid": pid, "alive": _alive(pid)} for role, pid in info.pids.items()}
+        node_alive = processes.get("node", {}).get("alive", False)
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
             "http": info.http, "vpp_socket": info.vpp_socket, "peers": info.peers,
-            "leaf": info.leaf,
-            "processes": {role: {"pid": pid, "alive": _alive(pid)}
-                          for role, pid in info.pids.items()},
+            "leaf": info.leaf, "processes": processes,
+            **node_versions(info.cmd_url, state.curve(name) if node_alive else None,
+                            ask=bool(node_alive)),
         }
     running = any(p["alive"] for n in nodes.values() for p in n["processes"].values())  # type: ignore[index]
     return {"nodes": nodes, "topology": state.topology, "core": state.core,

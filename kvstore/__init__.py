@@ -11,7 +11,7 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+`NodeInfo`, `StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
         non_loopback,
     )
     from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
-    from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Publication
+    from kvstore.gen.kvstore_thrift.ttypes import NodeInfo, PeerSpec, PeerState, Publication
     from kvstore.node import KvStoreNode, run_node
     from kvstore.node_ports import free_tcp_port
     from kvstore.signature import record_identity, store_signature
@@ -93,7 +93,7 @@ _SURFACE: dict[str, tuple[str, ...]] = {
         "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
         "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
     ),
-    "kvstore.gen.kvstore_thrift.ttypes": ("PeerSpec", "PeerState", "Publication"),
+    "kvstore.gen.kvstore_thrift.ttypes": ("NodeInfo", "PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
     "kvstore.node_ports": ("free_tcp_port",),
     "kvstore.signature": ("record_identity", "store_signature"),
@@ -141,6 +141,7 @@ __all__ = [
     "KvStoreVersionExhausted",
     "NoMergeReason",
     "NodeConfig",
+    "NodeInfo",
     "NodeSecurity",
     "PeerAddress",
     "PeerSpec",

@@ -66,7 +66,8 @@ from kvstore.node_conns import (
     prepare_process_limits,
 )
 from kvstore.node_peers import Peering
-from kvstore.node_sync import answered_share, digest_reply
+from kvstore.node_sync import answered_share, digest_reply, requester_refusal
+from kvstore.protocol import INCOMPATIBLE_PROTOCOL, THIS_NODE
 from kvstore.publisher import (
     PUBLICATION_CHUNK_BYTES,
     Publisher,
@@ -681,10 +682,16 @@ class KvStoreNode:
             raise BadArgument(str(exc)) from exc
         return wire.encode(Response(publication=Publication(key_vals=key_vals)))
 
-    def _cmd_digest_get(self, request: Request, envelope: list[bytes]) -> bytes:
+    def _cmd_digest_get(self, request: Request, envelope: list[bytes]) -> bytes | None:
         if request.digest is None or request.digest.node_ids is None:
             raise BadArgument("DIGEST_GET needs digest.node_ids")
         params = request.digest
+        refused = requester_refusal(params)
+        if refused is not None:  # no half-working peering: the requester's sync fails, saying why
+            self.counters[stats.PEER_PROTOCOL_REFUSED] += 1
+            log.error("DIGEST_GET refused: %s", refused)
+            self._reply_error(envelope, INCOMPATIBLE_PROTOCOL, refused)
+            return None
         requested = self._requested_filter(params.filters, params.sender_id)
         try:
             reply = digest_reply(self.db, self.leaf_filter, requested, params.node_ids)
@@ -821,6 +828,9 @@ class KvStoreNode:
             digest=self.db.root_digest(),
             store_state=self.store_state.value,
             leaf_filters=None if self.leaf_filter is None else self.leaf_filter.to_wire(),
+            version=THIS_NODE.version,
+            protocol=THIS_NODE.protocol,
+            min_protocol=THIS_NODE.min_protocol,
         )
 
     def counter_snapshot(self) -> dict[str, int]:

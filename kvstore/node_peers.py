@@ -38,8 +38,9 @@ from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import Command, PeerSpec, PeerState, Request, Value
-from kvstore.node_sync import SyncProtocolError, SyncSession
+from kvstore.node_sync import ProtocolRefused, SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
+from kvstore.protocol import INCOMPATIBLE_PROTOCOL
 from kvstore.ratelimit import FloodLimiter
 from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
 from kvstore.value import WireKeyVals
@@ -173,6 +174,9 @@ class Peering:
                 state_since_ms=now_wall - (now_mono - peer.state_since_ms),
                 flaps=peer.flaps,
                 filters=None if peer.key_filter is None else peer.key_filter.to_wire(),
+                protocol=None if peer.speaks is None else peer.speaks.protocol,
+                version=None if peer.speaks is None else peer.speaks.version,
+                refused=peer.refused,
             )
         return out
 
@@ -197,6 +201,8 @@ class Peering:
             stats.FULL_SYNC_PARALLEL_CAP: self.table.parallel_syncs,
             stats.FULL_SYNC_RUNNING: sum(1 for s in self.links.values() if s.session),
             stats.NUM_PEERS_DOWN: self.table.down_count(),
+
+            stats.NUM_PEERS_REFUSED: sum(1 for p in peers if p.refused is not None),
         }
         for state, state_name in PeerState._VALUES_TO_NAMES.items():
             out[stats.NUM_PEERS_IN(state_name)] = sum(1 for p in peers if p.state == state)
@@ -476,11 +482,14 @@ class Peering:
         try:
             response = wire.decode_response(frames[2])
             if response.error is not None:
+                if response.error.code == INCOMPATIBLE_PROTOCOL:
+                    raise ProtocolRefused(f"peer {link.name} refused us: {response.error.message}")
                 raise SyncProtocolError(
                     f"refused: {response.error.code} {response.error.message}"
                 )
             if session.in_flight[corr] == SyncSession.DIGEST:
                 session.on_digest_reply(corr, response)
+                self._learn_speaks(link.name, session)
                 self.learn_filter(link.name, session.peer_filter)
             else:
                 publication = session.on_dump_reply(corr, response)
@@ -490,11 +499,30 @@ class Peering:
                     self.flooding.admit(key_vals)  # a leaf keeps only its share
                     if key_vals:  # unless all of it expired on the way
                         self._merge_reply(link, key_vals, now)
+        except ProtocolRefused as exc:
+            self._learn_speaks(link.name, session)
+            self._refuse(link, str(exc))
+            return
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
             self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             self._failed(link, str(exc))
             return
         self._advance(link, now)
+
+    def _learn_speaks(self, name: str, session: SyncSession) -> None:
+        if session.peer_speaks is not None and name in self.table:
+            self.table[name].speaks = session.peer_speaks
+
+    def _refuse(self, link: PeerLink, why: str) -> None:
+        """No protocol in common: the peer is refused (IDLE, no floods, PEER_DUMP says why) and
+        retried with backoff, as after a failure (it may be upgraded or downgraded in place)."""
+        self.counters[stats.PEER_PROTOCOL_REFUSED] += 1
+        self._drop_session(link)
+        link.sync_id = None
+        self.table.refuse(link.name, why, monotonic_ms())
+        backoff = self.table[link.name].backoff.current_ms
+        log.error("peer %s refused: %s; retry in ~%d ms", link.name, why, backoff)
+        self.update_initial_sync()
 
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
         result = self.db.merge_decoded(key_vals, now)

@@ -36,6 +36,7 @@ from typing import Final
 
 from kvstore.filters import KeyFilter
 from kvstore.gen.kvstore_thrift.ttypes import PeerState
+from kvstore.protocol import Speaks
 
 __all__ = [
     "IDLE",
@@ -119,6 +120,11 @@ class Peer:
     last_heard_ms: int = 0
     last_probe_ms: int = 0
     down: bool = False
+
+    # What the peer said it speaks in its last sync hello (`kvstore.protocol`); None: not yet.
+    speaks: Speaks | None = None
+    # Why the peering is refused (an incompatible protocol), until a sync succeeds again.
+    refused: str | None = None
 
 
 class PeerTable:
@@ -233,6 +239,7 @@ class PeerTable:
         pending = peer.pending_keys
         peer.pending_keys = set()
         peer.backoff.report_success()
+        peer.refused = None
         self._set_state(peer, INITIALIZED, now_ms)
         self.parallel_syncs = min(2 * self.parallel_syncs, self.parallel_syncs_max)
         return pending
@@ -248,6 +255,19 @@ class PeerTable:
             return False
         peer.errors += 1
         peer.backoff.report_error(now_ms)
+        return self._to_idle(peer, now_ms)
+
+    def refuse(self, name: str, reason: str, now_ms: int) -> bool:
+        """The peer's protocol cannot be spoken (`kvstore.protocol.agree`): -> IDLE with
+        backoff (it is retried: it may be upgraded in place), marked refused with `reason`.
+        A refused peer is never INITIALIZED, so it gets no floods: no half-working peering."""
+        peer = self._peers.get(name)
+        if peer is None:
+            return False
+        peer.refused = reason
+        peer.errors += 1
+        peer.backoff.report_error(now_ms)
+        peer.pending_keys.clear()
         return self._to_idle(peer, now_ms)
 
     def inconsistency(self, name: str, now_ms: int) -> bool:

@@ -284,6 +284,14 @@ NUM_PEERS_DOWN = gauge(
 KEEPALIVE_SENT = counter("kvstore.keepalive.sent", "Keep-alive probes sent to peers.")
 KEEPALIVE_REPLIES = counter(
     "kvstore.keepalive.replies", "Replies to keep-alive probes received from peers.")
+
+PEER_PROTOCOL_REFUSED = counter(
+    "kvstore.peer_protocol_refused",
+    "Peerings refused for an incompatible KvStore protocol (kvstore/protocol.py): syncs this "
+    "node started that the peer's protocol made it abandon, and DIGEST_GETs it refused.")
+NUM_PEERS_REFUSED = gauge(
+    "kvstore.num_peers_refused",
+    "Peers refused now (incompatible protocol; PEER_DUMP says why): they stay IDLE.")
 NUM_PEERS = gauge("kvstore.num_peers", "Peers.")
 NUM_PEERS_IN = family("kvstore.num_peers.", "STATE", Kind.GAUGE, "Peers in the state STATE.",
                       PeerState._NAMES_TO_VALUES)

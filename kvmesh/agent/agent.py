@@ -44,6 +44,7 @@ from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.rest_backend import RestBackend
 from kvmesh.agent.scrape import MetricsScrape
 from kvmesh.agent.status_loop import StatusPublishing
+from kvstore import version
 from scheduler import KVScheduler
 
 if TYPE_CHECKING:
@@ -105,11 +106,12 @@ class Agent:
             # reported UNIMPLEMENTED, which tells the operator what is missing).
             log.warning("no southbound enabled (--linux, --linux-netns, --vpp-socket)")
             self._spawn("agent-load", lambda stop: self.northbound.load_once())
-        if self.config.http is not None:
-            self._start_http(self.config.http)
-        else:
-            # Announced all the same: the record is the agent's heartbeat (kvmesh.agent.liveness).
-            self.status.post(AgentAnnounced({}))
+        record = self._start_http(self.config.http) if self.config.http is not None else {}
+        # Every agent announces itself (`node/<node>/agent`: its heartbeat, kvmesh.agent.liveness),
+        # with the versions its node speaks (docs/compatibility.md): `kvmesh status` and the
+        # operator see a mixed-release mesh.
+        self.status.post(AgentAnnounced({**record, "version": version.__version__,
+                                         "protocol": version.PROTOCOL_VERSION}))
 
     def stop(self) -> None:
         self._stop.set()
@@ -149,9 +151,10 @@ class Agent:
             self.add_device("vpp", southbound.vpp.register(self.scheduler,
                                                            socket=cfg.vpp_socket))
 
-    def _start_http(self, address: tuple[str, int]) -> None:
+    def _start_http(self, address: tuple[str, int]) -> dict[str, Any]:
         """The REST API; without a configured token, the agent's own token, written to the
-        token directory for the local CLI once the address is known."""
+        token directory for the local CLI once the address is known. Returns what the agent's
+        record says about it."""
         from kvmesh.agent.http_api import HttpApi
         from kvmesh.agent.http_security import load_security
         from kvmesh.agent.http_token import token_dir, token_name, write_token_file
@@ -178,7 +181,7 @@ class Agent:
         record: dict[str, Any] = {"http": f"{host}:{port}"}
         if security.tls:
             record["tls"] = True
-        self.status.post(AgentAnnounced(record))
+        return record
 
     def _spawn(self, name: str, target: Callable[[threading.Event], None]) -> None:
         """A thread running `target(stop)`; its failure stops the agent."""

@@ -69,7 +69,8 @@ def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
 @cluster_group.command("status")
 @run_dir_option
 def cluster_status(run_dir: Path) -> None:
-    """Where every node listens and whether its processes are alive."""
+    """Where every node listens, the version it runs (asked of the node: "0.4.0?" for one that
+    does not say, "?" for one that does not answer) and whether its processes are alive."""
     try:
         data = cluster.status(run_dir)
     except OSError as exc:  # an unsafe run dir (kvstore/safefs.py)
@@ -80,12 +81,14 @@ def cluster_status(run_dir: Path) -> None:
     if not data["nodes"]:
         click.echo(f"no cluster in {run_dir}")
         return
-    click.echo(f"{'NODE':<6} {'ROLE':<5} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
+    click.echo(f"{'NODE':<6} {'ROLE':<5} {'VERSION':<12} {'CMD URL':<24} {'HTTP':<18} "
+               f"{'NETNS':<12} PROCESSES")
     for name, info in data["nodes"].items():  # type: ignore[attr-defined]
         procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
                          for role, p in info["processes"].items())
         role = "leaf" if info["leaf"] else "full"
-        click.echo(f"{name:<6} {role:<5} {info['cmd_url']:<24} {info['http'] or '-':<18} "
+        click.echo(f"{name:<6} {role:<5} {info['version']:<12} {info['cmd_url']:<24} "
+                   f"{info['http'] or '-':<18} "
                    f"{info['netns'] or '-':<12} {procs}")
 
 

@@ -136,9 +136,20 @@ def peers_json(peers: Mapping[str, PeerSpec]) -> dict[str, Any]:
             "state": state_name(spec.state),
             "state_since_ms": spec.state_since_ms,
             "flaps": spec.flaps,
+            "protocol": spec.protocol,
+            "version": spec.version,
+            "refused": spec.refused,
         }
         for name, spec in sorted(peers.items())
     }
+
+
+def peer_version(spec: PeerSpec) -> str:
+    """The peer's version as its last sync said: "0.4.0?" for a peer that said none (protocol
+    1 and no version), "-" before any sync."""
+    if spec.protocol is None:
+        return "-"
+    return spec.version or "0.4.0?"
 
 
 def peers_table(peers: Mapping[str, PeerSpec]) -> str:
@@ -147,10 +158,13 @@ def peers_table(peers: Mapping[str, PeerSpec]) -> str:
     for name, spec in sorted(peers.items()):
         since = spec.state_since_ms or 0
         elapsed = f"{max(0, now_ms - since) / 1000:.1f}s" if since else "-"
-        rows.append(
-            [name, state_name(spec.state), elapsed, str(spec.flaps), spec.cmd_url, spec.pub_url]
-        )
-    return table(["Peer", "State", "In state", "Flaps", "Cmd URL", "Pub URL"], rows)
+        rows.append([name, state_name(spec.state), elapsed, str(spec.flaps), peer_version(spec),
+                     spec.cmd_url, spec.pub_url])
+    text = table(["Peer", "State", "In state", "Flaps", "Version", "Cmd URL", "Pub URL"], rows)
+    # A refused peering says why (docs/compatibility.md, "Protocol versions").
+    refusals = [f"{name} REFUSED: {spec.refused}" for name, spec in sorted(peers.items())
+                if spec.refused]
+    return "\n".join([text, *refusals])
 
 
 def publication_json(publication: Publication) -> dict[str, Any]:
