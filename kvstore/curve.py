@@ -15,6 +15,11 @@ replacing a key takes effect without a restart: new connections are checked by t
 against the current table, and every message on an established connection is looked up again by
 its key (the ZAP User-Id), so a removed key loses its rights at once.
 
+Membership records (`kvstore.membership`, fed by the node as they merge: `set_members`) add the
+keys of active members to the table and revoke the keys of removed ones, whatever the directory
+says (a directory entry wins over a member record for the same key; the node's own key is never
+revoked on itself).
+
 Everything here is plumbing; the decisions are `kvstore.authz`.
 """
 
@@ -35,8 +40,9 @@ import zmq
 import zmq.auth
 
 from kvstore import safefs, stats
-from kvstore.authz import OPERATOR, PEER, ROLES, Identity
+from kvstore.authz import OPERATOR, PEER, REVOKED, REVOKED_KEY, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
+from kvstore.membership import MemberView
 from kvstore.zap import ZapThread
 
 log = logging.getLogger("kvstore.curve")
@@ -202,6 +208,9 @@ class NodeSecurity:
             raise CurveError(f"{authorized_keys}: not a directory of authorized keys")
         self.node_name = node_name
         self._keys: dict[bytes, AuthorizedKey] = {}
+        self._directory_keys: dict[bytes, AuthorizedKey] = {}
+        self._members = MemberView({})
+        self._revoked: frozenset[bytes] = frozenset()
         self._state: tuple[tuple[str, int, int], ...] = ()
         self._counters = stats.StatCounter()
         self._lock = threading.Lock()
@@ -218,20 +227,45 @@ class NodeSecurity:
         keys, problems = scan_authorized_keys(self.directory)
         for problem in problems:
             log.warning("authorized keys: %s", problem)
+        self._directory_keys = keys
+        self._state = state
+        self._compose()
+        with self._lock:
+            self._counters[stats.AUTH_KEY_RELOADS] += 1
+        roles = Counter(k.identity.role for k in self._keys.values())
+        log.info("authorized keys from %s and %d member record(s): %s", self.directory,
+                 len(self._members.members),
+                 ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none")
+        return True
+
+    def set_members(self, view: MemberView) -> bool:
+        """Take the member records the node holds now; True when the key table changed."""
+        before, revoked_before = self._keys, self._revoked
+        self._members = view
+        self._compose()
+        return self._keys != before or self._revoked != revoked_before
+
+    def _compose(self) -> None:
+        """The table: directory keys, then active members' keys, minus removed members' keys,
+        plus the node's own key."""
+        revoked = self._members.revoked()
+        keys = {public: entry for public, entry in self._directory_keys.items()
+                if public not in revoked}
+        for public, identity in self._members.keys().items():
+            if public not in keys:
+                keys[public] = AuthorizedKey(public, identity, f"member/{identity.node or ''}")
         # The node's own key is its agent's (`node run --agent` hands the agent this key): an
-        # operator bound to this node, whatever the directory says.
+        # operator bound to this node, whatever the directory or the records say.
         own = self.key_pair.public
         keys[own] = AuthorizedKey(
             own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint), self.key_pair.path
         )
+        self._revoked = revoked - {own}
         self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
-        self._state = state
-        with self._lock:
-            self._counters[stats.AUTH_KEY_RELOADS] += 1
-        roles = Counter(k.identity.role for k in keys.values())
-        log.info("authorized keys from %s: %s", self.directory,
-                 ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none")
-        return True
+
+    def authorized(self, user_id: str) -> bool:
+        """Is the key of a connection (its ZAP User-Id) still accepted?"""
+        return user_id.encode() in self._keys
 
     def identity(self, user_id: bytes | str | None) -> Identity | None:
         """The current identity of the key a message came with (None: unknown or revoked)."""
@@ -239,14 +273,17 @@ class NodeSecurity:
             return None
         key = user_id.encode() if isinstance(user_id, str) else user_id
         entry = self._keys.get(key)
+        if entry is None and key in self._revoked:
+            return Identity(REVOKED, None, fingerprint(key))
         return entry.identity if entry is not None else None
 
     def peer_key(self, name: str) -> bytes | None:
-        """The public key of peer node `name` (its `peer/<name>.key`)."""
-        for entry in self._keys.values():
+        """The public key of peer node `name` (its `peer/<name>.key`, else its active member
+        record's key; None if neither, or if that key was revoked)."""
+        for entry in self._directory_keys.values():
             if entry.identity.role == PEER and entry.identity.node == name:
-                return entry.public
-        return None
+                return entry.public if entry.public not in self._revoked else None
+        return self._members.peer_key(name)
 
     # -- sockets ----------------------------------------------------------------------------
 
@@ -274,7 +311,8 @@ class NodeSecurity:
         if server_key is None:
             raise CurveError(
                 f"no key for peer {peer_name!r}: put its public key in "
-                f"{self.directory / PEER / (peer_name + '.key')}"
+                f"{self.directory / PEER / (peer_name + '.key')}, or admit it with "
+                f"`kvmesh member add {peer_name}`"
             )
         apply_client(sock, self.key_pair, server_key)
 
@@ -283,6 +321,10 @@ class NodeSecurity:
     def callback(self, domain: str, key: bytes) -> bool:
         if key in self._keys:
             return True
+        if key in self._revoked:
+            self.refused(REVOKED_KEY, fingerprint(key),
+                         "connection refused: the key of a removed member")
+            return False
         self.refused("unknown_key", fingerprint(key), "connection refused: key not authorized")
         return False
 

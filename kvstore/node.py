@@ -65,6 +65,7 @@ from kvstore.node_conns import (
     open_fds,
     prepare_process_limits,
 )
+from kvstore.node_members import Membership, touches_members
 from kvstore.node_peers import Peering
 from kvstore.node_sync import answered_share, digest_reply
 from kvstore.publisher import (
@@ -145,8 +146,13 @@ class KvStoreNode:
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
         self.security = security
         self._keys_checked_at = time.monotonic()
+        # member/ records -> key table and peerings (kvstore/node_members.py); refreshed after a
+        # pass that merged a change to one.
+        self.membership = Membership(config, self.db, self.counters, security)
+        self._members_changed = False
         self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
         self._cmd_limiter: ConnectionLimiter | None = None  # the command socket's (reaps)
+        self._pub_limiter: ConnectionLimiter | None = None  # the publication socket's
         self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -215,7 +221,7 @@ class KvStoreNode:
         self.cmd_url = cmd.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub_url = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._cmd, self._pub = cmd, pub
-        self._publisher = Publisher(pub, self.counters)
+        self._publisher = Publisher(pub, self.counters, self._on_subscriber)
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         counters = self.counters
@@ -225,11 +231,9 @@ class KvStoreNode:
             cmd, max_clients, counters, stats.CLIENTS, "max_clients", handshakes,
             reap_idlest=True, before_reap=self._on_cmd_readable,
         )
-        self._limiters = [
-            self._cmd_limiter,
-            ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
-                              "max_subscribers", handshakes),
-        ]
+        self._pub_limiter = ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
+                                              "max_subscribers", handshakes)
+        self._limiters = [self._cmd_limiter, self._pub_limiter]
         for limiter in self._limiters:
             self._loop.add_reader(limiter.fileno(), limiter.on_readable)
         self.peering = Peering(
@@ -237,8 +241,8 @@ class KvStoreNode:
             security=self.security,
         )
         self.flooding = self.peering.flooding
-        for name, address in cfg.peers.items():
-            self.peering.add(name, address.cmd_url, address.pub_url)
+        self.membership.db = self.db  # loading the store may have replaced it
+        self.membership.start(self.peering, self._limiters, cfg.peers)
         self.peering.update_initial_sync()
         self._tick_handle = self._loop.call_later(TICK_S, self._tick)
         # Messages may have queued between bind and add_reader: drain once now.
@@ -357,7 +361,7 @@ class KvStoreNode:
                 loop.remove_reader(limiter.fileno())
             limiter.close()
         self._limiters = []
-        self._cmd_limiter = None
+        self._cmd_limiter = self._pub_limiter = None
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub):
@@ -386,6 +390,11 @@ class KvStoreNode:
                 " one with a wrong server key)",
             )
 
+    def _on_subscriber(self, fd: int, user_id: str | None) -> None:
+        """A subscription came on connection `fd` with key `user_id` (see `Membership`)."""
+        if self._pub_limiter is not None:
+            self._pub_limiter.note_key(fd, user_id)
+
     def _identity(self, user_id: str | None) -> Identity | None:
         if self.security is None:
             return INSECURE_IDENTITY
@@ -397,8 +406,10 @@ class KvStoreNode:
         if self.security is None or now - self._keys_checked_at < KEY_RELOAD_INTERVAL_S:
             return
         self._keys_checked_at = now
-        if self.security.reload_if_changed() and self.peering is not None:
-            self.peering.refresh_keys()
+        if self.security.reload_if_changed():
+            self.membership.keys_changed()
+            if self.peering is not None:
+                self.peering.refresh_keys()
 
     # ------------------------------------------------------------------ command socket
 
@@ -417,6 +428,7 @@ class KvStoreNode:
                 frames, user_id, fd = received
                 if limiter is not None:
                     limiter.touch(fd)  # the connection is not idle: reaped last
+                    limiter.note_key(fd, user_id)
                 identity = self._identity(user_id) if secured else INSECURE_IDENTITY
                 handled += 1
                 self._handle_command(frames, identity)
@@ -480,7 +492,7 @@ class KvStoreNode:
     ) -> bool:
         """Apply `kvstore.authz`: refuse (counted, answered unless one-way) or serve; an untrusted
         sender's flood-path fields are dropped here, so its hashes are recomputed."""
-        decision = authorize(identity, request)
+        decision = authorize(identity, request, self.membership.view.removed_names())
         params = request.key_set
         if decision.refused is not None:
             assert self.security is not None
@@ -812,6 +824,7 @@ class KvStoreNode:
         out[stats.STORAGE_ACKS_WAITING] = len(self._acks_waiting)
         if self.security is not None:
             out.update(self.security.counters())
+        out.update(self.membership.gauges())
         for limiter in self._limiters:
             out.update(limiter.gauges())
         out[stats.SUBSCRIPTIONS] = self._publisher.subscriptions if self._publisher else 0
@@ -853,6 +866,8 @@ class KvStoreNode:
     ) -> None:
         """Collect a merged delta; everything collected in one socket pass goes out together.
         `received`: the peer publications it was merged from, if any (see `kvstore.forward`)."""
+        if touches_members(delta):
+            self._members_changed = True
         pending = self._floods.get(path)
         if pending is None:
             self._floods[path] = delta
@@ -863,6 +878,9 @@ class KvStoreNode:
 
     def flush_floods(self) -> None:
         self._persist()  # every merge path ends a pass here
+        if self._members_changed:
+            self._members_changed = False
+            self.membership.refresh()
         if not self._floods:
             return
         floods = self._floods
