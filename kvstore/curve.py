@@ -211,6 +211,7 @@ class NodeSecurity:
         self._directory_keys: dict[bytes, AuthorizedKey] = {}
         self._members = MemberView({})
         self._revoked: frozenset[bytes] = frozenset()
+        self._stranger = False  # set on the ZAP thread, taken on the node's loop
         self._state: tuple[tuple[str, int, int], ...] = ()
         self._counters = stats.StatCounter()
         self._lock = threading.Lock()
@@ -326,7 +327,15 @@ class NodeSecurity:
                          "connection refused: the key of a removed member")
             return False
         self.refused("unknown_key", fingerprint(key), "connection refused: key not authorized")
+        # A key this node does not know may be a member it has not heard of yet: a hint that
+        # the membership changed (`take_stranger`; kvstore/node_members.py).
+        self._stranger = True
         return False
+
+    def take_stranger(self) -> bool:
+        """Did an unknown key knock since the last call?"""
+        knocked, self._stranger = self._stranger, False
+        return knocked
 
     def refused(self, reason: str, name: str, what: str) -> None:
         """Count a refusal (kvstore.auth.refused.<reason>) and log it, at most once per

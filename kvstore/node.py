@@ -657,6 +657,9 @@ class KvStoreNode:
             raise BadArgument(str(exc)) from exc
         if sender and self.peering is not None:
             self.peering.learn_filter(sender, key_filter)
+            # The peer syncs with us, so it accepts our key now: if our own sync with it is
+            # stuck (it refused us before: a member it had not heard of), dial it again.
+            self.peering.redial_unsynced(0, only=sender)
         return key_filter
 
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
@@ -931,6 +934,7 @@ class KvStoreNode:
         assert self._loop is not None
         try:
             self._check_keys()
+            self.membership.tick(monotonic_ms())
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.

@@ -9,6 +9,10 @@ peerings, as they merge (the decisions are `kvstore.membership`'s).
   kernel: peers the records name are added (no restart, no file edited), those they put there
   and no longer name are removed, and a peer whose record says "removed" is dropped whoever
   added it. Peers come back on restart because the records are in the durable store.
+- A node not admitted yet is refused by its peers at the handshake, and a refused handshake
+  leaves its sync request stuck until the sync timeout: when its own record becomes active, and
+  at most once a second when a key it does not know knocks (a member it has not heard of yet,
+  e.g. one whose record names it), it dials its unsynced peers again at once.
 - Configured peers the node could not add at start (no key yet, e.g. known only by a member
   record a peer will send) are retried after every change; a configured peer whose record says
   "removed" is skipped with a warning: the node starts anyway.
@@ -34,6 +38,11 @@ from kvstore.shell import monotonic_ms
 
 log = logging.getLogger("kvstore.node")
 
+# A sync without a reply for this long is taken as stuck when the membership changed.
+REDIAL_QUIET_MS = 300
+# At most one redial per this much time on account of unknown keys knocking.
+REDIAL_INTERVAL_MS = 1000
+
 
 def touches_members(keys: Iterable[str]) -> bool:
     return any(key.startswith(MEMBER_PREFIX) for key in keys)
@@ -54,6 +63,7 @@ class Membership:
         self.limiters: list[ConnectionLimiter] = []
         self._managed: set[str] = set()  # peers the records put there
         self._unkeyed: dict[str, Address] = {}  # configured peers not added yet (no key)
+        self._redialed_ms = 0
 
     def start(self, peering: Peering, limiters: list[ConnectionLimiter],
               configured: Mapping[str, PeerAddress]) -> None:
@@ -82,15 +92,34 @@ class Membership:
         view = MemberView.from_values((key, value.value) for key, value in values.items())
         for problem in sorted(set(view.invalid) - set(self.view.invalid)):
             log.warning("member record ignored: %s", problem)
-        own = view.members.get(self.name)
+        own, before = view.members.get(self.name), self.view.members.get(self.name)
         if own is not None and not own.active and self.name not in self.view.removed_names():
             log.warning("node %s: this node's member record says removed: the other nodes "
                         "refuse its key", self.name)
+        admitted = own is not None and own.active and (
+            before is None or not before.active or before.key != own.key)
         self.view = view
         if self.security is not None and self.security.set_members(view):
             self.keys_changed()
         if reconcile:
             self._reconcile()
+        if admitted:
+            log.info("node %s: admitted to the mesh (member/%s active)", self.name, self.name)
+            self._redial(monotonic_ms())
+
+    def tick(self, now: int) -> None:
+        """A key this node does not know knocked: it may have been admitted (see the doc)."""
+        if (self.security is not None and now - self._redialed_ms >= REDIAL_INTERVAL_MS
+                and self.security.take_stranger()):
+            self._redial(now)
+
+    def _redial(self, now: int) -> None:
+        self._redialed_ms = now
+        if self.peering is not None:
+            names = self.peering.redial_unsynced(REDIAL_QUIET_MS)
+            if names:
+                log.info("node %s: dialing unsynced peer(s) %s again", self.name,
+                         ", ".join(names))
 
     def keys_changed(self) -> None:
         """The key table changed: shut the connections of keys no longer accepted, and

@@ -62,6 +62,7 @@ class PeerLink:
     sync_id: int | None = None  # PeerTable's id of the initial sync; None for anti-entropy
     last_activity_ms: int = 0
     server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
+    answered: bool = False  # the current socket received a reply (its handshake went through)
 
 
 class Peering:
@@ -141,6 +142,26 @@ class Peering:
         log.info("peer %s removed", name)
         self.update_initial_sync()
 
+    def redial_unsynced(self, quiet_ms: int, only: str | None = None) -> list[str]:
+        """Dial again, now, every peer (or just `only`) not synced yet whose socket never got a
+        reply and sent nothing for `quiet_ms` (or that waits out a backoff): a fresh socket and
+        an initial sync. For a change that may make a peer that refused this node's key accept
+        it (a refused CurveZMQ handshake leaves the socket's queued request undelivered until
+        the sync timeout)."""
+        now = monotonic_ms()
+        names = [name for name, link in self.links.items()
+                 if (only is None or name == only) and self.table[name].state != INITIALIZED
+                 and not link.answered
+                 and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
+        for name in names:
+            link = self.links[name]
+            self.remove(name)
+            try:
+                self.add(name, link.cmd_url, link.pub_url)
+            except (zmq.ZMQError, CurveError) as exc:
+                log.error("peer %s: cannot reconnect: %s", name, exc)
+        return names
+
     def close(self) -> None:
         for name in list(self.links):
             link = self.links.pop(name)
@@ -207,6 +228,7 @@ class Peering:
             sock.close(linger=0)
             raise
         link.sock = sock
+        link.answered = False
         name = link.name
         self._loop.add_reader(sock.fileno(), lambda: self.on_readable(name))
 
@@ -406,6 +428,7 @@ class Peering:
                 if frames is None:
                     break
                 handled += 1
+                link.answered = True
                 self._handle_reply(link, frames)
         finally:
             self._sink.flush_floods()
