@@ -11,7 +11,8 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+`StoreState`); the declared counters (`stats`), safe file writes (`safefs`) and the
+membership records (`membership`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -24,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import safefs, stats
+    from kvstore import membership, safefs, stats
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         CurveError,
         KeyPair,
         NodeSecurity,
+        client_curve,
         fingerprint,
         generate,
         is_loopback_host,
@@ -61,10 +63,11 @@ if TYPE_CHECKING:
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
 
-# Where each public name lives (a submodule for `safefs` and `stats`).
+# Where each public name lives (a submodule for `membership`, `safefs` and `stats`).
 _SURFACE: dict[str, tuple[str, ...]] = {
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
+    "kvstore.membership": ("membership",),
     "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
     "kvstore.client": (
         "DEFAULT_TIMEOUT_S", "KvStoreAuthError", "KvStoreClient", "KvStoreError",
@@ -74,8 +77,8 @@ _SURFACE: dict[str, tuple[str, ...]] = {
     "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
-        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
-        "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
+        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "client_curve", "fingerprint",
+        "generate", "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
     ),
     "kvstore.gen.kvstore_thrift.ttypes": ("PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
@@ -131,6 +134,7 @@ __all__ = [
     "Subscription",
     "Value",
     "check_response",
+    "client_curve",
     "fingerprint",
     "free_tcp_port",
     "generate",
@@ -139,6 +143,7 @@ __all__ = [
     "load_key_pair",
     "load_public_key",
     "make_value",
+    "membership",
     "next_version",
     "non_loopback",
     "parse_peer",

@@ -21,22 +21,14 @@ import msgpack
 from kvmesh.agent.keys import CONFIG, NODE, STATUS, agent_key, status_prefix
 from kvmesh.agent.revisions import EXPIRED_TTL_MS, REVISION
 from kvmesh.cli.common import KvGroup, emit, fail, run_client
-from kvstore import CurveError, KvStoreClient, load_public_key
-from kvstore.client import next_version
-from kvstore.curve import client_curve
-from kvstore.gen.kvstore_thrift.ttypes import Value
-from kvstore.membership import (
-    ACTIVE,
-    MEMBER_PREFIX,
-    REMOVED,
-    Member,
-    MemberError,
-    MemberView,
-    check_name,
-    decode_member,
-    encode_member,
-    member_key,
-    parse_address,
+from kvstore import (
+    CurveError,
+    KvStoreClient,
+    Value,
+    client_curve,
+    load_public_key,
+    membership,
+    next_version,
 )
 
 ROLE_CHOICES = ("peer", "operator", "reader")
@@ -63,20 +55,21 @@ def _operator_name() -> str:
     return f"{user} ({curve.fingerprint if curve is not None else 'plaintext'})"
 
 
-def _current(client: KvStoreClient, name: str) -> tuple[Value | None, Member | None]:
-    key = member_key(name)
+def _current(client: KvStoreClient, name: str) -> tuple[Value | None, membership.Member | None]:
+    key = membership.member_key(name)
     value = client.get([key]).get(key)
     if value is None or not value.value:
         return value, None
     try:
-        return value, decode_member(name, value.value)
-    except MemberError as exc:
+        return value, membership.decode_member(name, value.value)
+    except membership.MemberError as exc:
         fail(f"{exc}; fix or remove it by hand")
 
 
-def _write(client: KvStoreClient, member: Member, current: Value | None) -> int:
-    key = member_key(member.name)
-    sent, reason = client.set_key(key, encode_member(member), version=next_version(key, current),
+def _write(client: KvStoreClient, member: membership.Member, current: Value | None) -> int:
+    key = membership.member_key(member.name)
+    sent, reason = client.set_key(key, membership.encode_member(member),
+                                  version=next_version(key, current),
                                   originator_id="kvmesh-member")
     if reason is not None:
         fail(f"{key}: not applied ({reason})")
@@ -97,20 +90,20 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
                role: str) -> None:
     """Admit NAME: write member/NAME (its key, role, address, peers, who added it, when)."""
     try:
-        check_name(name)
+        membership.check_name(name)
         for peer in peers:
-            check_name(peer)
+            membership.check_name(peer)
         key = load_public_key(key_file).decode()
         if address is None and role == "peer":
-            raise MemberError("--address CMD_URL[,PUB_URL] is required for a peer")
-        cmd_url, pub_url = parse_address(address) if address is not None else ("", "")
-    except (MemberError, CurveError) as exc:
+            raise membership.MemberError("--address CMD_URL[,PUB_URL] is required for a peer")
+        cmd_url, pub_url = membership.parse_address(address) if address is not None else ("", "")
+    except (membership.MemberError, CurveError) as exc:
         fail(f"member add {name}: {exc}", code=2)
     if name in peers:
         fail(f"member add {name}: --peer names the member itself", code=2)
-    member = Member(name=name, key=key, role=role, cmd_url=cmd_url, pub_url=pub_url,
+    member = membership.Member(name=name, key=key, role=role, cmd_url=cmd_url, pub_url=pub_url,
                     peers=tuple(dict.fromkeys(peers)), added_by=_operator_name(),
-                    added_at=int(time.time()), state=ACTIVE)
+                    added_at=int(time.time()), state=membership.ACTIVE)
 
     def action(client: KvStoreClient) -> tuple[int, str]:
         value, existing = _current(client, name)
@@ -125,7 +118,7 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
         return _write(client, member, value), verb
 
     version, verb = run_client(action)
-    emit({"key": member_key(name), "version": version, "member": member.to_map()},
+    emit({"key": membership.member_key(name), "version": version, "member": member.to_map()},
          f"member {name} {verb} (role {role}, key {member.fingerprint}, version {version})")
 
 
@@ -136,8 +129,8 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
 def member_remove(name: str, purge: bool) -> None:
     """Revoke NAME: a newer member/NAME with state "removed" (every node drops its key)."""
     try:
-        check_name(name)
-    except MemberError as exc:
+        membership.check_name(name)
+    except membership.MemberError as exc:
         fail(f"member remove: {exc}", code=2)
 
     def action(client: KvStoreClient) -> tuple[int | None, int]:
@@ -146,7 +139,7 @@ def member_remove(name: str, purge: bool) -> None:
             fail(f"member remove {name}: no such member")
         version = None
         if existing.active:
-            removed = dataclasses.replace(existing, state=REMOVED)
+            removed = dataclasses.replace(existing, state=membership.REMOVED)
             version = _write(client, removed, value)
         return version, _purge(client, name) if purge else 0
 
@@ -155,7 +148,7 @@ def member_remove(name: str, purge: bool) -> None:
             else f"member {name} was already removed")
     if purge:
         text += f"; {purged} key(s) retired"
-    emit({"key": member_key(name), "version": version, "purged": purged}, text)
+    emit({"key": membership.member_key(name), "version": version, "purged": purged}, text)
 
 
 def _purge(client: KvStoreClient, name: str) -> int:
@@ -177,9 +170,9 @@ def _purge(client: KvStoreClient, name: str) -> int:
     return len(tombstones)
 
 
-def _view(client: KvStoreClient) -> MemberView:
-    values = client.dump(prefix=MEMBER_PREFIX)
-    return MemberView.from_values((key, value.value) for key, value in values.items())
+def _view(client: KvStoreClient) -> membership.MemberView:
+    values = client.dump(prefix=membership.MEMBER_PREFIX)
+    return membership.MemberView.from_values((key, value.value) for key, value in values.items())
 
 
 def _decode(raw: bytes | None) -> dict[str, Any]:
@@ -203,7 +196,7 @@ def _last_seen(name: str, agent: Mapping[str, Any],
     return (max(times), status_prefix(name)) if times else (None, "")
 
 
-def _row(member: Member, agent_value: Value | None,
+def _row(member: membership.Member, agent_value: Value | None,
          statuses: Mapping[str, Value]) -> dict[str, Any]:
     agent = _decode(agent_value.value if agent_value is not None else None)
     seen, source = _last_seen(member.name, agent, statuses)
@@ -229,7 +222,7 @@ def member_list() -> None:
     """Every member: name, key fingerprint, role, address, peers, added by, when, state, the
     node's software version and when it was last seen."""
 
-    def action(client: KvStoreClient) -> tuple[MemberView, list[dict[str, Any]]]:
+    def action(client: KvStoreClient) -> tuple[membership.MemberView, list[dict[str, Any]]]:
         view = _view(client)
         names = sorted(view.members)
         agents = client.get([agent_key(n) for n in names])

@@ -21,8 +21,7 @@ import click
 
 from kvmesh.agent.keys import NODE, config_prefix
 from kvmesh.cli.common import fail
-from kvstore import KvStoreClient
-from kvstore.membership import MEMBER_PREFIX, MemberView
+from kvstore import KvStoreClient, membership
 
 ALLOW_OPTION = "--allow-unknown-node"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,12 +34,12 @@ def allow_unknown_node_option(command: F) -> F:
              "has no desired state yet): e.g. before its agent first starts.")(command)
 
 
-def member_records(client: KvStoreClient) -> MemberView:
-    values = client.dump(prefix=MEMBER_PREFIX)
-    return MemberView.from_values((key, value.value) for key, value in values.items())
+def member_records(client: KvStoreClient) -> membership.MemberView:
+    values = client.dump(prefix=membership.MEMBER_PREFIX)
+    return membership.MemberView.from_values((key, value.value) for key, value in values.items())
 
 
-def announced_nodes(client: KvStoreClient, view: MemberView | None = None) -> set[str]:
+def announced_nodes(client: KvStoreClient, view: membership.MemberView | None = None) -> set[str]:
     """The node names under `node/` in the mesh (keys only: hashes are dumped) and the active
     members, less the removed members."""
     view = view if view is not None else member_records(client)

@@ -209,9 +209,8 @@ def test_only_an_operator_writes_members_and_bad_input_writes_nothing(
     mesh.start(h2, peers=[h1])
     for key_name, reason in (("h2", "member_write"), ("rd", "member_write")):
         record = make_value(b"x", version=1, originator_id="x")
-        with h1.client(key=key_name) as c:
-            with pytest.raises(KvStoreRequestError, match=reason):
-                c.set({member_key("h9"): record})
+        with h1.client(key=key_name) as c, pytest.raises(KvStoreRequestError, match=reason):
+            c.set({member_key("h9"): record})
     assert counter(h1, "kvstore.auth.refused.member_write") == 2
 
     garbage = tmp_path / "bad.key"
