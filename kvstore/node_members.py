@@ -41,7 +41,7 @@ log = logging.getLogger("kvstore.node")
 # A sync without a reply for this long is taken as stuck when the membership changed.
 REDIAL_QUIET_MS = 300
 # At most one redial per this much time on account of unknown keys knocking.
-REDIAL_INTERVAL_MS = 1000
+KNOCK_INTERVAL_MS = 1000
 
 
 def touches_members(keys: Iterable[str]) -> bool:
@@ -109,7 +109,7 @@ class Membership:
 
     def tick(self, now: int) -> None:
         """A key this node does not know knocked: it may have been admitted (see the doc)."""
-        if (self.security is not None and now - self._redialed_ms >= REDIAL_INTERVAL_MS
+        if (self.security is not None and now - self._redialed_ms >= KNOCK_INTERVAL_MS
                 and self.security.take_stranger()):
             self._redial(now)
 
@@ -129,7 +129,7 @@ class Membership:
             return
         dropped = sum(limiter.shut_keys(security.authorized) for limiter in self.limiters)
         if dropped:
-            self.counters[stats.MEMBER_CONNECTIONS_DROPPED] += dropped
+            self.counters[stats.AUTH_CONNECTIONS_SHUT] += dropped
             log.warning("node %s: %d connection(s) shut: their key is no longer accepted",
                         self.name, dropped)
 

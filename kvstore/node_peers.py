@@ -52,6 +52,10 @@ class FloodSink(Protocol):
     def on_peer_synced(self, peer: str) -> None: ...
 
 
+# A peer's socket is renewed by `redial_unsynced` at most this often.
+REDIAL_INTERVAL_MS = 1000
+
+
 @dataclass(eq=False)
 class PeerLink:
     name: str
@@ -63,6 +67,7 @@ class PeerLink:
     last_activity_ms: int = 0
     server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
     answered: bool = False  # the current socket received a reply (its handshake went through)
+    redialed_ms: int | None = None  # when `redial_unsynced` last renewed the socket
 
 
 class Peering:
@@ -144,14 +149,15 @@ class Peering:
 
     def redial_unsynced(self, quiet_ms: int, only: str | None = None) -> list[str]:
         """Dial again, now, every peer (or just `only`) not synced yet whose socket never got a
-        reply and sent nothing for `quiet_ms` (or that waits out a backoff): a fresh socket and
-        an initial sync. For a change that may make a peer that refused this node's key accept
-        it (a refused CurveZMQ handshake leaves the socket's queued request undelivered until
-        the sync timeout)."""
+        reply and sent nothing for `quiet_ms` (or that waits out a backoff), at most once per
+        REDIAL_INTERVAL_MS each: a fresh socket and an initial sync. For a change that may make a
+        peer that refused this node's key accept it (a refused CurveZMQ handshake leaves the
+        socket's queued request undelivered until the sync timeout)."""
         now = monotonic_ms()
         names = [name for name, link in self.links.items()
                  if (only is None or name == only) and self.table[name].state != INITIALIZED
                  and not link.answered
+                 and (link.redialed_ms is None or now - link.redialed_ms >= REDIAL_INTERVAL_MS)
                  and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
         for name in names:
             link = self.links[name]
@@ -160,6 +166,8 @@ class Peering:
                 self.add(name, link.cmd_url, link.pub_url)
             except (zmq.ZMQError, CurveError) as exc:
                 log.error("peer %s: cannot reconnect: %s", name, exc)
+                continue
+            self.links[name].redialed_ms = now
         return names
 
     def close(self) -> None:

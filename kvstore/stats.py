@@ -404,9 +404,10 @@ MEMBERS_INVALID = gauge(
 MEMBER_PEER_CHANGES = counter(
     "kvstore.members.peer_changes",
     "Peers added or removed because member records name (or stopped naming) them.")
-MEMBER_CONNECTIONS_DROPPED = counter(
-    "kvstore.members.connections_dropped",
-    "Connections shut down because their key's member record was removed.")
+AUTH_CONNECTIONS_SHUT = counter(
+    "kvstore.auth.connections_shut",
+    "Connections shut because their key is no longer accepted (removed from the "
+    "authorized-keys directory, or its member record says removed).")
 
 # ---------------------------------------------------------------------------------- storage
 

@@ -146,7 +146,7 @@ def test_a_member_added_peers_within_2s_and_a_member_removed_is_refused_within_2
     assert "1 key(s) retired" in removed.stdout
     took = within(WITHIN_S, lambda: peer_state(h2, "h4") is None
                   and peer_state(h1, "h4") is None
-                  and counter(h1, "kvstore.members.connections_dropped") > 0,
+                  and counter(h1, "kvstore.auth.connections_shut") > 0,
                   "h4's peerings and connections dropped")
     print(f"h4 removed: peerings and connections dropped in {took:.2f} s")
     # Its floods are refused and counted: h4 writes, nobody else ever takes it.
