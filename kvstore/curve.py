@@ -25,7 +25,6 @@ Everything here is plumbing; the decisions are `kvstore.authz`.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -42,12 +41,11 @@ import zmq.auth
 from kvstore import safefs, stats
 from kvstore.authz import OPERATOR, PEER, REVOKED, REVOKED_KEY, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
-from kvstore.membership import MemberView
+from kvstore.membership import Z85_KEY_LEN, MemberView, is_z85_key, key_fingerprint
 from kvstore.zap import ZapThread
 
 log = logging.getLogger("kvstore.curve")
 
-Z85_KEY_LEN = 40
 ZAP_DOMAIN = "kvmesh"
 # Seconds between two log lines about refused connections from the same key (a refused client
 # reconnects every 100 ms; one line says it all).
@@ -60,11 +58,7 @@ class CurveError(ValueError):
 
 def fingerprint(public_key: bytes) -> str:
     """A short, stable name for a public key (z85 text) for logs and errors."""
-    try:
-        raw = zmq.utils.z85.decode(public_key)
-    except Exception:  # not z85: fingerprint the bytes as they are
-        raw = public_key
-    return "sha256:" + hashlib.sha256(raw).hexdigest()[:16]
+    return key_fingerprint(public_key)
 
 
 @dataclass(frozen=True)
@@ -105,11 +99,7 @@ def load_public_key(spec: str) -> bytes:
 
 
 def _check_z85(source: str | os.PathLike[str], key: bytes) -> None:
-    try:
-        ok = len(key) == Z85_KEY_LEN and len(zmq.utils.z85.decode(key)) == 32
-    except Exception:
-        ok = False
-    if not ok:
+    if not is_z85_key(key):
         raise CurveError(f"{source}: not a CurveZMQ key (40 z85 characters)")
 
 

@@ -65,22 +65,27 @@ def check_name(name: str) -> None:
                           "leading '.'")
 
 
-def check_key(key: str) -> bytes:
-    """The z85 public key as bytes; MemberError unless it is 40 z85 characters (32 bytes)."""
+def is_z85_key(key: bytes) -> bool:
+    """Is `key` a Curve key as z85 text: 40 characters that decode to 32 bytes?"""
     try:
-        ok = len(key) == Z85_KEY_LEN and len(z85.decode(key.encode())) == 32
+        return len(key) == Z85_KEY_LEN and len(z85.decode(key)) == 32
     except Exception:
-        ok = False
-    if not ok:
+        return False
+
+
+def check_key(key: str) -> bytes:
+    """The z85 public key as bytes; MemberError unless it is one (`is_z85_key`)."""
+    if not is_z85_key(key.encode()):
         raise MemberError(f"not a CurveZMQ public key (40 z85 characters): {key[:48]!r}")
     return key.encode()
 
 
 def key_fingerprint(public_key: bytes) -> str:
-    """The fingerprint `kvstore.curve` prints for a key (sha256: + 16 hex digits)."""
+    """A short, stable name for a public key (z85 text), as logs and errors print it:
+    sha256: and 16 hex digits of the raw key."""
     try:
         raw = z85.decode(public_key)
-    except Exception:
+    except Exception:  # not z85: fingerprint the bytes as they are
         raw = public_key
     return "sha256:" + hashlib.sha256(raw).hexdigest()[:16]
 
@@ -272,6 +277,7 @@ __all__ = [
     "check_name",
     "decode_member",
     "encode_member",
+    "is_z85_key",
     "key_fingerprint",
     "member_key",
     "name_of",

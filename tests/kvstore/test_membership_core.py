@@ -3,6 +3,8 @@ without sockets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgpack
 import pytest
 import zmq
@@ -27,6 +29,7 @@ from kvstore.membership import (
     MemberView,
     decode_member,
     encode_member,
+    key_fingerprint,
     member_key,
     parse_address,
     plan_peers,
@@ -163,3 +166,31 @@ def test_a_removed_nodes_keys_may_be_retired_by_an_operator_only() -> None:
 def test_the_refusals_are_declared_counters() -> None:
     for reason in (MEMBER_WRITE, REVOKED_KEY):
         assert stats.lookup(stats.AUTH_REFUSED(reason)) is not None
+
+
+def test_a_removed_record_revokes_a_key_the_directory_still_lists(tmp_path: Path) -> None:
+    from kvstore.curve import NodeSecurity, generate, load_public_key
+
+    keys, auth = tmp_path / "keys", tmp_path / "auth"
+    for name in ("h1", "h4", "op"):
+        generate(name, keys)
+    (auth / "peer").mkdir(parents=True)
+    (auth / "peer" / "h4.key").write_bytes((keys / "h4.key").read_bytes())
+    security = NodeSecurity(str(keys / "h1.key_secret"), str(auth), "h1")
+    h4 = load_public_key(str(keys / "h4.key"))
+    assert security.identity(h4) == Identity(PEER, "h4", key_fingerprint(h4))
+    gone = member("h4", key=h4.decode(), state=REMOVED)
+    assert security.set_members(view(gone))
+    assert security.identity(h4) == Identity(REVOKED, None, key_fingerprint(h4))
+    assert security.peer_key("h4") is None
+    assert not security.callback("kvmesh", h4)
+    assert security.counters()[stats.AUTH_REFUSED(REVOKED_KEY)] == 1
+    # An active record admits a key no directory lists, as a peer named after its record.
+    op = load_public_key(str(keys / "op.key"))
+    assert security.set_members(view(gone, member("alice", role=OPERATOR, key=op.decode())))
+    assert security.callback("kvmesh", op)
+    assert security.identity(op) == Identity(OPERATOR, None, key_fingerprint(op))
+    # The node's own key is never revoked on itself.
+    own = load_public_key(str(keys / "h1.key"))
+    security.set_members(view(member("h1", key=own.decode(), state=REMOVED)))
+    assert security.identity(own) == Identity(OPERATOR, "h1", security.key_pair.fingerprint)
