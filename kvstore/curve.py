@@ -41,7 +41,14 @@ import zmq.auth
 from kvstore import safefs, stats
 from kvstore.authz import OPERATOR, PEER, REVOKED, REVOKED_KEY, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
-from kvstore.membership import Z85_KEY_LEN, MemberView, is_z85_key, key_fingerprint
+from kvstore.membership import (
+    Z85_KEY_LEN,
+    KeyTable,
+    MemberView,
+    is_z85_key,
+    key_fingerprint,
+    key_table,
+)
 from kvstore.zap import ZapThread
 
 log = logging.getLogger("kvstore.curve")
@@ -200,7 +207,7 @@ class NodeSecurity:
         self._keys: dict[bytes, AuthorizedKey] = {}
         self._directory_keys: dict[bytes, AuthorizedKey] = {}
         self._members = MemberView({})
-        self._revoked: frozenset[bytes] = frozenset()
+        self._table = KeyTable({}, frozenset())
         self._stranger = False  # set on the ZAP thread, taken on the node's loop
         self._state: tuple[tuple[str, int, int], ...] = ()
         self._counters = stats.StatCounter()
@@ -231,27 +238,26 @@ class NodeSecurity:
 
     def set_members(self, view: MemberView) -> bool:
         """Take the member records the node holds now; True when the key table changed."""
-        before, revoked_before = self._keys, self._revoked
+        before = self._table
         self._members = view
         self._compose()
-        return self._keys != before or self._revoked != revoked_before
+        return self._table != before
 
     def _compose(self) -> None:
-        """The table: directory keys, then active members' keys, minus removed members' keys,
-        plus the node's own key."""
-        revoked = self._members.revoked()
-        keys = {public: entry for public, entry in self._directory_keys.items()
-                if public not in revoked}
-        for public, identity in self._members.keys().items():
-            if public not in keys:
-                keys[public] = AuthorizedKey(public, identity, f"member/{identity.node or ''}")
-        # The node's own key is its agent's (`node run --agent` hands the agent this key): an
-        # operator bound to this node, whatever the directory or the records say.
+        """The table (`membership.key_table`): directory keys, then active members' keys, minus
+        removed members' keys, plus the node's own key: its agent's (`node run --agent` hands
+        the agent this key), an operator bound to this node whatever the directory or the
+        records say."""
         own = self.key_pair.public
-        keys[own] = AuthorizedKey(
-            own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint), self.key_pair.path
-        )
-        self._revoked = revoked - {own}
+        table = key_table(
+            {public: entry.identity for public, entry in self._directory_keys.items()},
+            self._members,
+            (own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint)))
+        keys = {public: self._directory_keys.get(public) or AuthorizedKey(
+                    public, identity,
+                    self.key_pair.path if public == own else f"member/{identity.node or ''}")
+                for public, identity in table.accepted.items()}
+        self._table = table
         self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
 
     def authorized(self, user_id: str) -> bool:
@@ -264,7 +270,7 @@ class NodeSecurity:
             return None
         key = user_id.encode() if isinstance(user_id, str) else user_id
         entry = self._keys.get(key)
-        if entry is None and key in self._revoked:
+        if entry is None and key in self._table.revoked:
             return Identity(REVOKED, None, fingerprint(key))
         return entry.identity if entry is not None else None
 
@@ -273,7 +279,7 @@ class NodeSecurity:
         record's key; None if neither, or if that key was revoked)."""
         for entry in self._directory_keys.values():
             if entry.identity.role == PEER and entry.identity.node == name:
-                return entry.public if entry.public not in self._revoked else None
+                return entry.public if entry.public not in self._table.revoked else None
         return self._members.peer_key(name)
 
     # -- sockets ----------------------------------------------------------------------------
@@ -310,13 +316,14 @@ class NodeSecurity:
     # -- ZAP (called on the authenticator's thread) -----------------------------------------
 
     def callback(self, domain: str, key: bytes) -> bool:
-        if key in self._keys:
+        refusal = self._table.admit(key)
+        if refusal is None:
             return True
-        if key in self._revoked:
+        if refusal == REVOKED_KEY:
             self.refused(REVOKED_KEY, fingerprint(key),
                          "connection refused: the key of a removed member")
             return False
-        self.refused("unknown_key", fingerprint(key), "connection refused: key not authorized")
+        self.refused(refusal, fingerprint(key), "connection refused: key not authorized")
         # A key this node does not know may be a member it has not heard of yet: a hint that
         # the membership changed (`take_stranger`; kvstore/node_members.py).
         self._stranger = True

@@ -13,7 +13,8 @@ The record (a msgpack map; the contract shared with `kvmesh node init` and the R
 What a node derives from the records it holds (`MemberView`):
 - `keys()`: the identities of active members' keys, accepted in addition to the node's
   authorized-keys directory (a peer-role member is a peer named after its record);
-- `revoked()`: the keys of removed members, refused even if a directory still lists them;
+- `revoked()`: the keys of removed members, refused even if a directory still lists them
+  (`key_table` composes them with the node's directory: the ZAP handler's decision, `admit`);
 - `peerings(node)`: the peers `node` must have by the records, both directions: a member whose
   record names `node` in its `peers`, and the members `node`'s own record names;
 and `plan_peers` reconciles a node's peerings against that (the node's shell applies the plan,
@@ -30,7 +31,7 @@ from typing import Any
 import msgpack
 from zmq.utils import z85
 
-from kvstore.authz import MEMBER_PREFIX, PEER, ROLES, Identity
+from kvstore.authz import MEMBER_PREFIX, PEER, REVOKED_KEY, ROLES, UNKNOWN_KEY, Identity
 
 ACTIVE = "active"
 REMOVED = "removed"
@@ -244,6 +245,33 @@ class MemberView:
 
 
 @dataclass(frozen=True)
+class KeyTable:
+    """The keys a node accepts, with their identities, and those it refuses as revoked."""
+
+    accepted: Mapping[bytes, Identity]
+    revoked: frozenset[bytes]
+
+    def admit(self, key: bytes) -> str | None:
+        """The ZAP decision for a connecting key: None (accepted), or the refusal reason."""
+        if key in self.accepted:
+            return None
+        return REVOKED_KEY if key in self.revoked else UNKNOWN_KEY
+
+
+def key_table(directory: Mapping[bytes, Identity], view: MemberView,
+              own: tuple[bytes, Identity]) -> KeyTable:
+    """What a node accepts: its authorized-keys directory, then the active members' keys (the
+    directory wins for a key in both), less the removed members' keys (whatever the directory
+    says), plus its own key (`own`: the node's agent uses it), which is never revoked."""
+    revoked = view.revoked() - {own[0]}
+    accepted = {key: identity for key, identity in directory.items() if key not in revoked}
+    for key, identity in view.keys().items():
+        accepted.setdefault(key, identity)
+    accepted[own[0]] = own[1]
+    return KeyTable(accepted, revoked)
+
+
+@dataclass(frozen=True)
 class PeerPlan:
     add: dict[str, Address]
     remove: tuple[str, ...]
@@ -269,6 +297,7 @@ __all__ = [
     "ACTIVE",
     "MEMBER_PREFIX",
     "REMOVED",
+    "KeyTable",
     "Member",
     "MemberError",
     "MemberView",
@@ -279,6 +308,7 @@ __all__ = [
     "encode_member",
     "is_z85_key",
     "key_fingerprint",
+    "key_table",
     "member_key",
     "name_of",
     "parse_address",

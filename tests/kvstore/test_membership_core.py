@@ -17,6 +17,7 @@ from kvstore.authz import (
     READER,
     REVOKED,
     REVOKED_KEY,
+    UNKNOWN_KEY,
     Identity,
     authorize,
 )
@@ -30,6 +31,7 @@ from kvstore.membership import (
     decode_member,
     encode_member,
     key_fingerprint,
+    key_table,
     member_key,
     parse_address,
     plan_peers,
@@ -194,3 +196,13 @@ def test_a_removed_record_revokes_a_key_the_directory_still_lists(tmp_path: Path
     own = load_public_key(str(keys / "h1.key"))
     security.set_members(view(member("h1", key=own.decode(), state=REMOVED)))
     assert security.identity(own) == Identity(OPERATOR, "h1", security.key_pair.fingerprint)
+
+
+def test_the_zap_decision_is_the_key_tables() -> None:
+    listed, gone, own = new_key().encode(), member("h5", state=REMOVED), new_key().encode()
+    directory = {listed: Identity(PEER, "h2", "fp"), gone.key.encode(): Identity(PEER, "h5", "x")}
+    table = key_table(directory, view(gone, member("h4")), (own, Identity(OPERATOR, "h1", "o")))
+    assert table.admit(listed) is None and table.admit(own) is None
+    assert table.admit(gone.key.encode()) == REVOKED_KEY  # listed, but its record says removed
+    assert table.admit(new_key().encode()) == UNKNOWN_KEY
+    assert len(table.accepted) == 3  # h2 (directory), h4 (record), own
