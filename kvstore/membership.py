@@ -24,7 +24,7 @@ as the agent's shell applies the scheduler's: `kvstore.node`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -244,6 +244,19 @@ class MemberView:
         return out
 
 
+def drop_own_record(sender: str | None, key_vals: MutableMapping[str, Any]) -> bool:
+    """A node never vouches for itself: remove, in place, `sender`'s own `member/<sender>` from
+    what that peer sent (a flood, a sync reply or a sync's finalize); True if there was one.
+
+    Without it, a removed node that reaches a node which missed the removal (down at the time,
+    restarted with its old records, so still accepting the removed key) could flood a newer,
+    "active" version of its own record there, and that node would relay it to everyone. An
+    operator's change to X's record reaches every node by paths other than X."""
+    if sender is None:
+        return False
+    return key_vals.pop(member_key(sender), None) is not None
+
+
 @dataclass(frozen=True)
 class KeyTable:
     """The keys a node accepts, with their identities, and those it refuses as revoked."""
@@ -305,6 +318,7 @@ __all__ = [
     "check_key",
     "check_name",
     "decode_member",
+    "drop_own_record",
     "encode_member",
     "is_z85_key",
     "key_fingerprint",

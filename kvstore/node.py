@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from kvstore import stats, wire
-from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
+from kvstore.authz import INSECURE_IDENTITY, PEER, Identity, authorize
 from kvstore.config import NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
@@ -55,6 +55,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.malloc import return_large_buffers
+from kvstore.membership import drop_own_record
 from kvstore.node_conns import (
     FD_RESERVE,
     HEARTBEAT_IVL_MS,
@@ -465,7 +466,8 @@ class KvStoreNode:
             return
         if identity is not INSECURE_IDENTITY and not self._authorized(identity, request, envelope):
             return
-        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
+        forwardable = not self._dropped_own_record(identity, request)
+        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload, forwardable):
             self.counters[stats.CMD("key_set")] += 1
             return
         # Anything else sees the one-way sets received before it (read-your-writes).
@@ -527,6 +529,19 @@ class KvStoreNode:
                 sync.sender_id = None
         return True
 
+    def _dropped_own_record(self, identity: Identity | None, request: Request) -> bool:
+        """Drop a peer's own `member/<peer>` from its KEY_SET (`membership.drop_own_record`);
+        True if it was there (the set is then no longer the bytes received: never forwarded as
+        they are)."""
+        params = request.key_set
+        if (identity is None or identity.role != PEER or params is None
+                or params.key_vals is None):
+            return False
+        if not drop_own_record(identity.node, params.key_vals):
+            return False
+        self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
+        return True
+
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
         self.counters[stats.MALFORMED_REQUESTS] += 1
         self.counters[stats.ERRORS(code)] += 1
@@ -553,10 +568,10 @@ class KvStoreNode:
         assert params is not None and self.flooding is not None
         return self.flooding.receive(params, wall_ms())
 
-    def _ingest_oneway(self, request: Request, payload: bytes) -> bool:
+    def _ingest_oneway(self, request: Request, payload: bytes, forwardable: bool = True) -> bool:
         """Take a one-way KEY_SET (a flood) into the current batch (`IngestBatch`); False if it
         is not one. A peer's set is kept with its payload until flooded (it may be forwarded as
-        received: `kvstore.forward`)."""
+        received: `kvstore.forward`), unless not `forwardable` (changed since received)."""
         params = request.key_set
         if params is None or params.solicit_response is not False or params.key_vals is None:
             return False
@@ -566,7 +581,7 @@ class KvStoreNode:
         batch = self._ingest
         if not batch.fits(intake):
             self._merge_ingest()
-        batch.add(intake, Received(payload, request) if intake.path else None)
+        batch.add(intake, Received(payload, request) if intake.path and forwardable else None)
         if len(batch) >= INGEST_BATCH:
             self._merge_ingest()
             if self._flood_size() >= INGEST_BATCH:

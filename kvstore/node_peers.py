@@ -34,6 +34,7 @@ from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Value
+from kvstore.membership import drop_own_record
 from kvstore.node_sync import SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.ratelimit import FloodLimiter
@@ -479,6 +480,8 @@ class Peering:
         self._advance(link, now)
 
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
+        if self.security is not None and drop_own_record(link.name, key_vals):
+            self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
         result = self.db.merge_decoded(key_vals, now)
         self.counters[stats.FULL_SYNC_RECEIVED_KEY_VALS] += len(key_vals)
         # No divergence resync here: this sync is what repairs it.

@@ -29,6 +29,7 @@ from kvstore.membership import (
     MemberError,
     MemberView,
     decode_member,
+    drop_own_record,
     encode_member,
     key_fingerprint,
     key_table,
@@ -206,3 +207,10 @@ def test_the_zap_decision_is_the_key_tables() -> None:
     assert table.admit(gone.key.encode()) == REVOKED_KEY  # listed, but its record says removed
     assert table.admit(new_key().encode()) == UNKNOWN_KEY
     assert len(table.accepted) == 3  # h2 (directory), h4 (record), own
+
+
+def test_a_node_never_vouches_for_itself() -> None:
+    sent = {member_key("h4"): 1, member_key("h5"): 2, "config/h4/x": 3}
+    assert drop_own_record("h4", sent)
+    assert sent == {member_key("h5"): 2, "config/h4/x": 3}
+    assert not drop_own_record("h4", sent) and not drop_own_record(None, sent)

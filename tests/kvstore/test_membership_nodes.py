@@ -212,6 +212,21 @@ def test_only_an_operator_writes_members_and_bad_input_writes_nothing(
         with h1.client(key=key_name) as c, pytest.raises(KvStoreRequestError, match=reason):
             c.set({member_key("h9"): record})
     assert counter(h1, "kvstore.auth.refused.member_write") == 2
+    # A peer never vouches for itself: its own record in its flood is dropped, the rest merged
+    # (what stops a removed node re-admitting itself through a node that missed the removal).
+    own = member_key("h2")
+    assert flood_as(h1, "h2", own, b"forged", 7, ["h2"]) is None
+    with h1.client() as c:
+        assert c.get([own]) == {}
+    assert counter(h1, "kvstore.members.own_record_dropped") == 1
+    request = Request(cmd=Command.KEY_SET, key_set=KeySetParams(
+        key_vals={own: make_value(b"forged", version=7, originator_id="h2"),
+                  "x/ok": make_value(b"v", version=1, originator_id="h2")},
+        solicit_response=True, node_ids=["h2"]))
+    with h1.client(key="h2") as c:
+        c.request(request)
+    with h1.client() as c:
+        assert set(c.get([own, "x/ok"])) == {"x/ok"}
 
     garbage = tmp_path / "bad.key"
     garbage.write_text("not a key\n")
