@@ -28,7 +28,6 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 from zmq.utils import z85
 
 from kvstore.authz import MEMBER_PREFIX, PEER, REVOKED_KEY, ROLES, UNKNOWN_KEY, Identity
@@ -148,11 +147,15 @@ class Member:
 
 
 def encode_member(member: Member) -> bytes:
+    import msgpack  # loaded on use: a node with no member records never needs it
+
     return bytes(msgpack.packb(member.to_map(), use_bin_type=True))
 
 
 def decode_member(name: str, raw: bytes) -> Member:
     """The record stored under `member/<name>`; MemberError if it is not a valid one."""
+    import msgpack  # loaded on use (see encode_member)
+
     try:
         data = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:
