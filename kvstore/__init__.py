@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import membership, safefs, stats
+    from kvstore import config_layers, membership, safefs, stats, version
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -40,7 +40,19 @@ if TYPE_CHECKING:
         make_value,
         next_version,
     )
-    from kvstore.config import ConfigError, NodeConfig, PeerAddress, load_config, parse_peer
+    from kvstore.config import (
+        DEFAULT_DATA_ROOT,
+        LOG_LEVELS,
+        NODE_SCHEMA,
+        ConfigError,
+        NodeConfig,
+        PeerAddress,
+        load_config,
+        node_config,
+        parse_peer,
+        read_config_file,
+        settle_data_dir,
+    )
     from kvstore.curve import (
         ClientCurve,
         CurveError,
@@ -63,8 +75,11 @@ if TYPE_CHECKING:
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
 
-# Where each public name lives (a submodule for `membership`, `safefs` and `stats`).
+# Where each public name lives (a submodule for `config_layers`, `membership`, `safefs`,
+# `stats`, `version`).
 _SURFACE: dict[str, tuple[str, ...]] = {
+    "kvstore.config_layers": ("config_layers",),
+    "kvstore.version": ("version",),
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
     "kvstore.membership": ("membership",),
@@ -74,7 +89,9 @@ _SURFACE: dict[str, tuple[str, ...]] = {
         "KvStoreRequestError", "KvStoreTimeout", "KvStoreVersionExhausted", "Subscription",
         "check_response", "make_value", "next_version",
     ),
-    "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
+    "kvstore.config": ("DEFAULT_DATA_ROOT", "LOG_LEVELS", "NODE_SCHEMA", "ConfigError",
+                       "NodeConfig", "PeerAddress", "load_config", "node_config", "parse_peer",
+                       "read_config_file", "settle_data_dir"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
         "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "client_curve", "fingerprint",
@@ -103,10 +120,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DB_FILE",
+    "DEFAULT_DATA_ROOT",
     "DEFAULT_TIMEOUT_S",
     "I64_MAX",
     "I64_MIN",
     "KEY_FILE_ENV",
+    "LOG_LEVELS",
+    "NODE_SCHEMA",
     "SERVER_KEY_ENV",
     "TTL_INFINITY",
     "AsyncKvStoreClient",
@@ -135,6 +155,7 @@ __all__ = [
     "Value",
     "check_response",
     "client_curve",
+    "config_layers",
     "fingerprint",
     "free_tcp_port",
     "generate",
@@ -145,14 +166,18 @@ __all__ = [
     "make_value",
     "membership",
     "next_version",
+    "node_config",
     "non_loopback",
     "parse_peer",
+    "read_config_file",
     "record_identity",
     "run_node",
     "safefs",
+    "settle_data_dir",
     "stats",
     "store_is_current",
     "store_signature",
+    "version",
     "why_not_current",
     "with_ttl",
 ]

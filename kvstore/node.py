@@ -38,7 +38,7 @@ import zmq
 
 from kvstore import stats, wire
 from kvstore.authz import INSECURE_IDENTITY, PEER, Identity, authorize
-from kvstore.config import NodeConfig
+from kvstore.config import ConfigError, NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter, filter_from_wire
@@ -796,6 +796,35 @@ class KvStoreNode:
                 raise BadArgument(f"{why}; nothing was added") from exc
             done.append(name)
 
+    def reconfigure(self, config: NodeConfig) -> None:
+        """Take a re-read configuration (SIGHUP): its peers and the settings kvstore/config.py
+        declares live. The caller keeps every restart-only setting at its running value.
+        The configured peers are diffed against the previous configuration's (peers added with
+        PEER_ADD stay); a new peer refused (max_peers, descriptors, a leaf's one peer, no key)
+        is a ConfigError, with the peers and settings left as they were."""
+        assert self.peering is not None
+        old = self.config
+        removed = {name: old.peers[name] for name in old.peers if name not in config.peers}
+        added = {name: PeerSpec(cmd_url=address.cmd_url, pub_url=address.pub_url)
+                 for name, address in config.peers.items() if old.peers.get(name) != address}
+        for name in removed:
+            self.peering.remove(name)
+        try:
+            self._check_leaf_peers(added)
+            self._reserve_peers(added)
+            self._add_peers_or_none(added)
+        except BadArgument as exc:
+            for name, address in removed.items():
+                self.peering.add(name, address.cmd_url, address.pub_url)
+            raise ConfigError(str(exc)) from exc
+        self.config = config
+        self.db.ttl_decrement_ms = config.ttl_decrement_ms
+        self.db.ttl_threshold_ms = config.ttl_threshold_ms
+        self.peering.retune(config)
+        # A peer dropped from the file that a member record names is a member peering still.
+        self.membership.config = config
+        self.membership.reconcile()
+
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
             raise BadArgument("PEER_DEL needs peer_del.peer_names")
@@ -1002,19 +1031,23 @@ def run_node(
     config: NodeConfig,
     security: NodeSecurity | None = None,
     on_ready: Callable[[KvStoreNode], None] | None = None,
+    on_hangup: Callable[[KvStoreNode], None] | None = None,
+    log_level: str = "info",
 ) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code. `on_ready` is called
-    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved)."""
+    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved);
+    `on_hangup` on each SIGHUP, in the event loop (without it, SIGHUP is logged and ignored: it
+    must not end a node)."""
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(
-        level=logging.INFO,
+        level=log_level.upper(),
         stream=sys.stderr,
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
     prepare_process_limits(config)
     return_large_buffers()
     try:
-        return asyncio.run(_serve(config, security, on_ready))
+        return asyncio.run(_serve(config, security, on_ready, on_hangup))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
         return 1
@@ -1026,15 +1059,26 @@ def run_node(
         return 1
 
 
+def _hangup(node: KvStoreNode, on_hangup: Callable[[KvStoreNode], None] | None) -> None:
+    if node.peering is None:
+        log.warning("SIGHUP before the node started: ignored")
+    elif on_hangup is None:
+        log.warning("SIGHUP: no configuration file to re-read (ignored)")
+    else:
+        on_hangup(node)
+
+
 async def _serve(
     config: NodeConfig,
     security: NodeSecurity | None = None,
     on_ready: Callable[[KvStoreNode], None] | None = None,
+    on_hangup: Callable[[KvStoreNode], None] | None = None,
 ) -> int:
     node = KvStoreNode(config, security=security)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stop)
+    loop.add_signal_handler(signal.SIGHUP, _hangup, node, on_hangup)
     try:
         try:
             await node.start()

@@ -84,7 +84,7 @@ class Membership:
                 log.warning("node %s: %s; starting without it (added once its key is known)",
                             self.name, exc)
                 self._unkeyed[name] = (address.cmd_url, address.pub_url)
-        self._reconcile()
+        self.reconcile()
 
     def refresh(self, reconcile: bool = True) -> None:
         """Take the records as the store holds them now."""
@@ -102,7 +102,7 @@ class Membership:
         if self.security is not None and self.security.set_members(view):
             self.keys_changed()
         if reconcile:
-            self._reconcile()
+            self.reconcile()
         if admitted:
             log.info("node %s: admitted to the mesh (member/%s active)", self.name, self.name)
             self._redial(monotonic_ms())
@@ -133,7 +133,9 @@ class Membership:
             log.warning("node %s: %d connection(s) shut: their key is no longer accepted",
                         self.name, dropped)
 
-    def _reconcile(self) -> None:
+    def reconcile(self) -> None:
+        """Bring the peerings in line with the records (after a change of them, or of the
+        configured peers: SIGHUP)."""
         peering = self.peering
         if peering is None:
             return

@@ -119,6 +119,12 @@ class Peering:
         )
         self._initial_sync_done = False
 
+    def retune(self, config: NodeConfig) -> None:
+        """Take a re-read configuration's live tunables (the peers are the node's to add and
+        remove): read from `self.config` when used, or copied into the flood protocol."""
+        self.config = config
+        self.flooding.max_clock_skew_ms = config.max_clock_skew_ms
+
     # ------------------------------------------------------------------ membership
 
     def add(self, name: str, cmd_url: str, pub_url: str) -> None:

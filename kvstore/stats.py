@@ -437,3 +437,16 @@ STORAGE_COMMIT_MS_MAX = gauge("kvstore.storage.commit_ms_max", "Longest commit."
 STORAGE_PENDING_ROWS = gauge("kvstore.storage.pending_rows", "Rows waiting to be written.")
 STORAGE_ACKS_WAITING = gauge(
     "kvstore.storage.acks_waiting", "KEY_SET replies waiting for their write to reach disk.")
+
+# ---------------------------------------------------------------------------------- configuration
+# SIGHUP re-reads the configuration file (docs/kvstore.md, "Reloading: SIGHUP").
+
+CONFIG_RELOADS = counter(
+    "kvstore.config.reloads", "SIGHUPs whose configuration file was read and applied.")
+CONFIG_RELOAD_FAILURES = counter(
+    "kvstore.config.reload_failures",
+    "SIGHUPs that changed nothing: the file was unreadable or invalid, or a new peer was "
+    "refused (the running configuration is kept).")
+CONFIG_RESTART_PENDING = gauge(
+    "kvstore.config.restart_pending",
+    "Settings whose new value in the file needs a restart (not applied), as of the last SIGHUP.")

@@ -79,7 +79,18 @@ def load_all(group: click.Group) -> None:
         load_module(group, module_name)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from kvstore import version  # the one place it is written
+
+    click.echo(f"kvmesh {version.__version__}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Print kvmesh's version and exit.")
 @click.option(
     "--url",
     envvar="KVMESH_URL",

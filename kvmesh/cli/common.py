@@ -80,6 +80,20 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
                        public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
     or a non-loopback --http without TLS and token); the agent's arguments for them."""
+    from kvmesh.agent.http_security import HttpConfigError
+
+    try:
+        return check_http_security(parse_http(http), cert, key, token_file, read_token_file,
+                                   public_reads)
+    except HttpConfigError as exc:
+        fail(str(exc), code=2)
+
+
+def check_http_security(address: tuple[str, int] | None, cert: str | None, key: str | None,
+                        token_file: str | None, read_token_file: str | None = None,
+                        public_reads: bool = False) -> list[str]:
+    """`http_security_args` raising HttpConfigError instead of exiting (`address`: the
+    parsed --http)."""
     from kvmesh.agent.http_security import (
         HttpConfigError,
         check_bind,
@@ -88,21 +102,17 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
     )
     from kvmesh.entry import openssl_left_out
 
-    address = parse_http(http)
-    try:
-        if address is None and (cert or key or token_file or read_token_file or public_reads):
-            raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
-                                  "--http-read-token-file/--http-public-reads need --http")
-        if cert is not None and openssl_left_out():
-            # This process (a KvStore node) has no ssl: the certificate is loaded elsewhere.
-            check_in_child(cert, key, token_file, read_token_file, public_reads,
-                           address[0] if address is not None else None)
-        else:
-            security = load_security(cert, key, token_file, read_token_file, public_reads)
-            if address is not None:
-                check_bind(address[0], security)
-    except HttpConfigError as exc:
-        fail(str(exc), code=2)
+    if address is None and (cert or key or token_file or read_token_file or public_reads):
+        raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
+                              "--http-read-token-file/--http-public-reads need --http")
+    if cert is not None and openssl_left_out():
+        # This process (a KvStore node) has no ssl: the certificate is loaded elsewhere.
+        check_in_child(cert, key, token_file, read_token_file, public_reads,
+                       address[0] if address is not None else None)
+    else:
+        security = load_security(cert, key, token_file, read_token_file, public_reads)
+        if address is not None:
+            check_bind(address[0], security)
     args: list[str] = []
     for flag, given in (("--http-cert", cert), ("--http-key", key),
                         ("--http-token-file", token_file),
