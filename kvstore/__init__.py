@@ -11,7 +11,8 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`NodeInfo`, `StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+`NodeInfo`, `StoreState`); the declared counters (`stats`), safe file writes (`safefs`) and
+the membership records (`membership`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -24,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import config_layers, safefs, stats, version
+    from kvstore import config_layers, membership, safefs, stats, version
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         CurveError,
         KeyPair,
         NodeSecurity,
+        client_curve,
         fingerprint,
         generate,
         is_loopback_host,
@@ -73,12 +75,14 @@ if TYPE_CHECKING:
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
 
-# Where each public name lives (a submodule for `config_layers`, `safefs`, `stats`, `version`).
+# Where each public name lives (a submodule for `config_layers`, `membership`, `safefs`,
+# `stats`, `version`).
 _SURFACE: dict[str, tuple[str, ...]] = {
     "kvstore.config_layers": ("config_layers",),
     "kvstore.version": ("version",),
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
+    "kvstore.membership": ("membership",),
     "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
     "kvstore.client": (
         "DEFAULT_TIMEOUT_S", "KvStoreAuthError", "KvStoreClient", "KvStoreError",
@@ -90,8 +94,8 @@ _SURFACE: dict[str, tuple[str, ...]] = {
                        "read_config_file", "settle_data_dir"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
-        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
-        "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
+        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "client_curve", "fingerprint",
+        "generate", "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
     ),
     "kvstore.gen.kvstore_thrift.ttypes": ("NodeInfo", "PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
@@ -151,6 +155,7 @@ __all__ = [
     "Subscription",
     "Value",
     "check_response",
+    "client_curve",
     "config_layers",
     "fingerprint",
     "free_tcp_port",
@@ -160,6 +165,7 @@ __all__ = [
     "load_key_pair",
     "load_public_key",
     "make_value",
+    "membership",
     "next_version",
     "node_config",
     "non_loopback",

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from kvstore import stats, wire
-from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
+from kvstore.authz import INSECURE_IDENTITY, PEER, Identity, authorize
 from kvstore.config import ConfigError, NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
@@ -55,6 +55,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.malloc import return_large_buffers
+from kvstore.membership import drop_own_record
 from kvstore.node_conns import (
     FD_RESERVE,
     HEARTBEAT_IVL_MS,
@@ -65,6 +66,7 @@ from kvstore.node_conns import (
     open_fds,
     prepare_process_limits,
 )
+from kvstore.node_members import Membership, touches_members
 from kvstore.node_peers import Peering
 from kvstore.node_sync import answered_share, digest_reply, requester_refusal
 from kvstore.protocol import INCOMPATIBLE_PROTOCOL, THIS_NODE
@@ -146,8 +148,13 @@ class KvStoreNode:
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
         self.security = security
         self._keys_checked_at = time.monotonic()
+        # member/ records -> key table and peerings (kvstore/node_members.py); refreshed after a
+        # pass that merged a change to one.
+        self.membership = Membership(config, self.db, self.counters, security)
+        self._members_changed = False
         self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
         self._cmd_limiter: ConnectionLimiter | None = None  # the command socket's (reaps)
+        self._pub_limiter: ConnectionLimiter | None = None  # the publication socket's
         self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -216,7 +223,7 @@ class KvStoreNode:
         self.cmd_url = cmd.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub_url = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._cmd, self._pub = cmd, pub
-        self._publisher = Publisher(pub, self.counters)
+        self._publisher = Publisher(pub, self.counters, self._on_subscriber)
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         counters = self.counters
@@ -226,11 +233,9 @@ class KvStoreNode:
             cmd, max_clients, counters, stats.CLIENTS, "max_clients", handshakes,
             reap_idlest=True, before_reap=self._on_cmd_readable,
         )
-        self._limiters = [
-            self._cmd_limiter,
-            ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
-                              "max_subscribers", handshakes),
-        ]
+        self._pub_limiter = ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
+                                              "max_subscribers", handshakes)
+        self._limiters = [self._cmd_limiter, self._pub_limiter]
         for limiter in self._limiters:
             self._loop.add_reader(limiter.fileno(), limiter.on_readable)
         self.peering = Peering(
@@ -238,8 +243,8 @@ class KvStoreNode:
             security=self.security,
         )
         self.flooding = self.peering.flooding
-        for name, address in cfg.peers.items():
-            self.peering.add(name, address.cmd_url, address.pub_url)
+        self.membership.db = self.db  # loading the store may have replaced it
+        self.membership.start(self.peering, self._limiters, cfg.peers)
         self.peering.update_initial_sync()
         self._tick_handle = self._loop.call_later(TICK_S, self._tick)
         # Messages may have queued between bind and add_reader: drain once now.
@@ -358,7 +363,7 @@ class KvStoreNode:
                 loop.remove_reader(limiter.fileno())
             limiter.close()
         self._limiters = []
-        self._cmd_limiter = None
+        self._cmd_limiter = self._pub_limiter = None
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub):
@@ -387,6 +392,11 @@ class KvStoreNode:
                 " one with a wrong server key)",
             )
 
+    def _on_subscriber(self, fd: int, user_id: str | None) -> None:
+        """A subscription came on connection `fd` with key `user_id` (see `Membership`)."""
+        if self._pub_limiter is not None:
+            self._pub_limiter.note_key(fd, user_id)
+
     def _identity(self, user_id: str | None) -> Identity | None:
         if self.security is None:
             return INSECURE_IDENTITY
@@ -398,8 +408,10 @@ class KvStoreNode:
         if self.security is None or now - self._keys_checked_at < KEY_RELOAD_INTERVAL_S:
             return
         self._keys_checked_at = now
-        if self.security.reload_if_changed() and self.peering is not None:
-            self.peering.refresh_keys()
+        if self.security.reload_if_changed():
+            self.membership.keys_changed()
+            if self.peering is not None:
+                self.peering.refresh_keys()
 
     # ------------------------------------------------------------------ command socket
 
@@ -418,6 +430,7 @@ class KvStoreNode:
                 frames, user_id, fd = received
                 if limiter is not None:
                     limiter.touch(fd)  # the connection is not idle: reaped last
+                    limiter.note_key(fd, user_id)
                 identity = self._identity(user_id) if secured else INSECURE_IDENTITY
                 handled += 1
                 self._handle_command(frames, identity)
@@ -454,7 +467,8 @@ class KvStoreNode:
             return
         if identity is not INSECURE_IDENTITY and not self._authorized(identity, request, envelope):
             return
-        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
+        forwardable = not self._dropped_own_record(identity, request)
+        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload, forwardable):
             self.counters[stats.CMD("key_set")] += 1
             return
         # Anything else sees the one-way sets received before it (read-your-writes).
@@ -481,7 +495,7 @@ class KvStoreNode:
     ) -> bool:
         """Apply `kvstore.authz`: refuse (counted, answered unless one-way) or serve; an untrusted
         sender's flood-path fields are dropped here, so its hashes are recomputed."""
-        decision = authorize(identity, request)
+        decision = authorize(identity, request, self.membership.view.removed_names())
         params = request.key_set
         if decision.refused is not None:
             assert self.security is not None
@@ -516,6 +530,19 @@ class KvStoreNode:
                 sync.sender_id = None
         return True
 
+    def _dropped_own_record(self, identity: Identity | None, request: Request) -> bool:
+        """Drop a peer's own `member/<peer>` from its KEY_SET (`membership.drop_own_record`);
+        True if it was there (the set is then no longer the bytes received: never forwarded as
+        they are)."""
+        params = request.key_set
+        if (identity is None or identity.role != PEER or params is None
+                or params.key_vals is None):
+            return False
+        if not drop_own_record(identity.node, params.key_vals):
+            return False
+        self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
+        return True
+
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
         self.counters[stats.MALFORMED_REQUESTS] += 1
         self.counters[stats.ERRORS(code)] += 1
@@ -542,10 +569,10 @@ class KvStoreNode:
         assert params is not None and self.flooding is not None
         return self.flooding.receive(params, wall_ms())
 
-    def _ingest_oneway(self, request: Request, payload: bytes) -> bool:
+    def _ingest_oneway(self, request: Request, payload: bytes, forwardable: bool = True) -> bool:
         """Take a one-way KEY_SET (a flood) into the current batch (`IngestBatch`); False if it
         is not one. A peer's set is kept with its payload until flooded (it may be forwarded as
-        received: `kvstore.forward`)."""
+        received: `kvstore.forward`), unless not `forwardable` (changed since received)."""
         params = request.key_set
         if params is None or params.solicit_response is not False or params.key_vals is None:
             return False
@@ -555,7 +582,7 @@ class KvStoreNode:
         batch = self._ingest
         if not batch.fits(intake):
             self._merge_ingest()
-        batch.add(intake, Received(payload, request) if intake.path else None)
+        batch.add(intake, Received(payload, request) if intake.path and forwardable else None)
         if len(batch) >= INGEST_BATCH:
             self._merge_ingest()
             if self._flood_size() >= INGEST_BATCH:
@@ -646,6 +673,9 @@ class KvStoreNode:
             raise BadArgument(str(exc)) from exc
         if sender and self.peering is not None:
             self.peering.learn_filter(sender, key_filter)
+            # The peer syncs with us, so it accepts our key now: if our own sync with it is
+            # stuck (it refused us before: a member it had not heard of), dial it again.
+            self.peering.redial_unsynced(0, only=sender)
         return key_filter
 
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
@@ -798,6 +828,9 @@ class KvStoreNode:
         self.db.ttl_decrement_ms = config.ttl_decrement_ms
         self.db.ttl_threshold_ms = config.ttl_threshold_ms
         self.peering.retune(config)
+        # A peer dropped from the file that a member record names is a member peering still.
+        self.membership.config = config
+        self.membership.reconcile()
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
@@ -848,6 +881,7 @@ class KvStoreNode:
         out[stats.STORAGE_ACKS_WAITING] = len(self._acks_waiting)
         if self.security is not None:
             out.update(self.security.counters())
+        out.update(self.membership.gauges())
         for limiter in self._limiters:
             out.update(limiter.gauges())
         out[stats.SUBSCRIPTIONS] = self._publisher.subscriptions if self._publisher else 0
@@ -889,6 +923,8 @@ class KvStoreNode:
     ) -> None:
         """Collect a merged delta; everything collected in one socket pass goes out together.
         `received`: the peer publications it was merged from, if any (see `kvstore.forward`)."""
+        if touches_members(delta):
+            self._members_changed = True
         pending = self._floods.get(path)
         if pending is None:
             self._floods[path] = delta
@@ -899,6 +935,9 @@ class KvStoreNode:
 
     def flush_floods(self) -> None:
         self._persist()  # every merge path ends a pass here
+        if self._members_changed:
+            self._members_changed = False
+            self.membership.refresh()
         if not self._floods:
             return
         floods = self._floods
@@ -949,6 +988,7 @@ class KvStoreNode:
         assert self._loop is not None
         try:
             self._check_keys()
+            self.membership.tick(monotonic_ms())
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.

@@ -38,6 +38,7 @@ from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import Command, PeerSpec, PeerState, Request, Value
+from kvstore.membership import drop_own_record
 from kvstore.node_sync import ProtocolRefused, SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.protocol import INCOMPATIBLE_PROTOCOL
@@ -57,6 +58,10 @@ class FloodSink(Protocol):
     def on_peer_synced(self, peer: str) -> None: ...
 
 
+# A peer's socket is renewed by `redial_unsynced` at most this often.
+REDIAL_INTERVAL_MS = 1000
+
+
 @dataclass(eq=False)
 class PeerLink:
     name: str
@@ -68,6 +73,8 @@ class PeerLink:
     last_activity_ms: int = 0
     server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
     probes: set[bytes] = field(default_factory=set)  # keep-alive probes awaiting a reply
+    answered: bool = False  # the current socket received a reply (its handshake went through)
+    redialed_ms: int | None = None  # when `redial_unsynced` last renewed the socket
 
 
 class Peering:
@@ -156,6 +163,29 @@ class Peering:
         log.info("peer %s removed", name)
         self.update_initial_sync()
 
+    def redial_unsynced(self, quiet_ms: int, only: str | None = None) -> list[str]:
+        """Dial again, now, every peer (or just `only`) not synced yet whose socket never got a
+        reply and sent nothing for `quiet_ms` (or that waits out a backoff), at most once per
+        REDIAL_INTERVAL_MS each: a fresh socket and an initial sync. For a change that may make a
+        peer that refused this node's key accept it (a refused CurveZMQ handshake leaves the
+        socket's queued request undelivered until the sync timeout)."""
+        now = monotonic_ms()
+        names = [name for name, link in self.links.items()
+                 if (only is None or name == only) and self.table[name].state != INITIALIZED
+                 and not link.answered
+                 and (link.redialed_ms is None or now - link.redialed_ms >= REDIAL_INTERVAL_MS)
+                 and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
+        for name in names:
+            link = self.links[name]
+            self.remove(name)
+            try:
+                self.add(name, link.cmd_url, link.pub_url)
+            except (zmq.ZMQError, CurveError) as exc:
+                log.error("peer %s: cannot reconnect: %s", name, exc)
+                continue
+            self.links[name].redialed_ms = now
+        return names
+
     def close(self) -> None:
         for name in list(self.links):
             link = self.links.pop(name)
@@ -228,6 +258,7 @@ class Peering:
             sock.close(linger=0)
             raise
         link.sock = sock
+        link.answered = False
         name = link.name
         self._loop.add_reader(sock.fileno(), lambda: self.on_readable(name))
 
@@ -455,6 +486,7 @@ class Peering:
                 if frames is None:
                     break
                 handled += 1
+                link.answered = True
                 self._handle_reply(link, frames)
         finally:
             self._sink.flush_floods()
@@ -525,6 +557,8 @@ class Peering:
         self.update_initial_sync()
 
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
+        if self.security is not None and drop_own_record(link.name, key_vals):
+            self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
         result = self.db.merge_decoded(key_vals, now)
         self.counters[stats.FULL_SYNC_RECEIVED_KEY_VALS] += len(key_vals)
         # No divergence resync here: this sync is what repairs it.

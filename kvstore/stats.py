@@ -407,12 +407,31 @@ AUTH_KEY_RELOADS = counter("kvstore.auth.key_reloads", "Reloads of the authorize
 AUTH_REFUSED = family("kvstore.auth.refused.", "reason", Kind.COUNTER,
                       "Connections and requests refused, by reason.",
                       (authz.UNKNOWN_KEY, authz.READER_WRITE, authz.PEER_ADMIN,
-                       authz.FOREIGN_NODE_KEY, "handshake"))
+                       authz.FOREIGN_NODE_KEY, authz.MEMBER_WRITE, authz.REVOKED_KEY,
+                       "handshake"))
 AUTH_IGNORED_FLOOD_PATH = counter(
     "kvstore.auth.ignored_flood_path",
     "Flood paths ignored because they came from a key that may not set them.")
 AUTH_PEER_KEY_CHANGES = counter(
     "kvstore.auth.peer_key_changes", "Peers whose server key changed.")
+MEMBERS_ACTIVE = gauge(
+    "kvstore.members.active", "Active member records (member/<name>) this node holds.")
+MEMBERS_REMOVED = gauge(
+    "kvstore.members.removed", "Removed member records this node holds (their keys refused).")
+MEMBERS_INVALID = gauge(
+    "kvstore.members.invalid", "member/ records this node cannot decode (ignored).")
+MEMBER_OWN_RECORD_DROPPED = counter(
+    "kvstore.members.own_record_dropped",
+    "A peer's own member/<peer> record dropped from what it sent (a flood, a sync reply): a "
+    "node never vouches for itself. Normal when it relays an operator's change of its record, "
+    "which reaches this node by another path.")
+MEMBER_PEER_CHANGES = counter(
+    "kvstore.members.peer_changes",
+    "Peers added or removed because member records name (or stopped naming) them.")
+AUTH_CONNECTIONS_SHUT = counter(
+    "kvstore.auth.connections_shut",
+    "Connections shut because their key is no longer accepted (removed from the "
+    "authorized-keys directory, or its member record says removed).")
 
 # ---------------------------------------------------------------------------------- storage
 

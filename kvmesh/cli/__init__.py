@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
                               "values"),
     "kvmesh.cli.cluster_cmds": ("cluster",),
     "kvmesh.cli.keys_cmds": ("keys",),
+    "kvmesh.cli.member_cmds": ("member",),
     "kvmesh.cli.ops_cmds": ("apply", "completion", "confirm", "model", "plan"),
 }
 # ops_cmds adds `config export` and `config history` to agent_cmds' `config` group;
