@@ -21,6 +21,7 @@ import msgpack
 from kvmesh.agent.keys import CONFIG, NODE, STATUS, agent_key, status_prefix
 from kvmesh.agent.revisions import EXPIRED_TTL_MS, REVISION
 from kvmesh.cli.common import KvGroup, emit, fail, run_client
+from kvmesh.cli.member_rest_options import rest_fields, rest_options
 from kvstore import (
     CurveError,
     KvStoreClient,
@@ -86,8 +87,10 @@ def _write(client: KvStoreClient, member: membership.Member, current: Value | No
               help="A node that peers with the new member (repeatable).")
 @click.option("--role", type=click.Choice(ROLE_CHOICES), default="peer", show_default=True,
               help="peer: a node; operator: may write; reader: reads only.")
+@rest_options
 def member_add(name: str, key_file: str, address: str | None, peers: Sequence[str],
-               role: str) -> None:
+               role: str, rest_url: str | None, rest_cert: str | None,
+               token_file: str | None) -> None:
     """Admit NAME: write member/NAME (its key, role, address, peers, who added it, when)."""
     try:
         membership.check_name(name)
@@ -101,9 +104,11 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
         fail(f"member add {name}: {exc}", code=2)
     if name in peers:
         fail(f"member add {name}: --peer names the member itself", code=2)
-    member = membership.Member(name=name, key=key, role=role, cmd_url=cmd_url, pub_url=pub_url,
-                    peers=tuple(dict.fromkeys(peers)), added_by=_operator_name(),
-                    added_at=int(time.time()), state=membership.ACTIVE)
+    member = membership.Member(
+        name=name, key=key, role=role, cmd_url=cmd_url, pub_url=pub_url,
+        peers=tuple(dict.fromkeys(peers)), added_by=_operator_name(),
+        added_at=int(time.time()), state=membership.ACTIVE,
+        extra=rest_fields(rest_url, rest_cert, token_file))
 
     def action(client: KvStoreClient) -> tuple[int, str]:
         value, existing = _current(client, name)
