@@ -66,6 +66,9 @@ class InitRequest:
     operator_key: Path | None = None
     join: str | None = None  # PEER=CMD_URL[,PUB_URL]
     join_key: Path | None = None
+    # The agent's southbounds: this host's Linux networking, a VPP API socket.
+    linux: bool = False
+    vpp_socket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class _Plan:
     http: str
     operator: tuple[str, bytes] | None  # (file name stem, the key file's bytes)
     join: tuple[str, PeerAddress, bytes] | None
+    southbounds: dict[str, object]  # [agent] entries: linux, vpp_socket
 
 
 def entries(name: str) -> tuple[str, ...]:
@@ -168,7 +172,10 @@ def _check(request: InitRequest) -> _Plan:
         raise NodeInitError(str(exc)) from None
     http = request.http or _default_http(cmd_url)
     _check_http(http)
-    return _Plan(name, directory, config, http, operator, join)
+    southbounds: dict[str, object] = {"linux": True} if request.linux else {}
+    if request.vpp_socket:
+        southbounds["vpp_socket"] = request.vpp_socket
+    return _Plan(name, directory, config, http, operator, join, southbounds)
 
 
 def _check_directory(directory: Path, name: str) -> None:
@@ -296,7 +303,7 @@ def _make(plan: _Plan, staging: Path) -> None:
     tables: dict[str, dict[str, object]] = {
         "peers": {peer: address.cmd_url + (f",{address.pub_url}" if address.pub_url else "")
                   for peer, address in config.peers.items()},
-        "agent": {"enabled": True, "http": plan.http,
+        "agent": {"enabled": True, **plan.southbounds, "http": plan.http,
                   "http_cert": str(final / f"{name}-rest.pem"),
                   "http_key": str(final / f"{name}-rest.key")},
     }

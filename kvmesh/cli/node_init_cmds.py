@@ -29,16 +29,21 @@ from kvmesh.cli.common import emit, fail
               help="An existing node to peer with.")
 @click.option("--join-key", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="That peer's public key (PEER.key).")
+@click.option("--linux", is_flag=True,
+              help="The agent configures this host's Linux networking ([agent] linux).")
+@click.option("--vpp-socket", default=None, metavar="PATH",
+              help="The agent configures the VPP at this API socket ([agent] vpp_socket).")
 def node_init(name: str, directory: Path, cmd_url: str | None, pub_url: str | None,
               http: str | None, data_dir: str | None, operator_key: Path | None,
-              join: str | None, join_key: Path | None) -> None:
+              join: str | None, join_key: Path | None, linux: bool,
+              vpp_socket: str | None) -> None:
     """Write a new node's configuration, key pair, authorized keys and REST certificate into
     DIR, and print the `kvmesh member add` command that admits it."""
     from kvmesh.node_init import InitRequest, NodeInitError, init_node
 
     try:
         result = init_node(InitRequest(name, directory, cmd_url, pub_url, http, data_dir,
-                                       operator_key, join, join_key))
+                                       operator_key, join, join_key, linux, vpp_socket))
     except NodeInitError as exc:
         fail(str(exc), code=2)
     emit({"config": str(result.config), "public_key": str(result.public_key),
