@@ -170,9 +170,11 @@ class Peering:
         peer that refused this node's key accept it (a refused CurveZMQ handshake leaves the
         socket's queued request undelivered until the sync timeout)."""
         now = monotonic_ms()
+        # A peer marked down is left to the keep-alive probes (each on a fresh socket): they
+        # tell when it answers again, and count it as returned (kvstore.peer_returned).
         names = [name for name, link in self.links.items()
                  if (only is None or name == only) and self.table[name].state != INITIALIZED
-                 and not link.answered
+                 and not self.table[name].down and not link.answered
                  and (link.redialed_ms is None or now - link.redialed_ms >= REDIAL_INTERVAL_MS)
                  and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
         for name in names:
