@@ -154,7 +154,8 @@ class Agent:
         cfg = self.config
         security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
                                  cfg.http_read_token_file, cfg.http_public_reads)
-        self._http = HttpApi(self.rest, *address, security=security)
+        self._http = HttpApi(self.rest, *address, security=security, kv_url=cfg.kv_url,
+                             max_streams=cfg.http_max_streams)
         host, port = self._http.address
         if security.generated_token is not None:
             path = token_dir() / token_name(host, port)

@@ -8,6 +8,7 @@ the server asks an operator token for everything else.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -21,9 +22,11 @@ from http import HTTPStatus
 from typing import Any, Protocol, TypeVar, cast
 
 from kvmesh.agent.http_security import HttpSecurity
-from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest
+from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest, StreamHandler
+from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
+from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, StreamHub
 from scheduler import ValueState
 
 log = logging.getLogger("kvmesh.agent.http")
@@ -87,17 +90,22 @@ Handler = Callable[[ApiBackend, Query], Response]
 H = TypeVar("H", bound=Callable[..., Response])
 
 
+def check_params(query: Query, names: tuple[str, ...]) -> None:
+    """BadRequest for a parameter not in `names` (not silently ignored)."""
+    unknown = sorted(set(query) - set(names))
+    if unknown:
+        allowed = ", ".join(names) or "none"
+        raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
+                         f"(accepted: {allowed})")
+
+
 def accepts(*names: str) -> Callable[[H], H]:
-    """The query parameters a handler takes: any other one is a 400 (not silently ignored)."""
+    """The query parameters a handler takes: any other one is a 400."""
 
     def wrap(handler: H) -> H:
         @functools.wraps(handler)
         def checked(api: ApiBackend, query: Query, *rest: Any) -> Response:
-            unknown = sorted(set(query) - set(names))
-            if unknown:
-                allowed = ", ".join(names) or "none"
-                raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
-                                 f"(accepted: {allowed})")
+            check_params(query, names)
             return handler(api, query, *rest)
 
         return cast(H, checked)
@@ -371,7 +379,8 @@ ROUTES: dict[tuple[str, str], Handler] = {
 # only reads (a reader's token, or none with --http-public-reads, will do).
 WRITES = frozenset({("POST", "/scheduler/downstream-resync"), ("POST", "/agent/assume-current"),
                     *WRITE_BODY_ROUTES})
-ALL_ROUTES = (*ROUTES, *BODY_ROUTES, *WRITE_BODY_ROUTES)
+STREAM_ROUTES = frozenset({("GET", "/stream")})  # served on the loop (kvmesh.agent.stream_hub)
+ALL_ROUTES = (*ROUTES, *BODY_ROUTES, *WRITE_BODY_ROUTES, *STREAM_ROUTES)
 
 
 def _path(target: str) -> str:
@@ -383,10 +392,21 @@ def is_read(method: str, target: str) -> bool:
     return (method, _path(target)) not in WRITES
 
 
+def parse_query(target: str) -> Query:
+    """The request's query parameters; one given twice is a BadRequest."""
+    pairs = urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query, keep_blank_values=True,
+                                   strict_parsing=False)
+    query: Query = {}
+    for name, value in pairs:
+        if name in query:
+            raise BadRequest(f"parameter {name!r} given more than once")
+        query[name] = value
+    return query
+
+
 def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
              who: str = "unknown") -> Response:
     """Route one request; never raises. `who`: the identity the request proved (revisions)."""
-    parsed = urllib.parse.urlsplit(target)
     path = _path(target)
     handler = ROUTES.get((method, path))
     body_handler = BODY_ROUTES.get((method, path))
@@ -406,13 +426,7 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
                               "endpoints": sorted(f"{m} {p}" for m, p in ALL_ROUTES)},
                              HTTPStatus.NOT_FOUND)
     try:
-        pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True, strict_parsing=False)
-        query: Query = {}
-        for name, value in pairs:
-            if name in query:
-                raise BadRequest(f"parameter {name!r} given more than once")
-            query[name] = value
-        return handler(api, query)
+        return handler(api, parse_query(target))
     except BadRequest as exc:
         return Response.json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
     except ServiceUnavailable as exc:
@@ -423,12 +437,30 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
                              HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
+def stream_handler(hub: StreamHub) -> StreamHandler:
+    """`GET /stream?prefix=P[&snapshot=1]`: the node's publications under P as Server-Sent
+    Events (kvmesh.agent.sse)."""
+
+    async def serve(request: RestRequest, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter) -> None:
+        try:
+            query = parse_query(request.target)
+            check_params(query, ("prefix", "snapshot"))
+            prefix, snapshot = query.get("prefix", ""), _bool_param(query, "snapshot")
+        except BadRequest as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        await hub.serve(prefix, snapshot, reader, writer)
+
+    return serve
+
+
 class HttpApi:
     """Serves `dispatch` until `close()` (the server, with its TLS, tokens and limits, is
-    `kvmesh.agent.http_server`)."""
+    `kvmesh.agent.http_server`); `/stream` from `hub` when given."""
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
-                 limits: HttpLimits | None = None) -> None:
+                 limits: HttpLimits | None = None, kv_url: str | None = None,
+                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
         backend = api
 
         def respond(request: RestRequest) -> tuple[int, bytes, str]:
@@ -441,8 +473,17 @@ class HttpApi:
             return resp.status, payload, resp.content_type
 
         self.security = security
+        self.hub = None if kv_url is None else StreamHub(kv_url, max_streams,
+                                                          count=lambda what: self.count(what))
+        streams = {} if self.hub is None else {("GET", "/stream"): stream_handler(self.hub)}
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
-                                       frozenset(m for m, _path in ALL_ROUTES), is_read)
+                                       frozenset(m for m, _path in ALL_ROUTES), is_read,
+                                       streams)
+        if self.hub is not None:
+            self._server.shutdown_hooks.append(self.hub.close)
+
+    def count(self, what: str) -> None:
+        self._server.count(what)
 
     @property
     def address(self) -> tuple[str, int]:

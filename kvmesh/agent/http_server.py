@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -84,6 +84,10 @@ class RestRequest:
 
 # (request) -> (status, body, content type)
 Responder = Callable[[RestRequest], tuple[int, bytes, str]]
+# A long-lived answer written on the loop itself (GET /stream): it writes its own head, or
+# raises HttpError before writing anything.
+StreamHandler = Callable[[RestRequest, asyncio.StreamReader, asyncio.StreamWriter],
+                         Awaitable[None]]
 
 
 @dataclass(eq=False)
@@ -98,9 +102,13 @@ class AgentHttpServer:
 
     def __init__(self, address: tuple[str, int], responder: Responder, security: HttpSecurity,
                  limits: HttpLimits, methods: frozenset[str],
-                 is_read: Callable[[str, str], bool]) -> None:
+                 is_read: Callable[[str, str], bool],
+                 streams: Mapping[tuple[str, str], StreamHandler] | None = None) -> None:
         check_bind(address[0], security)
         self.responder = responder
+        self.streams = dict(streams or {})  # (method, path) -> handler
+        # Run on the loop first when the server closes (what the stream handlers share).
+        self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self.security = security
         self.limits = limits
         self.methods = methods  # the methods some endpoint serves
@@ -153,6 +161,9 @@ class AgentHttpServer:
         """Stop accepting, cut every connection, and give the handlers a moment to end (one
         waiting for a worker thread ends when that thread returns)."""
         self._server.close()
+        for hook in self.shutdown_hooks:
+            with contextlib.suppress(Exception):
+                await hook()
         for conn in list(self._connections):
             conn.writer.transport.abort()
         current = asyncio.current_task()
@@ -221,6 +232,13 @@ class AgentHttpServer:
             await self._linger(reader)
             return
         conn.reading = False
+        stream = self.streams.get((method, request.target.split("?", 1)[0].rstrip("/")))
+        if stream is not None:
+            try:
+                await stream(request, reader, writer)
+            except HttpError as exc:  # refused before its head was written
+                await self._answer_error(writer, exc, method)
+            return
         status, payload, content_type = await asyncio.get_running_loop().run_in_executor(
             self._executor, self.responder, request)
         writer.write(render_response(status, payload, content_type))
