@@ -16,18 +16,23 @@ import shutil
 import subprocess
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from kvmesh.agent.http_auth import authorize
 from kvmesh.agent.http_security import HttpSecurity
 from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest, StreamHandler
 from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
 from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, StreamHub
+from kvmesh.agent.ui_session import Sessions, session_key
 from scheduler import ValueState
+
+if TYPE_CHECKING:
+    from kvmesh.agent.ui.console import Console
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -68,12 +73,19 @@ class ApiBackend(Protocol):
 
     def metrics_text(self) -> str: ...
 
+    def revisions(self, node: str) -> list[Any]: ...
+
+    def confirm_revision(self, node: str, rev: int) -> Any: ...
+
+    def rollback_revision(self, node: str, rev: int, who: str) -> Any: ...
+
 
 @dataclass(frozen=True)
 class Response:
     status: int
     body: bytes
     content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def json(cls, data: Any, status: int = 200) -> Response:
@@ -348,6 +360,45 @@ def _configuration(api: ApiBackend, q: Query, body: bytes, who: str) -> Response
     return Response.json(result, HTTPStatus.OK if result["ok"] else HTTPStatus.CONFLICT)
 
 
+def _revision_params(q: Query) -> tuple[str, int]:
+    node, rev = q.get("node") or "", _int_param(q, "rev")
+    if not node or rev is None:
+        raise BadRequest("parameters 'node' and 'rev' are required")
+    return node, rev
+
+
+@accepts("node")
+def _revisions(api: ApiBackend, q: Query) -> Response:
+    """A node's kept revisions (revision/<node>/...), newest first."""
+    if not q.get("node"):
+        raise BadRequest("parameter 'node' is required")
+    return Response.json(api.revisions(q["node"]))
+
+
+def _revision_action(act: Callable[[], Any]) -> Response:
+    from kvmesh.agent.config_writer import WriteRefused
+    from kvmesh.agent.revision_actions import RevisionError
+
+    try:
+        return Response.json(act())
+    except (RevisionError, WriteRefused) as exc:
+        return Response.json({"error": str(exc)}, HTTPStatus.CONFLICT)
+
+
+@accepts("node", "rev")
+def _confirm_revision(api: ApiBackend, q: Query, body: bytes, who: str) -> Response:
+    """Confirm a pending revision: the node's agent will not roll it back."""
+    node, rev = _revision_params(q)
+    return _revision_action(lambda: api.confirm_revision(node, rev))
+
+
+@accepts("node", "rev")
+def _rollback_revision(api: ApiBackend, q: Query, body: bytes, who: str) -> Response:
+    """Roll a pending revision back now (as its confirm timer would)."""
+    node, rev = _revision_params(q)
+    return _revision_action(lambda: api.rollback_revision(node, rev, who))
+
+
 BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
 BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
     ("POST", "/configuration/validate"): _validate,
@@ -357,6 +408,8 @@ BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
 WriteHandler = Callable[[ApiBackend, Query, bytes, str], Response]
 WRITE_BODY_ROUTES: dict[tuple[str, str], WriteHandler] = {
     ("POST", "/configuration"): _configuration,
+    ("POST", "/revisions/confirm"): _confirm_revision,
+    ("POST", "/revisions/rollback"): _rollback_revision,
 }
 
 ROUTES: dict[tuple[str, str], Handler] = {
@@ -370,6 +423,7 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("GET", "/scheduler/stats"): _stats,
     ("POST", "/scheduler/downstream-resync"): _downstream_resync,
     ("GET", "/recon/services"): _recon_services,
+    ("GET", "/revisions"): _revisions,
     ("POST", "/agent/assume-current"): _assume_current,
     ("GET", "/metrics"): _metrics,
 }
@@ -437,6 +491,15 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
                              HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
+def is_console(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def is_console_public(method: str, path: str) -> bool:
+    """What the console serves without a credential: its login page and its assets."""
+    return path == "/ui/login" or (method == "GET" and path.startswith("/ui/static/"))
+
+
 def stream_handler(hub: StreamHub) -> StreamHandler:
     """`GET /stream?prefix=P[&snapshot=1]`: the node's publications under P as Server-Sent
     Events (kvmesh.agent.sse)."""
@@ -462,15 +525,27 @@ class HttpApi:
                  limits: HttpLimits | None = None, kv_url: str | None = None,
                  max_streams: int = DEFAULT_MAX_STREAMS) -> None:
         backend = api
+        self.sessions = Sessions(session_key(c.token for c in security.access.credentials))
+        self.console: Console | None = None
+        if kv_url is not None:  # the console reads the mesh: only beside a KvStore node
+            from kvmesh.agent.ui.console import Console
 
-        def respond(request: RestRequest) -> tuple[int, bytes, str]:
-            resp = dispatch(backend, request.method, request.target, request.body, request.who)
+            self.console = Console(api, self.sessions, secure=security.tls is not None,
+                                   check_token=lambda token: authorize(
+                                       security.access, f"Bearer {token}", True))
+
+        def respond(request: RestRequest) -> tuple[int, bytes, str, dict[str, str]]:
+            if self.console is not None and is_console(_path(request.target)):
+                resp = self.console.dispatch(request)
+            else:
+                resp = dispatch(backend, request.method, request.target, request.body,
+                                request.who)
             payload = resp.body
             if resp.status == 200 and _path(request.target) == "/metrics":
                 # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
                 payload += render(flat_counters("kvmesh_agent_http", self.counters,
                                                 help_prefix="REST server: ")).encode()
-            return resp.status, payload, resp.content_type
+            return resp.status, payload, resp.content_type, resp.headers
 
         self.security = security
         self.hub = None if kv_url is None else StreamHub(kv_url, max_streams,
@@ -478,7 +553,8 @@ class HttpApi:
         streams = {} if self.hub is None else {("GET", "/stream"): stream_handler(self.hub)}
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
                                        frozenset(m for m, _path in ALL_ROUTES), is_read,
-                                       streams)
+                                       streams, self.sessions if self.console else None,
+                                       is_console_public)
         if self.hub is not None:
             self._server.shutdown_hooks.append(self.hub.close)
 

@@ -30,11 +30,11 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from kvmesh.agent.http_auth import Granted, authorize
+from kvmesh.agent.http_auth import OPERATOR, PUBLIC, Granted, authorize
 from kvmesh.agent.http_security import HttpSecurity, check_bind
 from kvmesh.agent.http_wire import (
     HttpError,
@@ -45,6 +45,7 @@ from kvmesh.agent.http_wire import (
     render_response,
 )
 from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
+from kvmesh.agent.ui_session import CSRF_HEADER, Sessions, cookie_from
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -72,6 +73,7 @@ class RestRequest:
     granted: Granted
     peer: tuple[str, int]
     peer_uid: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
 
     @property
     def who(self) -> str:
@@ -82,8 +84,8 @@ class RestRequest:
             f", {uid}" if uid else "")
 
 
-# (request) -> (status, body, content type)
-Responder = Callable[[RestRequest], tuple[int, bytes, str]]
+# (request) -> (status, body, content type, extra headers)
+Responder = Callable[[RestRequest], tuple[int, bytes, str, dict[str, str]]]
 # A long-lived answer written on the loop itself (GET /stream): it writes its own head, or
 # raises HttpError before writing anything.
 StreamHandler = Callable[[RestRequest, asyncio.StreamReader, asyncio.StreamWriter],
@@ -103,7 +105,9 @@ class AgentHttpServer:
     def __init__(self, address: tuple[str, int], responder: Responder, security: HttpSecurity,
                  limits: HttpLimits, methods: frozenset[str],
                  is_read: Callable[[str, str], bool],
-                 streams: Mapping[tuple[str, str], StreamHandler] | None = None) -> None:
+                 streams: Mapping[tuple[str, str], StreamHandler] | None = None,
+                 sessions: Sessions | None = None,
+                 is_public: Callable[[str, str], bool] = lambda method, path: False) -> None:
         check_bind(address[0], security)
         self.responder = responder
         self.streams = dict(streams or {})  # (method, path) -> handler
@@ -113,6 +117,8 @@ class AgentHttpServer:
         self.limits = limits
         self.methods = methods  # the methods some endpoint serves
         self.is_read = is_read
+        self.sessions = sessions  # the console's logins (kvmesh.agent.ui_session)
+        self.is_public = is_public  # the console's login page and assets: no credential
         self._counters: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._connections: set[_Connection] = set()
@@ -239,9 +245,9 @@ class AgentHttpServer:
             except HttpError as exc:  # refused before its head was written
                 await self._answer_error(writer, exc, method)
             return
-        status, payload, content_type = await asyncio.get_running_loop().run_in_executor(
+        status, payload, content_type, extra = await asyncio.get_running_loop().run_in_executor(
             self._executor, self.responder, request)
-        writer.write(render_response(status, payload, content_type))
+        writer.write(render_response(status, payload, content_type, extra))
         async with asyncio.timeout(limits.request_timeout_s):
             await writer.drain()
 
@@ -273,7 +279,7 @@ class AgentHttpServer:
         path = start.target.split("?", 1)[0]
         read_only = self.is_read(start.method, path)
         try:
-            granted = authorize(self.security.access, headers.get("authorization"), read_only)
+            granted = self._grant(headers, start.method, path, read_only)
         except HttpError as exc:
             self._refused(start.method, path, writer, exc)
             raise
@@ -283,10 +289,32 @@ class AgentHttpServer:
         uid = None
         if not read_only:  # who changes the node: worth the lookup
             uid = loopback_peer_uid(peer, _address(writer.get_extra_info("sockname")))
-        request = RestRequest(start.method, start.target, body, granted, peer, uid)
+        request = RestRequest(start.method, start.target, body, granted, peer, uid, headers)
         if not read_only:
             log.info("REST %s %s by %s", start.method, path, request.who)
         return start.method, request
+
+    def _grant(self, headers: Mapping[str, str], method: str, path: str,
+               read_only: bool) -> Granted:
+        """The role of a request: its bearer token's; else its console session's (a change
+        needs the session's CSRF token too); else none, for the console's login page and
+        assets (the console's other pages send the browser there)."""
+        sessions = self.sessions
+        if sessions is not None and "authorization" not in headers:
+            session = sessions.verify(cookie_from(headers.get("cookie")))
+            if session is not None:
+                if not read_only and not sessions.csrf_ok(session, headers.get(CSRF_HEADER)):
+                    raise HttpError(HTTPStatus.FORBIDDEN, "a change from the console needs its "
+                                    "CSRF token (X-CSRF-Token): reload the page")
+                if not read_only and session.role != OPERATOR:
+                    raise HttpError(HTTPStatus.FORBIDDEN, f"the {session.role} session may only "
+                                    f"read; this request changes the node")
+                return Granted(session.role, f"{session.credential} (console session)")
+            if self.is_public(method, path):
+                return Granted(PUBLIC, None)
+            if path == "/ui" or path.startswith("/ui/"):
+                raise HttpError(HTTPStatus.SEE_OTHER, "log in first", {"Location": "/ui/login"})
+        return authorize(self.security.access, headers.get("authorization"), read_only)
 
     async def _readline(self, reader: asyncio.StreamReader, status: int, message: str) -> bytes:
         try:

@@ -4,6 +4,8 @@ config/<node>/<model key>   desired state for one node (msgpack map; empty value
 status/<node>/<model key>   state of that value on that node, published by its agent (with TTL)
 node/<node>/device/<dev>    reconciliation state of a southbound device (e.g. KNOWN)
 node/<node>/agent           the node's agent: its REST address (with TTL, while it runs)
+node/<node>/peers           the node's peers and their states as its agent sees them, and
+                            whether the node is a leaf (with TTL; the console's map)
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def device_key(node: str, device: str) -> str:
 def agent_key(node: str) -> str:
     """Where a node's agent announces itself (its REST address)."""
     return f"{NODE}{node}/agent"
+
+
+def peers_key(node: str) -> str:
+    return f"{NODE}{node}/peers"
 
 
 def model_key_of(prefixed_key: str, prefix: str) -> str | None:

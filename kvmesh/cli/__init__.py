@@ -38,6 +38,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kvmesh.cli.cluster_cmds": ("cluster",),
     "kvmesh.cli.keys_cmds": ("keys",),
     "kvmesh.cli.ops_cmds": ("apply", "completion", "confirm", "model", "plan"),
+    "kvmesh.cli.ui_cmds": ("ui",),
 }
 # ops_cmds adds `config export` and `config history` to agent_cmds' `config` group.
 ALSO_LOADS: dict[str, tuple[str, ...]] = {"kvmesh.cli.agent_cmds": ("kvmesh.cli.ops_cmds",)}
