@@ -44,7 +44,7 @@ def test_sessions_are_signed_expire_and_survive_a_restart_with_the_same_tokens()
     assert Sessions(session_key(["op-token"]), clock).verify(value) == session
     assert Sessions(session_key(["rotated"]), clock).verify(value) is None
     # A reader cannot make itself an operator: the body is signed.
-    body, mac = value.split(".")
+    _body, mac = value.split(".")
     forged = sessions.cookie_value(sessions.open("operator", "x")).split(".")[0]
     assert sessions.verify(f"{forged}.{mac}") is None
     assert sessions.verify(value + "x") is None and sessions.verify("junk") is None
