@@ -7,6 +7,7 @@ Playwright's own browser download cannot work here: the tests launch `/usr/bin/c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kvmesh.netlab import in_namespace
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -30,19 +33,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
+    """One Playwright for the session (its sync API runs one instance per thread)."""
     playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with playwright_api.sync_playwright() as started:
+        yield started
 
 
-@pytest.fixture
-def page(browser: Any, request: pytest.FixtureRequest,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextlib.contextmanager
+def chromium_in(playwright: Any, namespace: str, directory: Path) -> Iterator[Any]:
+    """Chromium running inside `namespace` (kvmesh.netlab.in_namespace): there it does not see
+    the host's links come and go with other tests' namespaces, which makes it abort requests
+    (ERR_NETWORK_CHANGED)."""
+    launched = playwright.chromium.launch(
+        executable_path=str(in_namespace(namespace, CHROMIUM, directory)))
+    try:
+        yield launched
+    finally:
+        launched.close()
+
+
+def open_page(browser: Any, request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A fresh browser context (no cookies) and page; on failure its screenshot and HTML."""
     context = browser.new_context(ignore_https_errors=True)  # the cluster's own CA
     opened = context.new_page()

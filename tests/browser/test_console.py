@@ -6,7 +6,6 @@ loopback node with an operator and a reader token for the logins and the revisio
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -20,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from kvmesh import cluster
-from tests.browser.conftest import needs_browser
-from tests.kvstore.conftest import free_port
-from tests.netns import netns_available
+from kvmesh import cluster, netlab
+from tests.browser.conftest import chromium_in, needs_browser, open_page
+from tests.netns import netns_available, temporary_netns
 from tests.util import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.netns, pytest.mark.slow,
@@ -33,9 +31,10 @@ OP_TOKEN = "console-operator-token-0123456789"
 READ_TOKEN = "console-reader-token-0123456789"
 
 
-def kvmesh(env: dict[str, str], *args: str, check: bool = True
+def kvmesh(env: dict[str, str], *args: str, check: bool = True, netns: str | None = None
            ) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
+    where = ["ip", "netns", "exec", netns] if netns else []
+    out = subprocess.run([*where, sys.executable, "-m", "kvmesh", *args], capture_output=True,
                          text=True, timeout=60, env={**os.environ, **env})
     if check:
         assert out.returncode == 0, out.stderr
@@ -55,6 +54,7 @@ def expect(locator: Any, text: str, timeout_s: float = 10.0) -> None:
 class Iso:
     state: cluster.ClusterState
     env: dict[str, str]  # the cluster operator's (kvmesh cluster env)
+    browser: Any  # Chromium in a namespace of its own on the cluster's bridge
 
     def url(self, node: str, path: str = "/ui/") -> str:
         return f"https://{self.state.nodes[node].http}{path}"
@@ -66,15 +66,28 @@ class Iso:
 
 
 @pytest.fixture(scope="module")
-def iso(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Iso]:
+def iso(tmp_path_factory: pytest.TempPathFactory, playwright: Any) -> Iterator[Iso]:
     if not netns_available():
         pytest.skip("needs root and network namespaces")
-    run_dir = tmp_path_factory.mktemp("console-iso") / "run"
+    tmp = tmp_path_factory.mktemp("console-iso")
+    run_dir = tmp / "run"
     try:
         state = cluster.up(3, "chain", run_dir=run_dir, isolated=True, timeout=120)
-        yield Iso(state, cluster.client_env(run_dir, "n1"))
+        lab = state.isolated_lab()
+        assert lab is not None
+        namespace = netlab.attach_namespace(lab, "browser")
+        state.lab = lab.to_json()  # `down` removes the browser's namespace too
+        state.save()
+        with chromium_in(playwright, namespace, tmp) as browser:
+            yield Iso(state, cluster.client_env(run_dir, "n1"), browser)
     finally:
         cluster.down(run_dir)
+
+
+@pytest.fixture
+def iso_page(iso: Iso, request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from open_page(iso.browser, request, tmp_path_factory)
 
 
 def agent_pid(http: str) -> int | None:
@@ -93,26 +106,26 @@ def agent_pid(http: str) -> int | None:
 
 
 def test_ticket_login_and_the_cluster_view_lists_every_node_and_its_devices(
-        iso: Iso, page: Any) -> None:
+        iso: Iso, iso_page: Any) -> None:
     link = kvmesh(iso.env, "ui", "--node", "n2").stdout.strip()
     assert "/ui/login?ticket=" in link
-    page.goto(link)
-    assert page.url == iso.url("n2")
-    cookie = next(c for c in page.context.cookies() if c["name"] == "kvmesh_session")
+    iso_page.goto(link)
+    assert iso_page.url == iso.url("n2")
+    cookie = next(c for c in iso_page.context.cookies() if c["name"] == "kvmesh_session")
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
     assert cookie["expires"] > time.time()
-    table = page.get_by_role("table", name="Nodes (3)")
+    table = iso_page.get_by_role("table", name="Nodes (3)")
     for name in ("n1", "n2", "n3"):
-        row = table.get_by_role("row").filter(has=page.get_by_role("link", name=name,
+        row = table.get_by_role("row").filter(has=iso_page.get_by_role("link", name=name,
                                                                   exact=True))
         expect(row, "linux: KNOWN")
         expect(row, "full")
-    map_svg = page.locator("figure.map svg")
+    map_svg = iso_page.locator("figure.map svg")
     expect(map_svg, "INITIALIZED")  # peerings drawn with their state, in words
     for name in ("n1", "n2", "n3"):
         expect(map_svg, name)
     # The ticket was for one login: used, it opens nothing.
-    other = page.context.browser.new_context(ignore_https_errors=True).new_page()
+    other = iso_page.context.browser.new_context(ignore_https_errors=True).new_page()
     other.goto(link)
     expect(other.locator("body"), "used or expired")
     other.goto(iso.url("n2"))
@@ -121,51 +134,51 @@ def test_ticket_login_and_the_cluster_view_lists_every_node_and_its_devices(
     other.context.close()
 
 
-def test_a_failed_value_shows_its_error_on_the_node_view(iso: Iso, page: Any) -> None:
-    iso.login(page, "n2")
-    page.goto(iso.url("n2", "/ui/node?name=n2&state=FAILED"))
+def test_a_failed_value_shows_its_error_on_the_node_view(iso: Iso, iso_page: Any) -> None:
+    iso.login(iso_page, "n2")
+    iso_page.goto(iso.url("n2", "/ui/node?name=n2&state=FAILED"))
     # The kernel refuses a second VXLAN device with the same VNI and port (not retried).
     for name in ("vx0", "vx1"):
         kvmesh(iso.env, "config", "set", "n2", f"linux/interface/{name}",
                json.dumps({"type": "vxlan", "vxlan": {"vni": 42}}))
-    values = page.get_by_role("table", name="Values of n2 in state FAILED")
+    values = iso_page.get_by_role("table", name="Values of n2 in state FAILED")
     expect(values, "VNI 42", timeout_s=20)  # live: no reload
     expect(values, "FAILED")
     row = values.get_by_role("row").filter(has_text="VNI 42")
     row.get_by_role("link").first.click()
-    expect(page.get_by_role("region", name="Value"), "vxlan")  # desired vs actual
+    expect(iso_page.get_by_role("region", name="Value"), "vxlan")  # desired vs actual
     # Another agent's console shows it from the mesh too.
-    iso.login(page, "n1")
-    page.goto(iso.url("n1", "/ui/"))
-    row = page.get_by_role("table", name="Nodes (3)").get_by_role("row").filter(
-        has=page.get_by_role("link", name="n2", exact=True))
+    iso.login(iso_page, "n1")
+    iso_page.goto(iso.url("n1", "/ui/"))
+    row = iso_page.get_by_role("table", name="Nodes (3)").get_by_role("row").filter(
+        has=iso_page.get_by_role("link", name="n2", exact=True))
     expect(row, "VNI 42")
     expect(row, "degraded")
 
 
-def test_a_config_set_on_another_node_appears_without_reload(iso: Iso, page: Any) -> None:
-    iso.login(page, "n1")
-    page.goto(iso.url("n1", "/ui/keys?prefix=config/n3/"))
-    page.evaluate("window.notReloaded = true")
+def test_a_config_set_on_another_node_appears_without_reload(iso: Iso, iso_page: Any) -> None:
+    iso.login(iso_page, "n1")
+    iso_page.goto(iso.url("n1", "/ui/keys?prefix=config/n3/"))
+    iso_page.evaluate("window.notReloaded = true")
     env = {**iso.env, **cluster.client_env(Path(iso.state.run_dir), "n3")}
     kvmesh(env, "config", "set", "n3", "linux/interface/live7",
            json.dumps({"type": "bridge", "mtu": 1400}))
     started = time.monotonic()  # n3 has it: from here, through the mesh to n1's page
-    expect(page.get_by_role("table"), "config/n3/linux/interface/live7", timeout_s=2)
+    expect(iso_page.get_by_role("table"), "config/n3/linux/interface/live7", timeout_s=2)
     seen = time.monotonic() - started
-    assert page.evaluate("window.notReloaded") is True
-    expect(page.get_by_role("table"), '"mtu": 1400')
+    assert iso_page.evaluate("window.notReloaded") is True
+    expect(iso_page.get_by_role("table"), '"mtu": 1400')
     print(f"config set on n3 seen by n1's console after {seen:.2f} s")
 
 
-def test_the_page_survives_an_agent_restart(iso: Iso, page: Any) -> None:
-    iso.login(page, "n1")
-    page.goto(iso.url("n1", "/ui/keys?prefix=config/n1/"))
-    page.evaluate("window.notReloaded = true")
+def test_the_page_survives_an_agent_restart(iso: Iso, iso_page: Any) -> None:
+    iso.login(iso_page, "n1")
+    iso_page.goto(iso.url("n1", "/ui/keys?prefix=config/n1/"))
+    iso_page.evaluate("window.notReloaded = true")
     http = str(iso.state.nodes["n1"].http)
     pid = wait_until(lambda: agent_pid(http) or 0, timeout=10, message="n1's agent")
     os.kill(pid, signal.SIGKILL)  # the node restarts its agent
-    banner = page.locator("#connection")
+    banner = iso_page.locator("#connection")
     from playwright.sync_api import expect as pw_expect
 
     pw_expect(banner).to_be_visible(timeout=15_000)
@@ -175,8 +188,8 @@ def test_the_page_survives_an_agent_restart(iso: Iso, page: Any) -> None:
     pw_expect(banner).to_be_hidden(timeout=30_000)
     kvmesh(iso.env, "config", "set", "n1", "linux/interface/after9",
            json.dumps({"type": "bridge"}))
-    expect(page.get_by_role("table"), "config/n1/linux/interface/after9", timeout_s=10)
-    assert page.evaluate("window.notReloaded") is True  # same page, same session cookie
+    expect(iso_page.get_by_role("table"), "config/n1/linux/interface/after9", timeout_s=10)
+    assert iso_page.evaluate("window.notReloaded") is True  # same iso_page, same session cookie
 
 
 # -- one loopback node with an operator and a reader token -------------------------------------
@@ -186,71 +199,72 @@ def test_the_page_survives_an_agent_restart(iso: Iso, page: Any) -> None:
 class Loop:
     base: str
     env: dict[str, str]
-    proc: subprocess.Popen[bytes]
+    netns: str  # the node, its agent, the CLI calls and the browser all run in it
+    browser: Any
 
-    def login_with_token(self, page: Any, token: str) -> None:
-        page.goto(f"{self.base}/ui/")
-        assert page.url.endswith("/ui/login")
-        page.get_by_label("Bearer token").fill(token)
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{self.base}/ui/")
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return kvmesh(self.env, *args, netns=self.netns, check=check)
+
+    def login_with_token(self, iso_page: Any, token: str) -> None:
+        iso_page.goto(f"{self.base}/ui/")
+        assert iso_page.url.endswith("/ui/login")
+        iso_page.get_by_label("Bearer token").fill(token)
+        iso_page.get_by_role("button", name="Log in").click()
+        iso_page.wait_for_url(f"{self.base}/ui/")
 
     def pending_revision(self, tmp: Path, key: str, timeout_s: float) -> int:
         path = tmp / f"{key.replace('/', '_')}.yaml"
         path.write_text(json.dumps({"nodes": {"s1": {key: {"type": "bridge"}}}}))
-        kvmesh(self.env, "apply", "-f", str(path), "--no-wait", "--confirm-timeout",
-               str(timeout_s))
-        rows = json.loads(kvmesh(self.env, "--json", "config", "history", "s1").stdout)
+        self.cli("apply", "-f", str(path), "--no-wait", "--confirm-timeout", str(timeout_s))
+        rows = json.loads(self.cli("--json", "config", "history", "s1").stdout)
         assert rows[-1]["confirm"] == "pending"
         return int(rows[-1]["rev"])
 
     def revision_state(self, rev: int) -> str | None:
-        rows = json.loads(kvmesh(self.env, "--json", "config", "history", "s1").stdout)
+        rows = json.loads(self.cli("--json", "config", "history", "s1").stdout)
         return next(row["confirm"] for row in rows if row["rev"] == rev)
 
 
 @pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
+def loop(tmp_path_factory: pytest.TempPathFactory, playwright: Any) -> Iterator[Loop]:
     tmp = tmp_path_factory.mktemp("console-loop")
     (tmp / "op.token").write_text(OP_TOKEN + "\n")
     (tmp / "rd.token").write_text(READ_TOKEN + "\n")
     for name in ("op.token", "rd.token"):
         (tmp / name).chmod(0o600)
-    cmd_url = f"tcp://127.0.0.1:{free_port()}"
-    http = f"127.0.0.1:{free_port()}"
+    # Fixed ports: the namespace is the test's own, nothing else binds in it.
+    cmd_url, http = "tcp://127.0.0.1:7001", "127.0.0.1:7003"
     log = (tmp / "node.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvmesh", "node", "run", "--name", "s1", "--cmd-url", cmd_url,
-         "--pub-url", f"tcp://127.0.0.1:{free_port()}", "--ephemeral", "--insecure",
-         "--agent", "--assume-current", "--http", http,
-         "--http-token-file", str(tmp / "op.token"),
-         "--http-read-token-file", str(tmp / "rd.token")], stdout=log, stderr=log)
-    env = {"KVMESH_URL": cmd_url, "KVMESH_HTTP_TOKEN_FILE": str(tmp / "op.token")}
-    try:
-        wait_until(lambda: proc.poll() is not None or _agent_up(http), timeout=60,
-                   message="agent of s1")
-        assert proc.poll() is None, (tmp / "node.log").read_text()
-        yield Loop(f"http://{http}", env, proc)
-    finally:
-        proc.terminate()
+    with temporary_netns("kvui") as ns:
+        ns.ip("link", "set", "lo", "up")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.name, sys.executable, "-m", "kvmesh", "node", "run",
+             "--name", "s1", "--cmd-url", cmd_url, "--pub-url", "tcp://127.0.0.1:7002",
+             "--ephemeral", "--insecure", "--agent", "--assume-current", "--http", http,
+             "--http-token-file", str(tmp / "op.token"),
+             "--http-read-token-file", str(tmp / "rd.token")], stdout=log, stderr=log)
+        env = {"KVMESH_URL": cmd_url, "KVMESH_HTTP_TOKEN_FILE": str(tmp / "op.token")}
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            with chromium_in(playwright, ns.name, tmp) as browser:
+                loop = Loop(f"http://{http}", env, ns.name, browser)
+                wait_until(lambda: proc.poll() is not None or loop.cli(
+                    "ui", check=False).returncode == 0, timeout=60, message="agent of s1")
+                assert proc.poll() is None, (tmp / "node.log").read_text()
+                yield loop
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
 
 
-def _agent_up(address: str) -> bool:
-    host, port = address.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=1)
-    try:
-        conn.request("GET", "/ui/login")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        conn.close()
+@pytest.fixture
+def loop_page(loop: Loop, request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from open_page(loop.browser, request, tmp_path_factory)
 
 
 def post_from_page(page: Any, path: str, with_csrf: bool) -> int:
@@ -265,55 +279,57 @@ def post_from_page(page: Any, path: str, with_csrf: bool) -> int:
 
 
 def test_operator_confirms_a_pending_revision_and_the_agent_does_not_roll_it_back(
-        loop: Loop, page: Any, tmp_path: Path) -> None:
+        loop: Loop, loop_page: Any, tmp_path: Path) -> None:
     timeout_s = 6.0
     rev = loop.pending_revision(tmp_path, "linux/interface/keep1", timeout_s)
-    loop.login_with_token(page, OP_TOKEN)
-    page.goto(f"{loop.base}/ui/revisions?name=s1")
-    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=str(rev),
-                                                               exact=True))
+    loop.login_with_token(loop_page, OP_TOKEN)
+    loop_page.goto(f"{loop.base}/ui/revisions?name=s1")
+    row = loop_page.get_by_role("row").filter(
+        has=loop_page.get_by_role("cell", name=str(rev), exact=True))
     expect(row, "pending")
     row.get_by_role("button", name="Confirm").click()
-    expect(page.locator("#notice"), f"Revision {rev} of s1 confirmed")
+    expect(loop_page.locator("#notice"), f"Revision {rev} of s1 confirmed")
     expect(row, "confirmed")
     assert loop.revision_state(rev) == "confirmed"
     # Past the confirm timeout (and the agent's 0.5 s poll): nothing was rolled back. A wait
     # for time to pass, not for an event: what is checked is that nothing happens.
     time.sleep(timeout_s + 2.0)
     assert loop.revision_state(rev) == "confirmed"
-    desired = json.loads(kvmesh(loop.env, "config", "get", "s1").stdout)
+    desired = json.loads(loop.cli("config", "get", "s1").stdout)
     assert "linux/interface/keep1" in desired
 
 
-def test_reader_sees_no_buttons_and_the_server_refuses_anyway(loop: Loop, page: Any,
+def test_reader_sees_no_buttons_and_the_server_refuses_anyway(loop: Loop, loop_page: Any,
                                                               tmp_path: Path) -> None:
     rev = loop.pending_revision(tmp_path, "linux/interface/rd1", 120)
-    loop.login_with_token(page, READ_TOKEN)
-    expect(page.locator("header"), "Signed in as reader")
-    page.goto(f"{loop.base}/ui/revisions?name=s1")
-    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=str(rev),
-                                                               exact=True))
+    loop.login_with_token(loop_page, READ_TOKEN)
+    expect(loop_page.locator("header"), "Signed in as reader")
+    loop_page.goto(f"{loop.base}/ui/revisions?name=s1")
+    row = loop_page.get_by_role("row").filter(
+        has=loop_page.get_by_role("cell", name=str(rev), exact=True))
     expect(row, "pending")
-    assert page.get_by_role("button", name="Confirm").count() == 0
-    assert page.get_by_role("button", name="Roll back").count() == 0
-    assert page.get_by_role("button", name="Resync s1").count() == 0
-    status = post_from_page(page, f"/revisions/confirm?node=s1&rev={rev}", with_csrf=True)
+    assert loop_page.get_by_role("button", name="Confirm").count() == 0
+    assert loop_page.get_by_role("button", name="Roll back").count() == 0
+    assert loop_page.get_by_role("button", name="Resync s1").count() == 0
+    status = post_from_page(loop_page, f"/revisions/confirm?node=s1&rev={rev}",
+                            with_csrf=True)
     assert status == 403
     assert loop.revision_state(rev) == "pending"
 
 
-def test_a_forged_request_without_the_csrf_token_is_refused(loop: Loop, page: Any,
+def test_a_forged_request_without_the_csrf_token_is_refused(loop: Loop, loop_page: Any,
                                                             tmp_path: Path) -> None:
     rev = loop.pending_revision(tmp_path, "linux/interface/csrf1", 120)
-    loop.login_with_token(page, OP_TOKEN)
-    page.goto(f"{loop.base}/ui/revisions?name=s1")
-    assert post_from_page(page, f"/revisions/confirm?node=s1&rev={rev}", with_csrf=False) == 403
+    loop.login_with_token(loop_page, OP_TOKEN)
+    loop_page.goto(f"{loop.base}/ui/revisions?name=s1")
+    confirm = f"/revisions/confirm?node=s1&rev={rev}"
+    assert post_from_page(loop_page, confirm, with_csrf=False) == 403
     assert loop.revision_state(rev) == "pending"
     # The same request with the page's token goes through: it was the token that was missing.
-    assert post_from_page(page, f"/revisions/confirm?node=s1&rev={rev}", with_csrf=True) == 200
+    assert post_from_page(loop_page, confirm, with_csrf=True) == 200
     assert loop.revision_state(rev) == "confirmed"
     # A wrong pasted token opens nothing.
-    fresh = page.context.browser.new_context().new_page()
+    fresh = loop_page.context.browser.new_context().new_page()
     fresh.goto(f"{loop.base}/ui/login")
     fresh.get_by_label("Bearer token").fill("not-a-token")
     fresh.get_by_role("button", name="Log in").click()

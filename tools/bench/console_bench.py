@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Console benchmark: first paint of the cluster view (`/ui/`) on a big isolated cluster.
+
+Metric (target from issue 27; 2-core machine):
+  first_paint_ms_p50   `first-contentful-paint` of the cluster view in Chromium, from the start
+                       of the navigation (a logged-in browser opening `/ui/` of n1's agent,
+                       which renders every node, its devices and values, and the Graphviz map
+                       of the mesh on the server), median of --runs                   <= 1000
+  first_paint_ms_max   the slowest run
+Also: server_response_ms_p50 (request sent to the last byte of the page, Navigation Timing: the
+agent's dumps of the mesh, the HTML and `dot`), rows_listed (nodes in the page's table: every
+node of the cluster), cluster_up_s, and the load average before and after.
+
+The cluster is `kvmesh cluster up --isolated --nodes N [--core C]` (root: a namespace per node,
+TLS); the page waits until n1's mesh holds every node's agent and peers record, so the map is
+whole. Chromium is Debian's (/usr/bin/chromium), driven by Playwright, in a namespace of its own
+on the cluster's bridge.
+
+Usage: console_bench.py [--json] [--nodes 64] [--core 8] [--runs 5]
+The cluster runs from a temporary directory and is always torn down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from kvmesh import cluster, netlab
+from kvmesh.agent.keys import agent_key, peers_key
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def wait_whole(state: cluster.ClusterState, names: list[str], timeout: float) -> None:
+    """Until n1 holds every node's agent and peers record (the view and map are complete)."""
+    deadline = time.monotonic() + timeout
+    wanted = {agent_key(n) for n in names} | {peers_key(n) for n in names}
+    while time.monotonic() < deadline:
+        with state.client("n1") as client:
+            if wanted <= set(client.hash_dump("node/")):
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"n1 did not see every node's records within {timeout:g} s")
+
+
+def measure(state: cluster.ClusterState, runs: int, directory: Path) -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+
+    # Chromium in a namespace of its own on the cluster's bridge: on the host it would abort
+    # requests (ERR_NETWORK_CHANGED) whenever another lab's links come and go.
+    lab = state.isolated_lab()
+    assert lab is not None
+    namespace = netlab.attach_namespace(lab, "browser")
+    state.lab = lab.to_json()  # removed with the cluster
+    state.save()
+    chromium = netlab.in_namespace(namespace, CHROMIUM, directory)
+
+    ticket = state.agent_rest("n1").json("POST", "/ui/ticket")
+    base = f"https://{state.nodes['n1'].http}"
+    paints, responses, rows = [], [], 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium))
+        context = browser.new_context(ignore_https_errors=True)
+        page = context.new_page()
+        page.goto(base + ticket["path"])  # the login: a session cookie, then /ui/
+        for _ in range(runs):
+            page.goto(f"{base}/ui/", wait_until="load")
+            paint = page.evaluate(
+                "() => new Promise(done => { const find = () => { const p = performance"
+                ".getEntriesByName('first-contentful-paint')[0]; if (p) done(p.startTime);"
+                " else setTimeout(find, 20); }; find(); })")
+            timing = page.evaluate(
+                "() => { const n = performance.getEntriesByType('navigation')[0];"
+                " return n.responseEnd - n.requestStart; }")
+            rows = page.locator("table").first.locator("tbody tr").count()
+            paints.append(float(paint))
+            responses.append(float(timing))
+        browser.close()
+    return {"first_paint_ms_p50": round(statistics.median(paints), 1),
+            "first_paint_ms_max": round(max(paints), 1),
+            "server_response_ms_p50": round(statistics.median(responses), 1),
+            "rows_listed": rows, "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--core", type=int, default=8,
+                        help="full nodes; the others are leaves (0: all full)")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not os.path.exists(CHROMIUM):
+        raise SystemExit("needs root (an isolated cluster) and /usr/bin/chromium")
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="console-bench-") as tmp:
+        run_dir = Path(tmp) / "run"
+        started = time.monotonic()
+        try:
+            state = cluster.up(args.nodes, "random", run_dir=run_dir, isolated=True,
+                               timeout=600, core=args.core or None)
+            up_s = time.monotonic() - started
+            names = list(state.nodes)
+            wait_whole(state, names, timeout=300)
+            result = measure(state, args.runs, Path(tmp))
+        finally:
+            cluster.down(run_dir)
+    result.update({"nodes": args.nodes, "core": args.core, "cluster_up_s": round(up_s, 1),
+                   "load_before": round(load_before, 1),
+                   "load_after": round(os.getloadavg()[0], 1)})
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        for name, value in sorted(result.items()):
+            print(f"{name:<24} {value}")
+
+
+if __name__ == "__main__":
+    main()
