@@ -8,7 +8,9 @@ Metric (target from issue 27; 2-core machine):
                        of the mesh on the server), median of --runs                   <= 1000
   first_paint_ms_max   the slowest run
 Also: server_response_ms_p50 (request sent to the last byte of the page, Navigation Timing: the
-agent's dumps of the mesh, the HTML and `dot`), rows_listed (nodes in the page's table: every
+agent's dumps of the mesh, the HTML and `dot`), baseline_login_page_paint_ms_p50 (the same
+browser and agent painting the login form, which holds no data: what the machine's load alone
+costs a paint), rows_listed (nodes in the page's table: every
 node of the cluster), cluster_up_s, and the load average before and after.
 
 The cluster is `kvmesh cluster up --isolated --nodes N [--core C]` (root: a namespace per node,
@@ -62,18 +64,21 @@ def measure(state: cluster.ClusterState, runs: int, directory: Path) -> dict[str
 
     ticket = state.agent_rest("n1").json("POST", "/ui/ticket")
     base = f"https://{state.nodes['n1'].http}"
-    paints, responses, rows = [], [], 0
+    paints, responses, baseline, rows = [], [], [], 0
+    paint_js = ("() => new Promise(done => { const find = () => { const p = performance"
+                ".getEntriesByName('first-contentful-paint')[0]; if (p) done(p.startTime);"
+                " else setTimeout(find, 20); }; find(); })")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium))
         context = browser.new_context(ignore_https_errors=True)
         page = context.new_page()
         page.goto(base + ticket["path"])  # the login: a session cookie, then /ui/
         for _ in range(runs):
+            # Baseline: the same browser and agent, a page with no data (the login form).
+            page.goto(f"{base}/ui/login", wait_until="load")
+            baseline.append(float(page.evaluate(paint_js)))
             page.goto(f"{base}/ui/", wait_until="load")
-            paint = page.evaluate(
-                "() => new Promise(done => { const find = () => { const p = performance"
-                ".getEntriesByName('first-contentful-paint')[0]; if (p) done(p.startTime);"
-                " else setTimeout(find, 20); }; find(); })")
+            paint = page.evaluate(paint_js)
             timing = page.evaluate(
                 "() => { const n = performance.getEntriesByType('navigation')[0];"
                 " return n.responseEnd - n.requestStart; }")
@@ -84,6 +89,7 @@ def measure(state: cluster.ClusterState, runs: int, directory: Path) -> dict[str
     return {"first_paint_ms_p50": round(statistics.median(paints), 1),
             "first_paint_ms_max": round(max(paints), 1),
             "server_response_ms_p50": round(statistics.median(responses), 1),
+            "baseline_login_page_paint_ms_p50": round(statistics.median(baseline), 1),
             "rows_listed": rows, "runs": runs}
 
 

@@ -92,6 +92,7 @@ class Console:
         self.secure = secure  # Secure cookies (the agent serves TLS)
         self.check_token = check_token
         self._static: dict[str, bytes] = {}
+        self._map_cache: tuple[str, str] | None = None  # (DOT, its SVG)
 
     # -- routing --------------------------------------------------------------------------------
 
@@ -116,7 +117,8 @@ class Console:
             active, title, body, stream = page(viewer, query)
             if query.get("fragment"):
                 return html(body)
-            return html(views.layout(title, active, body, viewer, stream))
+            css = self._asset_bytes("console.css").decode()
+            return html(views.layout(title, active, body, viewer, stream, css))
         except BadRequest as exc:
             return Response.json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
         except KvStoreError as exc:
@@ -132,11 +134,14 @@ class Console:
     def _asset(self, name: str) -> Response:
         if name not in STATIC:
             return Response.json({"error": f"no asset {name!r}"}, HTTPStatus.NOT_FOUND)
+        return Response(200, self._asset_bytes(name), STATIC[name],
+                        {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+    def _asset_bytes(self, name: str) -> bytes:
         if name not in self._static:
             self._static[name] = importlib.resources.files("kvmesh.agent.ui").joinpath(
                 "static", name).read_bytes()
-        return Response(200, self._static[name], STATIC[name],
-                        {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+        return self._static[name]
 
     # -- logging in -----------------------------------------------------------------------------
 
@@ -201,9 +206,19 @@ class Console:
                  ) -> tuple[str, str, str, str]:
         rows = build_nodes(self._dump("member/"), self._dump("node/"), self._dump("status/"))
         rows.setdefault(viewer.local, NodeRow(viewer.local))
-        svg = render_svg(map_dot(rows, viewer.local)).decode()
+        return "cluster", "Cluster", views.cluster_body(rows, self._map(rows, viewer), viewer), ""
+
+    def _map(self, rows: dict[str, NodeRow], viewer: views.Viewer) -> str:
+        """The map as inline SVG; Graphviz runs only when the drawing changed (a page
+        refreshed for a value's change draws the same map)."""
+        dot = map_dot(rows, viewer.local)
+        cached = self._map_cache
+        if cached is not None and cached[0] == dot:
+            return cached[1]
+        svg = render_svg(dot).decode()
         svg = svg[svg.find("<svg"):]  # inline: without the XML prolog and doctype
-        return "cluster", "Cluster", views.cluster_body(rows, svg, viewer), ""
+        self._map_cache = (dot, svg)
+        return svg
 
     def _node(self, viewer: views.Viewer, query: dict[str, str]) -> tuple[str, str, str, str]:
         name = query.get("name") or viewer.local

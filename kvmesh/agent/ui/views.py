@@ -60,7 +60,9 @@ class Viewer:
         return self.role == "operator"
 
 
-def layout(title: str, active: str, body: str, viewer: Viewer, stream: str) -> str:
+def layout(title: str, active: str, body: str, viewer: Viewer, stream: str, css: str) -> str:
+    """The whole page; the stylesheet inline (no request to wait for before the first paint:
+    the CSP allows inline styles, never inline scripts), the script deferred."""
     nav = "".join(
         f'<li><a href="{e(href)}"{" aria-current=page" if key == active else ""}>{e(label)}'
         f"</a></li>" for key, href, label in VIEWS)
@@ -71,7 +73,7 @@ def layout(title: str, active: str, body: str, viewer: Viewer, stream: str) -> s
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="csrf-token" content="{e(viewer.csrf)}">
 <title>{e(title)} — kvmesh console ({e(viewer.local)})</title>
-<link rel="stylesheet" href="/ui/static/console.css">
+<style>{css}</style>
 </head>
 <body data-role="{e(viewer.role)}">
 <header>
@@ -85,7 +87,7 @@ def layout(title: str, active: str, body: str, viewer: Viewer, stream: str) -> s
 <main id="main" data-stream="{e(stream)}" tabindex="-1">
 {body}
 </main>
-<script src="/ui/static/console.js"></script>
+<script src="/ui/static/console.js" defer></script>
 </body>
 </html>
 """
