@@ -138,15 +138,18 @@ class ClientBuffer:
         if self.overflowed:
             return False
         if self.size + len(frame) > self.limit:
-            self.overflowed = True
-            self._frames.clear()
-            self.size = 0
-            self._frames.append(encode_event("dropped", {
-                "reason": f"the client did not read: over {self.limit} bytes unread"}))
+            self.drop(f"the client did not read: over {self.limit} bytes unread")
             return False
         self._frames.append(frame)
         self.size += len(frame)
         return True
+
+    def drop(self, reason: str) -> None:
+        """End the stream: what is queued is replaced by the final `dropped` event."""
+        self.overflowed = True
+        self._frames.clear()
+        self.size = 0
+        self._frames.append(encode_event("dropped", {"reason": reason}))
 
     def take(self) -> bytes:
         """Everything queued, at once (one write)."""

@@ -174,10 +174,18 @@ class StreamHub:
         self._follow = asyncio.ensure_future(self._fan_out(sub))
 
     async def _fan_out(self, sub: AsyncSubscription) -> None:
-        while True:
-            publication = await sub.recv()
+        try:
+            while True:
+                publication = await sub.recv()
+                for client in list(self._clients):
+                    client.deliver(publication)
+        except Exception:
+            # The clients would wait for publications that never come: end their streams
+            # (they reconnect; the next one starts a new subscription).
+            log.exception("following the node's publications failed")
             for client in list(self._clients):
-                client.deliver(publication)
+                client.buffer.drop("the agent lost the node's publication stream: reconnect")
+                client.wake.set()
 
     async def _close_subscription(self) -> None:
         if self._follow is not None:

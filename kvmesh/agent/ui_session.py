@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -62,22 +63,26 @@ class Sessions:
     session_ttl_s: float = SESSION_TTL_S
     _tickets: dict[str, tuple[str, str, float]] = field(default_factory=dict)
     _revoked: dict[str, float] = field(default_factory=dict)
+    # Tickets and logouts come from the server's worker threads, checks from its loop.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- tickets --------------------------------------------------------------------------------
 
     def issue_ticket(self, role: str, credential: str) -> str:
         now = self.clock()
-        self._tickets = {t: v for t, v in self._tickets.items() if v[2] > now}
-        if len(self._tickets) >= MAX_TICKETS:
-            raise OverflowError(f"{MAX_TICKETS} login tickets outstanding: try again in a "
-                                f"minute")
-        ticket = secrets.token_urlsafe(24)
-        self._tickets[ticket] = (role, credential, now + TICKET_TTL_S)
+        with self._lock:
+            self._tickets = {t: v for t, v in self._tickets.items() if v[2] > now}
+            if len(self._tickets) >= MAX_TICKETS:
+                raise OverflowError(f"{MAX_TICKETS} login tickets outstanding: try again in a "
+                                    f"minute")
+            ticket = secrets.token_urlsafe(24)
+            self._tickets[ticket] = (role, credential, now + TICKET_TTL_S)
         return ticket
 
     def redeem(self, ticket: str) -> Session | None:
         """The session a ticket opens, once; None when unknown, used or expired."""
-        found = self._tickets.pop(ticket, None)
+        with self._lock:
+            found = self._tickets.pop(ticket, None)
         if found is None or found[2] <= self.clock():
             return None
         return self.open(found[0], f"{found[1]}, by login ticket")
@@ -103,14 +108,17 @@ class Sessions:
             sid, role, credential, expires = json.loads(_unb64(body))
         except (ValueError, TypeError):
             return None
-        if not good or float(expires) <= self.clock() or sid in self._revoked:
+        with self._lock:
+            revoked = sid in self._revoked
+        if not good or float(expires) <= self.clock() or revoked:
             return None
         return Session(str(sid), str(role), str(credential), float(expires))
 
     def close(self, session: Session) -> None:
         now = self.clock()
-        self._revoked = {s: t for s, t in self._revoked.items() if t > now}
-        self._revoked[session.sid] = session.expires
+        with self._lock:
+            self._revoked = {s: t for s, t in self._revoked.items() if t > now}
+            self._revoked[session.sid] = session.expires
 
     def csrf_token(self, session: Session) -> str:
         return _b64(self._mac(b"csrf", session.sid.encode()))
