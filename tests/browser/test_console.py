@@ -280,8 +280,11 @@ def post_from_page(page: Any, path: str, with_csrf: bool) -> int:
 
 def test_operator_confirms_a_pending_revision_and_the_agent_does_not_roll_it_back(
         loop: Loop, loop_page: Any, tmp_path: Path) -> None:
-    timeout_s = 6.0
+    # Long enough for a loaded machine to log in and click first (else the agent rightly rolls
+    # it back before the click).
+    timeout_s = 15.0
     rev = loop.pending_revision(tmp_path, "linux/interface/keep1", timeout_s)
+    applied = time.monotonic()
     loop.login_with_token(loop_page, OP_TOKEN)
     loop_page.goto(f"{loop.base}/ui/revisions?name=s1")
     row = loop_page.get_by_role("row").filter(
@@ -293,7 +296,7 @@ def test_operator_confirms_a_pending_revision_and_the_agent_does_not_roll_it_bac
     assert loop.revision_state(rev) == "confirmed"
     # Past the confirm timeout (and the agent's 0.5 s poll): nothing was rolled back. A wait
     # for time to pass, not for an event: what is checked is that nothing happens.
-    time.sleep(timeout_s + 2.0)
+    time.sleep(max(0.0, applied + timeout_s + 2.0 - time.monotonic()))
     assert loop.revision_state(rev) == "confirmed"
     desired = json.loads(loop.cli("config", "get", "s1").stdout)
     assert "linux/interface/keep1" in desired
