@@ -9,6 +9,7 @@ the server asks an operator token for everything else.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
@@ -27,7 +28,7 @@ from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest, S
 from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
-from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, StreamHub
+from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, Sink, StreamHub
 from kvmesh.agent.ui_session import Sessions, session_key
 from scheduler import ValueState
 
@@ -532,7 +533,8 @@ class HttpApi:
 
             self.console = Console(api, self.sessions, secure=security.tls is not None,
                                    check_token=lambda token: authorize(
-                                       security.access, f"Bearer {token}", True))
+                                       security.access, f"Bearer {token}", True),
+                                   follow=self._follow)
 
         def respond(request: RestRequest) -> tuple[int, bytes, str, dict[str, str]]:
             if self.console is not None and is_console(_path(request.target)):
@@ -560,6 +562,18 @@ class HttpApi:
 
     def count(self, what: str) -> None:
         self._server.count(what)
+
+    def _follow(self, prefix: str, sink: Sink) -> None:
+        """`sink` fed from the stream hub (the console's status index); a failure to start
+        reaches it as a `dropped` event."""
+        assert self.hub is not None
+        future = self._server.submit(self.hub.follow(prefix, sink))
+
+        def failed(done: concurrent.futures.Future[None]) -> None:
+            if done.exception() is not None:
+                sink([("dropped", {"reason": str(done.exception())})])
+
+        future.add_done_callback(failed)
 
     @property
     def address(self) -> tuple[str, int]:

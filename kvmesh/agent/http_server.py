@@ -22,13 +22,14 @@ One request per connection: every answer closes it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -151,6 +152,10 @@ class AgentHttpServer:
     def count(self, what: str) -> None:
         with self._lock:
             self._counters[what] += 1
+
+    def submit(self, coroutine: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        """Run `coroutine` on the server's loop (from any thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def close(self) -> None:
         if self._loop.is_closed():

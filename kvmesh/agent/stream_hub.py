@@ -42,17 +42,25 @@ SUBSCRIBE_WAIT_S = 2.0  # longest a first client waits for the hub's subscriptio
 DROP_GRACE_S = 1.0  # how long a dropped client's last event may take to leave
 
 
+Sink = Callable[[list[tuple[str, dict[str, Any]]]], None]
+
+
 @dataclass(eq=False)
 class _Client:
     prefix: str
     merge: SnapshotMerge | None
     buffer: ClientBuffer
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sink: Sink | None = None  # an in-process follower (`StreamHub.follow`): events, not bytes
 
     def deliver(self, publication: Publication) -> None:
         events = list(publication_events(publication, self.prefix))
         if self.merge is not None:
             events = self.merge.live(events)
+        if self.sink is not None:
+            if events:
+                self.sink(events)
+            return
         for event in events:
             if not self.buffer.offer(encode_event(*event)):
                 break
@@ -80,12 +88,12 @@ class StreamHub:
 
     @property
     def open_streams(self) -> int:
-        return len(self._clients)
+        return sum(client.sink is None for client in self._clients)
 
     async def serve(self, prefix: str, snapshot: bool, reader: asyncio.StreamReader,
                     writer: asyncio.StreamWriter) -> None:
         """One client, until it goes away, is dropped, or the server closes."""
-        if len(self._clients) >= self.max_streams:
+        if self.open_streams >= self.max_streams:
             self._count("streams_refused")
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE,
                             f"too many streams open (at most {self.max_streams}: "
@@ -105,6 +113,21 @@ class StreamHub:
         finally:
             self._clients.discard(client)
             gone.cancel()
+
+    async def follow(self, prefix: str, sink: Sink) -> None:
+        """An in-process follower of the publications under `prefix` (the console's status
+        index): the snapshot, `synced`, then the changes, as events to `sink` on this loop.
+        Not counted as a stream; a lost subscription ends with a `dropped` event."""
+        kv = await self._subscribed()
+        merge = SnapshotMerge()
+        client = _Client(prefix, merge, ClientBuffer(self.buffer_bytes), sink=sink)
+        self._clients.add(client)
+        try:
+            sink(merge.snapshot(await kv.dump(prefix)))
+        except Exception:
+            self._clients.discard(client)
+            sink([("dropped", {"reason": "the snapshot failed"})])
+            raise
 
     async def _pump(self, client: _Client, writer: asyncio.StreamWriter,
                     gone: asyncio.Future[None]) -> None:
@@ -184,7 +207,11 @@ class StreamHub:
             # (they reconnect; the next one starts a new subscription).
             log.exception("following the node's publications failed")
             for client in list(self._clients):
-                client.buffer.drop("the agent lost the node's publication stream: reconnect")
+                reason = "the agent lost the node's publication stream: reconnect"
+                if client.sink is not None:
+                    self._clients.discard(client)
+                    client.sink([("dropped", {"reason": reason})])
+                client.buffer.drop(reason)
                 client.wake.set()
 
     async def _close_subscription(self) -> None:

@@ -58,3 +58,28 @@ def test_map_says_health_in_words_groups_leaves_and_is_valid_dot() -> None:
     assert 'label="INITIALIZED"' in dot
     svg = subprocess.run(["dot", "-Tsvg"], input=dot.encode(), capture_output=True, check=True)
     assert b"<svg" in svg.stdout and b"down" in svg.stdout
+
+
+def test_status_index_follows_snapshot_and_changes() -> None:
+    from kvmesh.agent.sse import value_event
+    from kvmesh.agent.ui.status_index import StatusIndex
+
+    index = StatusIndex()
+    assert not index.ready
+    index.apply([value_event("status/n2/a", v({"state": "FAILED", "error": "e1", "time": 5.0})),
+                 value_event("status/n2/b", v({"state": "CONFIGURED"})),
+                 ("synced", {"keys": 2})])
+    assert index.ready
+    counts, oldest = index.summary()["n2"]
+    assert counts == {"FAILED": 1, "CONFIGURED": 1} and oldest == ("a", "e1", 5.0)
+    index.apply([value_event("status/n2/a", v({"state": "CONFIGURED"})),
+                 value_event("status/n2/b", v(None)),  # a tombstone: the value went
+                 value_event("status/n3/c", v({"state": "FAILED", "error": "e3", "time": 1.0})),
+                 ("expired", {"key": "status/n9/x"})])
+    summary = index.summary()
+    assert summary["n2"] == ({"CONFIGURED": 1}, None)
+    assert summary["n3"][1] == ("c", "e3", 1.0)
+    index.apply([("expired", {"key": "status/n3/c"})])
+    assert "n3" not in index.summary()
+    index.apply([("dropped", {"reason": "lost"})])
+    assert not index.ready and not index.started and index.summary() == {}

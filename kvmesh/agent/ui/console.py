@@ -27,6 +27,7 @@ from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.keys import config_prefix, status_prefix
 from kvmesh.agent.sse import decode_value
+from kvmesh.agent.stream_hub import Sink
 from kvmesh.agent.ui import views
 from kvmesh.agent.ui.cluster_view import (
     STATE_ORDER,
@@ -35,10 +36,12 @@ from kvmesh.agent.ui.cluster_view import (
     map_dot,
     states_in_order,
 )
+from kvmesh.agent.ui.status_index import StatusIndex
 from kvmesh.agent.ui_session import Sessions, cookie_from, set_cookie
 from kvstore import TTL_INFINITY, KvStoreClient, KvStoreError, Value
 
 PAGE_SIZE = 100
+INDEX_WAIT_S = 10.0  # longest the Cluster view waits for the status index's first snapshot
 HISTORY_SHOWN = 20
 STATIC = {"console.js": "application/javascript; charset=utf-8",
           "console.css": "text/css; charset=utf-8"}
@@ -86,18 +89,22 @@ def _page_number(query: dict[str, str]) -> int:
 
 class Console:
     def __init__(self, backend: Any, sessions: Sessions, secure: bool,
-                 check_token: Callable[[str], Granted]) -> None:
+                 check_token: Callable[[str], Granted],
+                 follow: Callable[[str, Sink], None] | None = None) -> None:
         self.backend: ConsoleBackend = backend
         self.sessions = sessions
         self.secure = secure  # Secure cookies (the agent serves TLS)
         self.check_token = check_token
         self._static: dict[str, bytes] = {}
         self._map_cache: tuple[str, str] | None = None  # (DOT, its SVG)
+        self._follow = follow  # feeds the status index from the stream hub
+        self.index = StatusIndex()
 
     # -- routing --------------------------------------------------------------------------------
 
     def dispatch(self, request: RestRequest) -> Response:
         path = urllib.parse.urlsplit(request.target).path.rstrip("/") or "/"
+        self._start_index()
         try:
             query = parse_query(request.target)
             if path.startswith("/ui/static/"):
@@ -124,6 +131,13 @@ class Console:
         except KvStoreError as exc:
             return html(f"<p role=alert>The node's KvStore did not answer: {views.e(exc)}</p>",
                         HTTPStatus.SERVICE_UNAVAILABLE)
+
+    def _start_index(self) -> None:
+        """The status index starts with the console's first request (the login page
+        included), not with the agent: an agent nobody looks at does not keep it."""
+        if not self.index.started and self._follow is not None:
+            self.index.started = True
+            self._follow("status/", self.index.apply)
 
     def _viewer(self, request: RestRequest) -> views.Viewer:
         session = self.sessions.verify(cookie_from(request.headers.get("cookie")))
@@ -204,7 +218,16 @@ class Console:
 
     def _cluster(self, viewer: views.Viewer, query: dict[str, str]
                  ) -> tuple[str, str, str, str]:
-        rows = build_nodes(self._dump("member/"), self._dump("node/"), self._dump("status/"))
+        self._start_index()
+        # Its first snapshot is being read: waiting costs less than reading it twice.
+        summary = self.index.summary() if self.index.wait_ready(INDEX_WAIT_S) else None
+        # Without the index (not synced yet, or its stream lost), the mesh itself: slower.
+        statuses = self._dump("status/") if summary is None else {}
+        rows = build_nodes(self._dump("member/"), self._dump("node/"), statuses)
+        for node, (counts, oldest_failed) in (summary or {}).items():
+            row = rows.setdefault(node, NodeRow(node))
+            row.counts, row.oldest_failed = counts, oldest_failed
+        rows = dict(sorted(rows.items()))
         rows.setdefault(viewer.local, NodeRow(viewer.local))
         return "cluster", "Cluster", views.cluster_body(rows, self._map(rows, viewer), viewer), ""
 
