@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,29 +88,47 @@ def encode_event(event: str, data: Mapping[str, Any]) -> bytes:
 @dataclass
 class SnapshotMerge:
     """List-then-watch without a gap or a duplicate: live events are held back until the dump
-    is sent; then only what is newer than the dump (by version, then ttl_version) goes out."""
+    is sent; then only what is newer than the dump (by version, then ttl_version) goes out.
+
+    `live` runs on the loop that receives publications; `snapshot_into` may run in another
+    thread (a big dump takes seconds to turn into events): one lock orders them."""
 
     synced: bool = False
     _held: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def live(self, events: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str,
                                                                                           Any]]]:
         """Live events in: what to send now (nothing before the snapshot is out)."""
-        if not self.synced:
-            self._held.extend(events)
-            return []
-        return [event for event in events if self._is_new(*event)]
+        with self._lock:
+            if not self.synced:
+                self._held.extend(events)
+                return []
+            return [event for event in events if self._is_new(*event)]
 
     def snapshot(self, dump: Mapping[str, Value]) -> list[tuple[str, dict[str, Any]]]:
         """The dump in: its events, `synced`, then the held live events newer than it."""
-        out = [value_event(key, dump[key]) for key in sorted(dump)]
-        for _event, data in out:
-            self._seen[data["key"]] = (data["version"], data["ttl_version"])
-        out.append(("synced", {"keys": len(dump)}))
-        self.synced = True
-        held, self._held = self._held, []
-        return out + [event for event in held if self._is_new(*event)]
+        out: list[tuple[str, dict[str, Any]]] = []
+        self.snapshot_into(dump, out.extend)
+        return out
+
+    def snapshot_into(self, dump: Mapping[str, Value],
+                      deliver: Callable[[list[tuple[str, dict[str, Any]]]], None]) -> None:
+        """`snapshot`, handing the events to `deliver` in order: the dump's (built and
+        delivered without the lock: live events are held meanwhile), then `synced` and the
+        held ones, delivered under the lock so that no later live event overtakes them."""
+        events = [value_event(key, dump[key]) for key in sorted(dump)]
+        deliver(events)
+        with self._lock:
+            for _event, data in events:
+                mark = (data["version"], data["ttl_version"])
+                if self._seen.get(data["key"], (-1, -1)) < mark:
+                    self._seen[data["key"]] = mark
+            self.synced = True
+            held, self._held = self._held, []
+            deliver([("synced", {"keys": len(dump)}),
+                     *(event for event in held if self._is_new(*event))])
 
     def _is_new(self, event: str, data: dict[str, Any]) -> bool:
         key = data["key"]

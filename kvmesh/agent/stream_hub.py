@@ -116,14 +116,19 @@ class StreamHub:
 
     async def follow(self, prefix: str, sink: Sink) -> None:
         """An in-process follower of the publications under `prefix` (the console's status
-        index): the snapshot, `synced`, then the changes, as events to `sink` on this loop.
-        Not counted as a stream; a lost subscription ends with a `dropped` event."""
+        index): the snapshot (from a worker thread), `synced`, then the changes (on this
+        loop), in order, as events to `sink` (thread-safe). Not counted as a stream; a lost
+        subscription ends with a `dropped` event."""
         kv = await self._subscribed()
         merge = SnapshotMerge()
         client = _Client(prefix, merge, ClientBuffer(self.buffer_bytes), sink=sink)
         self._clients.add(client)
         try:
-            sink(merge.snapshot(await kv.dump(prefix)))
+            dump = await kv.dump(prefix)
+            # Off the loop: turning 100 000 key-values into events takes seconds, and the
+            # loop serves every other request and stream meanwhile.
+            await asyncio.get_running_loop().run_in_executor(
+                None, merge.snapshot_into, dump, sink)
         except Exception:
             self._clients.discard(client)
             sink([("dropped", {"reason": "the snapshot failed"})])
