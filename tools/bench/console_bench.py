@@ -63,7 +63,8 @@ def wait_whole(state: cluster.ClusterState, names: list[str], timeout: float) ->
     raise SystemExit(f"n1 did not see every node's records within {timeout:g} s")
 
 
-def measure(state: cluster.ClusterState, runs: int, directory: Path) -> dict[str, float]:
+def measure(state: cluster.ClusterState, runs: int, directory: Path,
+            screenshot: str | None = None) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
     # Chromium in a namespace of its own on the cluster's bridge: on the host it would abort
@@ -98,6 +99,8 @@ def measure(state: cluster.ClusterState, runs: int, directory: Path) -> dict[str
             rows = page.locator("table").first.locator("tbody tr").count()
             paints.append(float(paint))
             responses.append(float(timing))
+        if screenshot:
+            page.screenshot(path=screenshot, full_page=True)
         browser.close()
     return {"first_paint_ms_p50": round(statistics.median(paints), 1),
             "first_paint_ms_max": round(max(paints), 1),
@@ -197,6 +200,8 @@ def main() -> None:
     parser.add_argument("--core", type=int, default=8,
                         help="full nodes; the others are leaves (0: all full)")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--screenshot", default=None, metavar="PNG",
+                        help="save the cluster view of the last run (to look at it)")
     parser.add_argument("--values", type=int, default=0,
                         help="the server's side with N statuses on one loopback node")
     args = parser.parse_args()
@@ -216,7 +221,7 @@ def main() -> None:
             up_s = time.monotonic() - started
             names = list(state.nodes)
             wait_whole(state, names, timeout=300)
-            result = measure(state, args.runs, Path(tmp))
+            result = measure(state, args.runs, Path(tmp), args.screenshot)
         finally:
             cluster.down(run_dir)
     result.update({"nodes": args.nodes, "core": args.core, "cluster_up_s": round(up_s, 1),

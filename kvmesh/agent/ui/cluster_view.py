@@ -8,6 +8,7 @@ peers as its agent last saw them (`node/<N>/peers`), and its values' statuses
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -100,7 +101,13 @@ def build_nodes(members: Mapping[str, Value], node_keys: Mapping[str, Value],
             when = float(record.get("time") or 0.0)
             if node.oldest_failed is None or when < node.oldest_failed[2]:
                 node.oldest_failed = (parts[2], str(record.get("error") or ""), when)
-    return dict(sorted(rows.items()))
+    return dict(sorted(rows.items(), key=lambda item: natural(item[0])))
+
+
+def natural(name: str) -> tuple[tuple[int, str, int], ...]:
+    """Sort key: n2 before n10."""
+    return tuple((0, part, 0) if not part.isdigit() else (1, "", int(part))
+                 for part in re.split(r"(\d+)", name) if part)
 
 
 def edges(rows: Mapping[str, NodeRow]) -> dict[tuple[str, str], str]:

@@ -34,6 +34,7 @@ from kvmesh.agent.ui.cluster_view import (
     NodeRow,
     build_nodes,
     map_dot,
+    natural,
     states_in_order,
 )
 from kvmesh.agent.ui.status_index import StatusIndex
@@ -214,7 +215,7 @@ class Console:
     def _node_names(self) -> list[str]:
         names = {key.split("/")[1] for key in self._dump("node/")}
         names |= {key.split("/", 1)[1] for key in self._dump("member/")}
-        return sorted(names | {self.backend.node})
+        return sorted(names | {self.backend.node}, key=natural)
 
     def _cluster(self, viewer: views.Viewer, query: dict[str, str]
                  ) -> tuple[str, str, str, str]:
@@ -227,7 +228,7 @@ class Console:
         for node, (counts, oldest_failed) in (summary or {}).items():
             row = rows.setdefault(node, NodeRow(node))
             row.counts, row.oldest_failed = counts, oldest_failed
-        rows = dict(sorted(rows.items()))
+        rows = dict(sorted(rows.items(), key=lambda item: natural(item[0])))
         rows.setdefault(viewer.local, NodeRow(viewer.local))
         return "cluster", "Cluster", views.cluster_body(rows, self._map(rows, viewer), viewer), ""
 
