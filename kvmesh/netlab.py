@@ -96,17 +96,7 @@ def create_lab(nodes: list[str], tag: str | None = None) -> Lab:
         _ip("addr", "add", f"{lab.host_address}/24", "dev", lab.host_link)
         _ip("link", "set", lab.host_link, "up")
         for index, node in enumerate(nodes, start=1):
-            namespace = f"kvn-{tag}-{node}"
-            _ip("netns", "add", namespace)
-            lab.namespaces[node] = namespace
-            lab.octets[node] = index
-            port = f"p{index}"
-            _ip("-n", namespace, "link", "set", "lo", "up")
-            _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port,
-                "netns", lab.bridge_ns)
-            _ip("-n", lab.bridge_ns, "link", "set", port, "master", "br0", "up")
-            _ip("-n", namespace, "addr", "add", f"{lab.address(node)}/24", "dev", "eth0")
-            _ip("-n", namespace, "link", "set", "eth0", "up")
+            _add_namespace(lab, node, index)
     except BaseException:
         destroy_lab(lab)
         raise
@@ -122,6 +112,12 @@ def attach_namespace(lab: Lab, name: str) -> str:
     octet = max(lab.octets.values(), default=0) + 1
     if octet >= HOST_OCTET:
         raise LabError("the lab's /24 is full")
+    return _add_namespace(lab, name, octet)
+
+
+def _add_namespace(lab: Lab, name: str, octet: int) -> str:
+    """Namespace `name` with `eth0` on the bridge and address .`octet` (recorded in `lab`
+    as soon as it exists, so that `destroy_lab` removes it)."""
     namespace = f"kvn-{lab.tag}-{name}"
     _ip("netns", "add", namespace)
     lab.namespaces[name], lab.octets[name] = namespace, octet

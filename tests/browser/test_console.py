@@ -22,7 +22,7 @@ import pytest
 from kvmesh import cluster, netlab
 from tests.browser.conftest import chromium_in, needs_browser, open_page
 from tests.netns import netns_available, temporary_netns
-from tests.util import wait_until
+from tests.util import agent_pids_serving, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.netns, pytest.mark.slow,
               needs_browser]
@@ -91,18 +91,8 @@ def iso_page(iso: Iso, request: pytest.FixtureRequest,
 
 
 def agent_pid(http: str) -> int | None:
-    """The agent process serving REST on `http` (found through /proc)."""
-    wanted = http.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\x00")
-        except OSError:
-            continue
-        if b"agent" in args and b"run" in args and wanted in args:
-            return int(entry.name)
-    return None
+    """The agent process serving REST on `http`."""
+    return next(iter(agent_pids_serving(http)), None)
 
 
 def test_ticket_login_and_the_cluster_view_lists_every_node_and_its_devices(
