@@ -18,12 +18,15 @@ pieces already gone.
 from __future__ import annotations
 
 import random
+import shlex
 import subprocess
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Lab", "LabError", "create_lab", "destroy_lab", "random_peers"]
+__all__ = ["Lab", "LabError", "attach_namespace", "create_lab", "destroy_lab", "in_namespace",
+           "random_peers"]
 
 RANGE_PREFIX = "198.18"
 HOST_OCTET = 254
@@ -93,21 +96,49 @@ def create_lab(nodes: list[str], tag: str | None = None) -> Lab:
         _ip("addr", "add", f"{lab.host_address}/24", "dev", lab.host_link)
         _ip("link", "set", lab.host_link, "up")
         for index, node in enumerate(nodes, start=1):
-            namespace = f"kvn-{tag}-{node}"
-            _ip("netns", "add", namespace)
-            lab.namespaces[node] = namespace
-            lab.octets[node] = index
-            port = f"p{index}"
-            _ip("-n", namespace, "link", "set", "lo", "up")
-            _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port,
-                "netns", lab.bridge_ns)
-            _ip("-n", lab.bridge_ns, "link", "set", port, "master", "br0", "up")
-            _ip("-n", namespace, "addr", "add", f"{lab.address(node)}/24", "dev", "eth0")
-            _ip("-n", namespace, "link", "set", "eth0", "up")
+            _add_namespace(lab, node, index)
     except BaseException:
         destroy_lab(lab)
         raise
     return lab
+
+
+def attach_namespace(lab: Lab, name: str) -> str:
+    """One more namespace on the lab's bridge, for a client that must not see the host's
+    network (a browser: Chromium aborts its requests with ERR_NETWORK_CHANGED whenever the
+    host's links change, as they do while other labs come and go). Removed by `destroy_lab`."""
+    if name in lab.namespaces:
+        raise LabError(f"{name!r} is already in the lab")
+    octet = max(lab.octets.values(), default=0) + 1
+    if octet >= HOST_OCTET:
+        raise LabError("the lab's /24 is full")
+    return _add_namespace(lab, name, octet)
+
+
+def _add_namespace(lab: Lab, name: str, octet: int) -> str:
+    """Namespace `name` with `eth0` on the bridge and address .`octet` (recorded in `lab`
+    as soon as it exists, so that `destroy_lab` removes it)."""
+    namespace = f"kvn-{lab.tag}-{name}"
+    _ip("netns", "add", namespace)
+    lab.namespaces[name], lab.octets[name] = namespace, octet
+    port = f"p{octet}"
+    _ip("-n", namespace, "link", "set", "lo", "up")
+    _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port,
+        "netns", lab.bridge_ns)
+    _ip("-n", lab.bridge_ns, "link", "set", port, "master", "br0", "up")
+    _ip("-n", namespace, "addr", "add", f"{lab.address(name)}/24", "dev", "eth0")
+    _ip("-n", namespace, "link", "set", "eth0", "up")
+    return namespace
+
+
+def in_namespace(namespace: str, executable: str, directory: Path) -> Path:
+    """A script that runs `executable` (with its arguments) inside `namespace`: for a launcher
+    that takes an executable path only (Playwright's `executable_path`)."""
+    script = directory / f"{Path(executable).name}-in-{namespace}"
+    script.write_text(f"#!/bin/sh\nexec ip netns exec {shlex.quote(namespace)} "
+                      f"{shlex.quote(executable)} \"$@\"\n")
+    script.chmod(0o700)
+    return script
 
 
 def destroy_lab(lab: Lab) -> None:

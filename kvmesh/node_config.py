@@ -52,6 +52,7 @@ AGENT_SCHEMA = config_layers.Schema((
     Setting("agent.http_token_file", "", path=True),
     Setting("agent.http_read_token_file", "", path=True),
     Setting("agent.http_public_reads", False),
+    Setting("agent.http_max_streams", 32),
     Setting("agent.downstream_resync_s", 300.0),
     Setting("agent.assume_current", False),
 ))
@@ -69,8 +70,8 @@ FLAG_KEYS: dict[str, str] = {
     "agent": "agent.enabled",
     **{option: f"agent.{option}" for option in (
         "linux", "linux_netns", "linux_state_dir", "vpp_socket", "http", "http_cert", "http_key",
-        "http_token_file", "http_read_token_file", "http_public_reads", "downstream_resync_s",
-        "assume_current")},
+        "http_token_file", "http_read_token_file", "http_public_reads", "http_max_streams",
+        "downstream_resync_s", "assume_current")},
 }
 NOT_SETTINGS = ("config_path", "check", "peers")
 
@@ -183,6 +184,10 @@ def agent_args(run: RunConfig) -> list[str]:
         if agent[option]:
             args.append(f"--{option.replace('_', '-')}")
     args += ["--downstream-resync-s", str(agent["downstream_resync_s"])]
+    if agent["http_max_streams"] < 1:
+        raise ConfigError(f"{run.path or 'command line'}: agent.http_max_streams must be >= 1, "
+                          f"got {agent['http_max_streams']!r}")
+    args += ["--http-max-streams", str(agent["http_max_streams"])]
     from kvmesh.agent.http_security import HttpConfigError
     from kvmesh.cli.common import check_http_security, parse_http
 

@@ -41,6 +41,7 @@ import json
 import os
 import ssl
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +337,38 @@ class AgentRest:
         if resp.status == 401 and not self.credentials.token:
             detail += f" [no token: {self.credentials.source}]"
         raise RestError(f"{path}: HTTP {resp.status}: {detail}", resp.status, answer=answer)
+
+    def events(self, path: str, params: dict[str, Any] | None = None
+               ) -> Iterator[tuple[str, str]]:
+        """Follow a Server-Sent Events answer (GET /stream): (event, data) as they come; ends
+        when the agent closes the stream."""
+        from kvmesh.agent.sse import EventParser
+
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items()
+                                        if v is not None})
+        headers = {"Accept": "text/event-stream"}
+        if self.credentials.token:
+            headers["Authorization"] = f"Bearer {self.credentials.token}"
+        conn = self._connection()
+        try:
+            conn.request("GET", path + (f"?{query}" if query else ""), headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                detail = resp.read().decode(errors="replace").strip()
+                with contextlib.suppress(ValueError, AttributeError):
+                    detail = json.loads(detail).get("error", detail)
+                raise RestError(f"{path}: HTTP {resp.status}: {detail}", resp.status)
+            # (The read timeout stays: the agent sends a heartbeat every 15 s, so a stream
+            # silent for longer than HTTP_TIMEOUT_S is a dead agent or connection.)
+            parser = EventParser()
+            for raw in resp:
+                event = parser.feed(raw.decode("utf-8", errors="replace"))
+                if event is not None:
+                    yield event
+        except (OSError, http.client.HTTPException) as exc:
+            raise RestError(f"agent at {self.address.url}: stream broken: {exc}") from None
+        finally:
+            conn.close()
 
     def json(self, method: str, path: str, params: dict[str, Any] | None = None,
              body: Any = None) -> Any:

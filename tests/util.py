@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -25,3 +26,19 @@ def wait_until(
         time.sleep(interval)
         last = condition()
     return last
+
+
+def agent_pids_serving(address: str) -> list[int]:
+    """Agent processes (`kvmesh agent run`) serving REST on `address` (found through /proc)."""
+    wanted = address.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\x00")
+        except OSError:
+            continue
+        if b"agent" in args and b"run" in args and wanted in args:
+            pids.append(int(entry.name))
+    return pids

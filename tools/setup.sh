@@ -12,6 +12,9 @@ command -v ping >/dev/null || need_apt+=(iputils-ping)  # traffic during warm re
 command -v nft >/dev/null || need_apt+=(nftables)  # the nftables model (libnftables JSON), chaos faults
 command -v nsenter >/dev/null || need_apt+=(util-linux)  # nft run in the plugin's namespace
 command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for the REST API
+# The console's browser tests (tests/browser): Debian's chromium, driven by Playwright (whose
+# own browser download cannot work here).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # promtool checks packaging/'s alerting rules and a live agent's /metrics (tests/test_packaging.py).
 # Debian ships it only in the server's package: ~19 MB, ~30 s to install (measured); without its

@@ -24,6 +24,7 @@ class AgentConfig:
     http_token_file: str | None = None  # None: the agent makes a token (kvmesh.agent.http_token)
     http_read_token_file: str | None = None  # a reader's token: reads only
     http_public_reads: bool = False  # reads without a token (writes always need one)
+    http_max_streams: int = 32  # GET /stream clients at once (kvmesh.agent.stream_hub)
     coalesce_s: float = 0.05  # longest a change waits for others to join its transaction
     quiet_s: float = 0.002  # a batch is applied once the stream is quiet this long
     repair_delay_s: float = 0.2  # drift reported by a southbound is repaired this much later

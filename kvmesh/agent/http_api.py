@@ -8,6 +8,8 @@ the server asks an operator token for everything else.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
@@ -15,16 +17,23 @@ import shutil
 import subprocess
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from kvmesh.agent.http_auth import authorize
 from kvmesh.agent.http_security import HttpSecurity
-from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest
+from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest, StreamHandler
+from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
+from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, Sink, StreamHub
+from kvmesh.agent.ui_session import Sessions, session_key
 from scheduler import ValueState
+
+if TYPE_CHECKING:
+    from kvmesh.agent.ui.console import Console
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -65,12 +74,19 @@ class ApiBackend(Protocol):
 
     def metrics_text(self) -> str: ...
 
+    def revisions(self, node: str) -> list[Any]: ...
+
+    def confirm_revision(self, node: str, rev: int) -> Any: ...
+
+    def rollback_revision(self, node: str, rev: int, who: str) -> Any: ...
+
 
 @dataclass(frozen=True)
 class Response:
     status: int
     body: bytes
     content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def json(cls, data: Any, status: int = 200) -> Response:
@@ -87,17 +103,22 @@ Handler = Callable[[ApiBackend, Query], Response]
 H = TypeVar("H", bound=Callable[..., Response])
 
 
+def check_params(query: Query, names: tuple[str, ...]) -> None:
+    """BadRequest for a parameter not in `names` (not silently ignored)."""
+    unknown = sorted(set(query) - set(names))
+    if unknown:
+        allowed = ", ".join(names) or "none"
+        raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
+                         f"(accepted: {allowed})")
+
+
 def accepts(*names: str) -> Callable[[H], H]:
-    """The query parameters a handler takes: any other one is a 400 (not silently ignored)."""
+    """The query parameters a handler takes: any other one is a 400."""
 
     def wrap(handler: H) -> H:
         @functools.wraps(handler)
         def checked(api: ApiBackend, query: Query, *rest: Any) -> Response:
-            unknown = sorted(set(query) - set(names))
-            if unknown:
-                allowed = ", ".join(names) or "none"
-                raise BadRequest(f"unknown parameter(s) {', '.join(map(repr, unknown))} "
-                                 f"(accepted: {allowed})")
+            check_params(query, names)
             return handler(api, query, *rest)
 
         return cast(H, checked)
@@ -340,6 +361,45 @@ def _configuration(api: ApiBackend, q: Query, body: bytes, who: str) -> Response
     return Response.json(result, HTTPStatus.OK if result["ok"] else HTTPStatus.CONFLICT)
 
 
+def _revision_params(q: Query) -> tuple[str, int]:
+    node, rev = q.get("node") or "", _int_param(q, "rev")
+    if not node or rev is None:
+        raise BadRequest("parameters 'node' and 'rev' are required")
+    return node, rev
+
+
+@accepts("node")
+def _revisions(api: ApiBackend, q: Query) -> Response:
+    """A node's kept revisions (revision/<node>/...), newest first."""
+    if not q.get("node"):
+        raise BadRequest("parameter 'node' is required")
+    return Response.json(api.revisions(q["node"]))
+
+
+def _revision_action(act: Callable[[], Any]) -> Response:
+    from kvmesh.agent.config_writer import WriteRefused
+    from kvmesh.agent.revision_actions import RevisionError
+
+    try:
+        return Response.json(act())
+    except (RevisionError, WriteRefused) as exc:
+        return Response.json({"error": str(exc)}, HTTPStatus.CONFLICT)
+
+
+@accepts("node", "rev")
+def _confirm_revision(api: ApiBackend, q: Query, body: bytes, who: str) -> Response:
+    """Confirm a pending revision: the node's agent will not roll it back."""
+    node, rev = _revision_params(q)
+    return _revision_action(lambda: api.confirm_revision(node, rev))
+
+
+@accepts("node", "rev")
+def _rollback_revision(api: ApiBackend, q: Query, body: bytes, who: str) -> Response:
+    """Roll a pending revision back now (as its confirm timer would)."""
+    node, rev = _revision_params(q)
+    return _revision_action(lambda: api.rollback_revision(node, rev, who))
+
+
 BodyHandler = Callable[[ApiBackend, Query, bytes], Response]
 BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
     ("POST", "/configuration/validate"): _validate,
@@ -349,6 +409,8 @@ BODY_ROUTES: dict[tuple[str, str], BodyHandler] = {
 WriteHandler = Callable[[ApiBackend, Query, bytes, str], Response]
 WRITE_BODY_ROUTES: dict[tuple[str, str], WriteHandler] = {
     ("POST", "/configuration"): _configuration,
+    ("POST", "/revisions/confirm"): _confirm_revision,
+    ("POST", "/revisions/rollback"): _rollback_revision,
 }
 
 ROUTES: dict[tuple[str, str], Handler] = {
@@ -362,6 +424,7 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("GET", "/scheduler/stats"): _stats,
     ("POST", "/scheduler/downstream-resync"): _downstream_resync,
     ("GET", "/recon/services"): _recon_services,
+    ("GET", "/revisions"): _revisions,
     ("POST", "/agent/assume-current"): _assume_current,
     ("GET", "/metrics"): _metrics,
 }
@@ -371,7 +434,8 @@ ROUTES: dict[tuple[str, str], Handler] = {
 # only reads (a reader's token, or none with --http-public-reads, will do).
 WRITES = frozenset({("POST", "/scheduler/downstream-resync"), ("POST", "/agent/assume-current"),
                     *WRITE_BODY_ROUTES})
-ALL_ROUTES = (*ROUTES, *BODY_ROUTES, *WRITE_BODY_ROUTES)
+STREAM_ROUTES = frozenset({("GET", "/stream")})  # served on the loop (kvmesh.agent.stream_hub)
+ALL_ROUTES = (*ROUTES, *BODY_ROUTES, *WRITE_BODY_ROUTES, *STREAM_ROUTES)
 
 
 def _path(target: str) -> str:
@@ -383,10 +447,21 @@ def is_read(method: str, target: str) -> bool:
     return (method, _path(target)) not in WRITES
 
 
+def parse_query(target: str) -> Query:
+    """The request's query parameters; one given twice is a BadRequest."""
+    pairs = urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query, keep_blank_values=True,
+                                   strict_parsing=False)
+    query: Query = {}
+    for name, value in pairs:
+        if name in query:
+            raise BadRequest(f"parameter {name!r} given more than once")
+        query[name] = value
+    return query
+
+
 def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
              who: str = "unknown") -> Response:
     """Route one request; never raises. `who`: the identity the request proved (revisions)."""
-    parsed = urllib.parse.urlsplit(target)
     path = _path(target)
     handler = ROUTES.get((method, path))
     body_handler = BODY_ROUTES.get((method, path))
@@ -406,13 +481,7 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
                               "endpoints": sorted(f"{m} {p}" for m, p in ALL_ROUTES)},
                              HTTPStatus.NOT_FOUND)
     try:
-        pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True, strict_parsing=False)
-        query: Query = {}
-        for name, value in pairs:
-            if name in query:
-                raise BadRequest(f"parameter {name!r} given more than once")
-            query[name] = value
-        return handler(api, query)
+        return handler(api, parse_query(target))
     except BadRequest as exc:
         return Response.json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
     except ServiceUnavailable as exc:
@@ -435,16 +504,56 @@ def _naming(payload: bytes, node: str) -> bytes:
     return Response.json({**data, "node": node}, 0).body
 
 
+def is_console(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def is_console_public(method: str, path: str) -> bool:
+    """What the console serves without a credential: its login page and its assets."""
+    return path == "/ui/login" or (method == "GET" and path.startswith("/ui/static/"))
+
+
+def stream_handler(hub: StreamHub) -> StreamHandler:
+    """`GET /stream?prefix=P[&snapshot=1]`: the node's publications under P as Server-Sent
+    Events (kvmesh.agent.sse)."""
+
+    async def serve(request: RestRequest, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter) -> None:
+        try:
+            query = parse_query(request.target)
+            check_params(query, ("prefix", "snapshot"))
+            prefix, snapshot = query.get("prefix", ""), _bool_param(query, "snapshot")
+        except BadRequest as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        await hub.serve(prefix, snapshot, reader, writer)
+
+    return serve
+
+
 class HttpApi:
     """Serves `dispatch` until `close()` (the server, with its TLS, tokens and limits, is
-    `kvmesh.agent.http_server`)."""
+    `kvmesh.agent.http_server`); `/stream` from `hub` when given."""
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
-                 limits: HttpLimits | None = None, *, node: str) -> None:
+                 limits: HttpLimits | None = None, *, node: str, kv_url: str | None = None,
+                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
         backend = api
+        self.sessions = Sessions(session_key(c.token for c in security.access.credentials))
+        self.console: Console | None = None
+        if kv_url is not None:  # the console reads the mesh: only beside a KvStore node
+            from kvmesh.agent.ui.console import Console
 
-        def respond(request: RestRequest) -> tuple[int, bytes, str]:
-            resp = dispatch(backend, request.method, request.target, request.body, request.who)
+            self.console = Console(api, self.sessions, secure=security.tls is not None,
+                                   check_token=lambda token: authorize(
+                                       security.access, f"Bearer {token}", True),
+                                   follow=self._follow)
+
+        def respond(request: RestRequest) -> tuple[int, bytes, str, dict[str, str]]:
+            if self.console is not None and is_console(_path(request.target)):
+                resp = self.console.dispatch(request)
+            else:
+                resp = dispatch(backend, request.method, request.target, request.body,
+                                request.who)
             payload = resp.body
             if resp.status >= 400 and resp.content_type == "application/json":
                 payload = _naming(payload, node)
@@ -452,11 +561,33 @@ class HttpApi:
                 # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
                 payload += render(flat_counters("kvmesh_agent_http", self.counters,
                                                 help_prefix="REST server: ")).encode()
-            return resp.status, payload, resp.content_type
+            return resp.status, payload, resp.content_type, resp.headers
 
         self.security = security
+        self.hub = None if kv_url is None else StreamHub(kv_url, max_streams,
+                                                          count=lambda what: self.count(what))
+        streams = {} if self.hub is None else {("GET", "/stream"): stream_handler(self.hub)}
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
-                                       frozenset(m for m, _path in ALL_ROUTES), is_read, node)
+                                       frozenset(m for m, _path in ALL_ROUTES), is_read, node,
+                                       streams, self.sessions if self.console else None,
+                                       is_console_public)
+        if self.hub is not None:
+            self._server.shutdown_hooks.append(self.hub.close)
+
+    def count(self, what: str) -> None:
+        self._server.count(what)
+
+    def _follow(self, prefix: str, sink: Sink) -> None:
+        """`sink` fed from the stream hub (the console's status index); a failure to start
+        reaches it as a `dropped` event."""
+        assert self.hub is not None
+        future = self._server.submit(self.hub.follow(prefix, sink))
+
+        def failed(done: concurrent.futures.Future[None]) -> None:
+            if done.exception() is not None:
+                sink([("dropped", {"reason": str(done.exception())})])
+
+        future.add_done_callback(failed)
 
     @property
     def address(self) -> tuple[str, int]:

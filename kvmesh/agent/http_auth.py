@@ -23,6 +23,7 @@ from kvmesh.agent.http_wire import HttpError
 
 OPERATOR = "operator"
 READER = "reader"
+PUBLIC = "public"  # no credential: only the console's login page and assets are served so
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="kvmesh"'}
 
 

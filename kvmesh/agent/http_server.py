@@ -25,19 +25,20 @@ One request per connection: every answer closes it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from kvmesh.agent.http_auth import Granted, authorize
+from kvmesh.agent.http_auth import OPERATOR, PUBLIC, Granted, authorize
 from kvmesh.agent.http_security import HttpSecurity, check_bind
 from kvmesh.agent.http_wire import (
     NODE_HEADER,
@@ -49,6 +50,7 @@ from kvmesh.agent.http_wire import (
     render_response,
 )
 from kvmesh.agent.proc_net import describe_uid, loopback_peer_uid
+from kvmesh.agent.ui_session import CSRF_HEADER, Sessions, cookie_from
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -76,6 +78,7 @@ class RestRequest:
     granted: Granted
     peer: tuple[str, int]
     peer_uid: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
 
     @property
     def who(self) -> str:
@@ -86,8 +89,12 @@ class RestRequest:
             f", {uid}" if uid else "")
 
 
-# (request) -> (status, body, content type)
-Responder = Callable[[RestRequest], tuple[int, bytes, str]]
+# (request) -> (status, body, content type, extra headers)
+Responder = Callable[[RestRequest], tuple[int, bytes, str, dict[str, str]]]
+# A long-lived answer written on the loop itself (GET /stream): it writes its own head, or
+# raises HttpError before writing anything.
+StreamHandler = Callable[[RestRequest, asyncio.StreamReader, asyncio.StreamWriter],
+                         Awaitable[None]]
 
 
 @dataclass(eq=False)
@@ -102,14 +109,22 @@ class AgentHttpServer:
 
     def __init__(self, address: tuple[str, int], responder: Responder, security: HttpSecurity,
                  limits: HttpLimits, methods: frozenset[str],
-                 is_read: Callable[[str, str], bool], node: str) -> None:
+                 is_read: Callable[[str, str], bool], node: str,
+                 streams: Mapping[tuple[str, str], StreamHandler] | None = None,
+                 sessions: Sessions | None = None,
+                 is_public: Callable[[str, str], bool] = lambda method, path: False) -> None:
         check_bind(address[0], security)
         self.node = node
         self.responder = responder
+        self.streams = dict(streams or {})  # (method, path) -> handler
+        # Run on the loop first when the server closes (what the stream handlers share).
+        self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self.security = security
         self.limits = limits
         self.methods = methods  # the methods some endpoint serves
         self.is_read = is_read
+        self.sessions = sessions  # the console's logins (kvmesh.agent.ui_session)
+        self.is_public = is_public  # the console's login page and assets: no credential
         self._counters: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._connections: set[_Connection] = set()
@@ -143,6 +158,10 @@ class AgentHttpServer:
         with self._lock:
             self._counters[what] += 1
 
+    def submit(self, coroutine: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        """Run `coroutine` on the server's loop (from any thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
     def close(self) -> None:
         if self._loop.is_closed():
             return
@@ -158,6 +177,9 @@ class AgentHttpServer:
         """Stop accepting, cut every connection, and give the handlers a moment to end (one
         waiting for a worker thread ends when that thread returns)."""
         self._server.close()
+        for hook in self.shutdown_hooks:
+            with contextlib.suppress(Exception):
+                await hook()
         for conn in list(self._connections):
             conn.writer.transport.abort()
         current = asyncio.current_task()
@@ -226,9 +248,17 @@ class AgentHttpServer:
             await self._linger(reader)
             return
         conn.reading = False
-        status, payload, content_type = await asyncio.get_running_loop().run_in_executor(
+        stream = self.streams.get((method, request.target.split("?", 1)[0].rstrip("/")))
+        if stream is not None:
+            try:
+                await stream(request, reader, writer)
+            except HttpError as exc:  # refused before its head was written
+                await self._answer_error(writer, exc, method)
+            return
+        status, payload, content_type, extra = await asyncio.get_running_loop().run_in_executor(
             self._executor, self.responder, request)
-        writer.write(render_response(status, payload, content_type, {NODE_HEADER: self.node}))
+        writer.write(render_response(status, payload, content_type,
+                                     {NODE_HEADER: self.node, **extra}))
         async with asyncio.timeout(limits.request_timeout_s):
             await writer.drain()
 
@@ -260,7 +290,7 @@ class AgentHttpServer:
         path = start.target.split("?", 1)[0]
         read_only = self.is_read(start.method, path)
         try:
-            granted = authorize(self.security.access, headers.get("authorization"), read_only)
+            granted = self._grant(headers, start.method, path, read_only)
         except HttpError as exc:
             self._refused(start.method, path, writer, exc)
             raise
@@ -270,10 +300,32 @@ class AgentHttpServer:
         uid = None
         if not read_only:  # who changes the node: worth the lookup
             uid = loopback_peer_uid(peer, _address(writer.get_extra_info("sockname")))
-        request = RestRequest(start.method, start.target, body, granted, peer, uid)
+        request = RestRequest(start.method, start.target, body, granted, peer, uid, headers)
         if not read_only:
             log.info("REST %s %s by %s", start.method, path, request.who)
         return start.method, request
+
+    def _grant(self, headers: Mapping[str, str], method: str, path: str,
+               read_only: bool) -> Granted:
+        """The role of a request: its bearer token's; else its console session's (a change
+        needs the session's CSRF token too); else none, for the console's login page and
+        assets (the console's other pages send the browser there)."""
+        sessions = self.sessions
+        if sessions is not None and "authorization" not in headers:
+            session = sessions.verify(cookie_from(headers.get("cookie")))
+            if session is not None:
+                if not read_only and not sessions.csrf_ok(session, headers.get(CSRF_HEADER)):
+                    raise HttpError(HTTPStatus.FORBIDDEN, "a change from the console needs its "
+                                    "CSRF token (X-CSRF-Token): reload the page")
+                if not read_only and session.role != OPERATOR:
+                    raise HttpError(HTTPStatus.FORBIDDEN, f"the {session.role} session may only "
+                                    f"read; this request changes the node")
+                return Granted(session.role, f"{session.credential} (console session)")
+            if self.is_public(method, path):
+                return Granted(PUBLIC, None)
+            if path == "/ui" or path.startswith("/ui/"):
+                raise HttpError(HTTPStatus.SEE_OTHER, "log in first", {"Location": "/ui/login"})
+        return authorize(self.security.access, headers.get("authorization"), read_only)
 
     async def _readline(self, reader: asyncio.StreamReader, status: int, message: str) -> bytes:
         try:

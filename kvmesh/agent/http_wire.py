@@ -103,3 +103,11 @@ def render_response(status: int, body: bytes, content_type: str,
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if head_only else head + body
+
+
+def render_stream_head(headers: dict[str, str]) -> bytes:
+    """The head of an answer whose body runs until the connection closes (an event stream:
+    no Content-Length)."""
+    lines = ["HTTP/1.1 200 OK", "Server: kvmesh-agent", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -9,6 +9,8 @@ node/<node>/agent           the node's agent: its versions ("version", "protocol
 DESIGN (docs/compatibility.md, rules 3 and 5): a new feature's keys go under a new prefix or a
 new model key, which agents of older releases leave alone; records only gain fields, and readers
 ignore fields they do not know (a 0.4.0 agent's record has no "version").
+node/<node>/peers           the node's peers and their states as its agent sees them, and
+                            whether the node is a leaf (with TTL; the console's map)
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def device_key(node: str, device: str) -> str:
 def agent_key(node: str) -> str:
     """Where a node's agent announces itself (its REST address)."""
     return f"{NODE}{node}/agent"
+
+
+def peers_key(node: str) -> str:
+    return f"{NODE}{node}/peers"
 
 
 def model_key_of(prefixed_key: str, prefix: str) -> str | None:

@@ -3,15 +3,19 @@ scheduler and the reconciliation framework, and the writes the agent's parts car
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from kvmesh.agent.counters import AgentCounters
 from kvmesh.agent.desired import Model
 from kvmesh.agent.northbound import NorthboundFollower
 from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.scrape import MetricsScrape
+from kvstore import KvStoreClient, KvStoreError
 from scheduler import KVScheduler, TransactionError, ValueState
+
+T = TypeVar("T")
 
 
 class RestBackend:
@@ -23,6 +27,44 @@ class RestBackend:
         self._northbound = northbound
         self._reconciliation = reconciliation
         self._scrape = scrape
+        self.node = northbound.config.node
+        self._clients = threading.local()  # one KvStore client per worker thread
+
+    def mesh(self) -> KvStoreClient:
+        """This worker thread's client of the local KvStore (ZeroMQ sockets are not
+        thread-safe; a client per request would pay a connection each time)."""
+        client: KvStoreClient | None = getattr(self._clients, "client", None)
+        if client is None:
+            client = KvStoreClient(self._northbound.config.kv_url)
+            self._clients.client = client
+        return client
+
+    def mesh_call(self, action: Callable[[KvStoreClient], T]) -> T:
+        """`action` with this thread's client; a failed client is dropped (the next call makes
+        a new one) and the error goes up."""
+        try:
+            return action(self.mesh())
+        except KvStoreError:
+            client = getattr(self._clients, "client", None)
+            if client is not None:
+                client.close()
+            self._clients.client = None
+            raise
+
+    def revisions(self, node: str) -> list[Any]:
+        from kvmesh.agent.revision_actions import revision_rows
+
+        return self.mesh_call(lambda c: revision_rows(c, node))
+
+    def confirm_revision(self, node: str, rev: int) -> Any:
+        from kvmesh.agent.revision_actions import confirm_revision
+
+        return self.mesh_call(lambda c: confirm_revision(c, node, rev))
+
+    def rollback_revision(self, node: str, rev: int, who: str) -> Any:
+        from kvmesh.agent.revision_actions import roll_back_revision
+
+        return self.mesh_call(lambda c: roll_back_revision(c, node, rev, who))
 
     def txn_history(self, seq: int | None, since: float | None, until: float | None) -> list[Any]:
         return list(self.scheduler.transaction_history(since=since, until=until, seq=seq))

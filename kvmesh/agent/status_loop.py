@@ -7,6 +7,7 @@ import logging
 import queue
 import threading
 import time
+from typing import Any
 
 from kvmesh.agent.config import AgentConfig
 from kvmesh.agent.counters import AgentCounters
@@ -17,16 +18,17 @@ from kvmesh.agent.events import (
     ValueRefused,
     ValueStatusChanged,
 )
-from kvmesh.agent.keys import agent_key, device_key, status_prefix
+from kvmesh.agent.keys import agent_key, device_key, peers_key, status_prefix
 from kvmesh.agent.metrics import AgentMetrics
 from kvmesh.agent.status import StatusPublisher
-from kvstore import KvStoreClient, KvStoreError
+from kvstore import KvStoreClient, KvStoreError, PeerState
 from scheduler import ValueState
 
 log = logging.getLogger("kvmesh.agent")
 # Longest the thread sleeps with nothing to do: events and `wake` end the wait at once, a TTL
 # refresh ends it when due; the bound only matters if stop is set without `wake`.
 IDLE_WAIT_S = 1.0
+PEERS_POLL_S = 2.0  # how often the node's peer states are read for `node/<node>/peers`
 
 
 class StatusPublishing:
@@ -40,6 +42,8 @@ class StatusPublishing:
         self._counters = counters
         self._metrics = metrics
         self._events: queue.SimpleQueue[StatusEvent | None] = queue.SimpleQueue()
+        self._peers_record: dict[str, Any] | None = None
+        self._next_peers_poll = 0.0
 
     def post(self, event: StatusEvent) -> None:
         self._events.put(event)
@@ -59,7 +63,8 @@ class StatusPublishing:
                         self.publisher.seed(client.dump(prefix=prefix))
                         seeded = True
                     self._collect(timeout=min(self.publisher.refresh_due_in(time.monotonic()),
-                                              IDLE_WAIT_S))
+                                              IDLE_WAIT_S, PEERS_POLL_S))
+                    self._poll_peers(client)
                     out = self.publisher.take(time.monotonic())
                     if out:
                         client.set(out)
@@ -70,6 +75,21 @@ class StatusPublishing:
                     stop.wait(1.0)
         finally:
             client.close()
+
+    def _poll_peers(self, client: KvStoreClient) -> None:
+        """`node/<node>/peers`: the node's peers with their states and whether it is a leaf
+        (what the console draws the mesh from), published when it changes."""
+        now = time.monotonic()
+        if now < self._next_peers_poll:
+            return
+        self._next_peers_poll = now + PEERS_POLL_S
+        info = client.node_info(refresh=True)
+        record = {"peers": {name: PeerState._VALUES_TO_NAMES.get(spec.state, "?")
+                            for name, spec in sorted(client.peers().items())},
+                  "leaf": info.leaf_filters is not None}
+        if record != self._peers_record:
+            self._peers_record = record
+            self.publisher.publish(peers_key(self.config.node), record)
 
     def _collect(self, timeout: float) -> None:
         """Every event posted within `timeout` (and what is queued after it) to the publisher.

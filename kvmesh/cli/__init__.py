@@ -39,6 +39,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kvmesh.cli.keys_cmds": ("keys",),
     "kvmesh.cli.member_cmds": ("member",),
     "kvmesh.cli.ops_cmds": ("apply", "completion", "confirm", "model", "plan"),
+    "kvmesh.cli.ui_cmds": ("ui",),
 }
 # ops_cmds adds `config export` and `config history` to agent_cmds' `config` group;
 # node_init_cmds adds `node init` to kvstore_cmds' `node` group.

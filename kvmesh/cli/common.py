@@ -152,6 +152,8 @@ def agent_options(fn: Any) -> Any:
                      help="A reader's bearer token: reads only."),
         click.option("--http-public-reads", is_flag=True,
                      help="Reads need no token (writes always do)."),
+        click.option("--http-max-streams", type=click.IntRange(min=1), default=32,
+                     show_default=True, help="GET /stream clients (and console pages) at once."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
         click.option("--assume-current", is_flag=True,

@@ -292,9 +292,20 @@ def peer_dump() -> None:
     "--duration", type=click.FloatRange(min=0), default=0.0, help="Stop after S seconds [forever]."
 )
 @click.option("--pub-url", default=None, help="PUB URL [asked from the node].")
-def snoop(prefix: str, duration: float, pub_url: str | None) -> None:
+@click.option("--http", "http_url", default=None, metavar="URL",
+              help="Follow an agent's GET /stream at URL (http[s]://HOST:PORT) instead of the "
+              "node's ZeroMQ stream: values decoded, no ZeroMQ or Curve keys needed.")
+@click.option("--snapshot", is_flag=True, help="With --http: every current key first, then "
+              "a `synced` line, then the changes.")
+def snoop(prefix: str, duration: float, pub_url: str | None, http_url: str | None,
+          snapshot: bool) -> None:
     """Print the publication stream (key-values and expired keys) as it arrives."""
     as_json = cli_context().as_json
+    if http_url is not None:
+        snoop_http(http_url, prefix, duration, snapshot, as_json)
+        return
+    if snapshot:
+        raise OneLineUsageError("snoop: --snapshot needs --http")
     url = pub_url or run_client(lambda c: c.node_info().pub_url)
     deadline = time.monotonic() + duration if duration > 0 else None
     try:
@@ -313,6 +324,36 @@ def snoop(prefix: str, duration: float, pub_url: str | None) -> None:
                         click.echo(line)
     except KvStoreError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+def snoop_http(url: str, prefix: str, duration: float, snapshot: bool, as_json: bool) -> None:
+    """`snoop --http`: one line per event (JSON with --json: {"event": ..., **data})."""
+    import json
+    import threading
+    import urllib.parse
+
+    from kvmesh.agent.sse import event_line
+    from kvmesh.rest_client import AgentRest, RestError
+
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise OneLineUsageError(f"snoop: --http {url!r}: expected http[s]://HOST:PORT")
+    rest = AgentRest.at(parts.netloc, tls=parts.scheme == "https")
+    if duration > 0:  # the stream blocks in a read: end the process when the time is up
+        timer = threading.Timer(duration, lambda: os._exit(0))
+        timer.daemon = True
+        timer.start()
+    try:
+        for event, data in rest.events("/stream", {"prefix": prefix,
+                                                   "snapshot": "1" if snapshot else None}):
+            if as_json:
+                click.echo(json.dumps({"event": event, **json.loads(data)}, sort_keys=True))
+            else:
+                click.echo(event_line(event, json.loads(data)))
+    except RestError as exc:
+        fail(str(exc), code=exc.exit_code)
     except KeyboardInterrupt:
         pass
 

@@ -16,7 +16,7 @@ from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Keyring, free_port
 from tests.netns import netns_available, temporary_netns
-from tests.util import wait_until
+from tests.util import agent_pids_serving, wait_until
 
 
 def test_local_url_maps_wildcards_to_loopback() -> None:
@@ -35,18 +35,7 @@ def agent_pid(http_port: int) -> int | None:
 
 def agent_pids(http_port: int) -> list[int]:
     """Agent processes serving REST on `http_port` (found through /proc)."""
-    wanted = f"127.0.0.1:{http_port}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\x00")
-        except OSError:
-            continue
-        if b"agent" in args and b"run" in args and wanted in args:
-            pids.append(int(entry.name))
-    return pids
+    return agent_pids_serving(f"127.0.0.1:{http_port}")
 
 
 @pytest.mark.netns

@@ -1,0 +1,1 @@
+"""The console served by every agent at `/ui/` (docs/console.md)."""
