@@ -91,7 +91,8 @@ def test_the_file_alone_is_the_command_line(tmp_path: Path) -> None:
     assert from_file.node.key_prefix_filters[0] == "config/n1/"
     assert agent_args(from_file) == [
         "--http", "127.0.0.1:0", "--linux-state-dir", str(tmp_path / "data" / "agent"),
-        "--linux", "--assume-current", "--downstream-resync-s", "30.0", "--http-public-reads"]
+        "--linux", "--assume-current", "--downstream-resync-s", "30.0", "--http-max-streams", "32",
+        "--http-public-reads"]
 
 
 def test_check_prints_each_values_source(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ request refused), 2 for invalid arguments or configuration. Every network call h
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence

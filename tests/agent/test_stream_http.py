@@ -31,8 +31,8 @@ def node(mesh: Mesh) -> Node:
 
 @pytest.fixture
 def api(node: Node) -> Iterator[HttpApi]:
-    server = HttpApi(StubBackend(), "127.0.0.1", 0, security=policy(), kv_url=node.cmd_url,
-                     max_streams=2)
+    server = HttpApi(StubBackend(), "127.0.0.1", 0, security=policy(), node="n1",
+                     kv_url=node.cmd_url, max_streams=2)
     try:
         yield server
     finally:
