@@ -41,6 +41,7 @@ API_FILES = (
     "ip_neighbor",
     "vxlan",
     "memif",
+    "bond",
     # plugins
     "acl_types",
     "acl",

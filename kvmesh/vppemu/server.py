@@ -31,6 +31,7 @@ from typing import Any
 
 from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     acl_handlers,
+    bond_handlers,
     handlers_l2l3,
     nat44_handlers,
 )

@@ -20,6 +20,7 @@ from typing import Any
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
+from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.nat44 import Nat44
 
@@ -300,6 +301,7 @@ class Dataplane:
         # Plugins (their own modules): state that goes with the instance.
         self.acl = AclTable()
         self.nat44 = Nat44(self._first_ip4)
+        self.bonds = Bonds(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -318,6 +320,18 @@ class Dataplane:
         self.interfaces[iface.sw_if_index] = iface
         self._next_sw_if_index += 1
         return iface
+
+    def add_ethernet_interface(self, kind: str, name: str, dev_type: str, mac: bytes | None,
+                               instance: int = 0) -> Interface:
+        """A new interface registered as ethernet: the given MAC or a random one, VPP's
+        default MTU."""
+        return self._add_interface(kind, name, dev_type,
+                                   mac if mac and any(mac) else _random_mac(self._rng),
+                                   DEFAULT_MTU, instance=instance)
+
+    def delete_bond(self, sw_if_index: int) -> None:
+        self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
         iface = self.interfaces.get(sw_if_index)
@@ -460,6 +474,7 @@ class Dataplane:
                 del self.routes[key]
         self.acl.forget_interface(idx)
         self.nat44.forget_interface(idx)
+        self.bonds.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -1034,5 +1049,6 @@ class Dataplane:
             ],
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
+            "bonds": self.bonds.snapshot(),
             "nat44": self.nat44.snapshot(),
         }
