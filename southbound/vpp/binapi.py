@@ -414,6 +414,42 @@ class VppApi:
             for d in self.conn.dump("vxlan_tunnel_v2_dump", sw_if_index=ANY_INDEX)
         }
 
+    def bond_create(self, bond_id: int | None, mode: int, lb: int, numa_only: bool, gso: bool,
+                    mac: str | None) -> int:
+        reply = self.conn.call(
+            "bond_create2",
+            mode=mode,
+            lb=lb,
+            numa_only=numa_only,
+            enable_gso=gso,
+            use_custom_mac=mac is not None,
+            mac_address=mac or bytes(6),
+            id=ANY_INDEX if bond_id is None else bond_id,
+        )
+        return int(reply.sw_if_index)
+
+    def bond_delete(self, sw_if_index: int) -> None:
+        self.conn.call("bond_delete", sw_if_index=sw_if_index)
+
+    def bond_add_member(self, member: int, bond: int, passive: bool, long_timeout: bool) -> None:
+        self.conn.call("bond_add_member", sw_if_index=member, bond_sw_if_index=bond,
+                       is_passive=passive, is_long_timeout=long_timeout)
+
+    def bond_detach_member(self, member: int) -> None:
+        self.conn.call("bond_detach_member", sw_if_index=member)
+
+    def bonds(self) -> dict[int, BondDetails]:
+        return {
+            d.sw_if_index: BondDetails(d.id, int(d.mode), int(d.lb), bool(d.numa_only))
+            for d in self.conn.dump("sw_bond_interface_dump", sw_if_index=ANY_INDEX)
+        }
+
+    def bond_members(self, bond: int) -> dict[int, BondMemberDetails]:
+        return {
+            d.sw_if_index: BondMemberDetails(bool(d.is_passive), bool(d.is_long_timeout))
+            for d in self.conn.dump("sw_member_interface_dump", sw_if_index=bond)
+        }
+
     def memif_socket_add(self, filename: str) -> int:
         """Register a memif socket file under a new id (VPP chooses it)."""
         reply = self.conn.call(
@@ -491,6 +527,20 @@ class VxlanDetails:
     dst: str
     vni: int
     encap_vrf: int
+
+
+@dataclass(frozen=True)
+class BondDetails:
+    bond_id: int
+    mode: int  # bond.api bond_mode
+    lb: int  # bond.api bond_lb_algo
+    numa_only: bool
+
+
+@dataclass(frozen=True)
+class BondMemberDetails:
+    passive: bool
+    long_timeout: bool
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from southbound.vpp.models import (
     VppInterface,
     VppRoute,
     acl,
+    bond_member,
     l2fib,
     nat44_global,
     nat44_interface,
@@ -45,4 +46,5 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_interface.MODEL,
     nat44_pool.MODEL,
     nat44_static.MODEL,
+    bond_member.MODEL,
 ))

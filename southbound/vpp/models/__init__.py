@@ -55,7 +55,10 @@ from southbound.vpp import keys
 
 INTERFACE_TYPES = ("loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif")
 # The sections of the interface types that have one (each only allowed with its type).
-TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif")
+TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif", "bond")
+# Bond modes and load-balance algorithms by their VPP names (bond.api bond_mode, bond_lb_algo).
+BOND_MODES = ("round-robin", "active-backup", "xor", "broadcast", "lacp")
+BOND_LOAD_BALANCE = ("l2", "l34", "l23")
 MAX_VLAN = 4095
 MAX_VNI = 0xFFFFFF
 MAX_U32 = 0xFFFFFFFF
@@ -232,12 +235,26 @@ class MemifSection(StrictModel):
     mode: Literal["ethernet"] = Field("ethernet", description="interface mode")
 
 
+class BondSection(StrictModel):
+    """A bond (link aggregation) of other interfaces: its members are
+    `vpp/bond/<bond>/member/<interface>` values."""
+
+    id: int | None = Field(None, ge=0, le=MAX_U32 - 1,
+                           description="the bond's number, BondEthernet<id> (unset: VPP's)")
+    mode: Literal["round-robin", "active-backup", "xor", "broadcast", "lacp"] = Field(
+        description="how frames are spread over (or kept off) the members")
+    load_balance: Literal["l2", "l34", "l23"] = Field(
+        "l2", description="the hash of xor and lacp bonds (the other modes have their own)")
+    numa_only: bool = Field(False, description="transmit on members of the local NUMA node")
+    gso: bool = Field(False, description="generic segmentation offload (members must have it)")
+
+
 class VppInterface(StrictModel):
     """`vpp/interface/<name>`: a VPP interface kvmesh owns. `mtu` and `mac` unset (null) leave
     VPP's choice alone."""
 
-    type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif"] = Field(
-        description="interface type")
+    type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif",
+                  "bond"] = Field(description="interface type")
     enabled: bool = Field(True, description="administratively up")
     mtu: int | None = Field(None, ge=MIN_MTU, le=MAX_MTU, description="MTU (unset: VPP's)")
     mac: Mac | None = Field(None, description="MAC address (unset: VPP's)")
@@ -251,6 +268,7 @@ class VppInterface(StrictModel):
         None, description="required with type sub_interface")
     vxlan: VxlanSection | None = Field(None, description="required with type vxlan")
     memif: MemifSection | None = Field(None, description="required with type memif")
+    bond: BondSection | None = Field(None, description="required with type bond")
 
     @classmethod
     def section_problems(cls, value: Mapping[str, Any]) -> dict[str, str]:
@@ -274,7 +292,7 @@ class VppInterface(StrictModel):
         if self.type == "af_packet" and self.af_packet is None:
             problems["af_packet"] = \
                 "required with type 'af_packet': {'host_if_name': <linux interface>}"
-        for section in ("sub_interface", "vxlan", "memif"):
+        for section in ("sub_interface", "vxlan", "memif", "bond"):
             if self.type == section and getattr(self, section) is None:
                 problems[section] = f"required with type '{section}'"
         if self.type == "sub_interface":

@@ -101,6 +101,9 @@ SCENARIO: dict[str, Any] = {
                                                      "vni": 100, "encap_vrf": 0}},
     "vpp/interface/mif1": {"type": "memif", "memif": {"socket": "/run/vpp/kvt-memif.sock",
                                                       "id": 0, "master": True}},
+    "vpp/interface/bond0": {"type": "bond", "bond": {"mode": "lacp", "load_balance": "l34"}},
+    "vpp/interface/lo6": {"type": "loopback"},
+    "vpp/bond/bond0/member/lo6": {"passive": True},
 }
 
 

@@ -36,6 +36,7 @@ def test_interface_defaults_and_canonical_form():
         "sub_interface": None,
         "vxlan": None,
         "memif": None,
+        "bond": None,
     }
     tap = normalize_interface("vpp/interface/t", {"type": "tap"})
     assert tap["tap"] == {"host_if_name": None, "rx_ring_size": 256, "tx_ring_size": 256}
