@@ -560,7 +560,7 @@ def run_bond(emulator: EmulatorProcess, raw: bool) -> float:
     loops = {f"vpp/interface/m{i}": {"type": "loopback"} for i in range(BOND_MEMBERS)}
     if not raw:
         setup = {"vpp/interface/bond0": {"type": "bond", "bond": {"mode": "lacp"}}, **loops}
-        members = {f"vpp/bond/bond0/member/m{i}": {} for i in range(BOND_MEMBERS)}
+        members: dict[str, Any] = {f"vpp/bond/bond0/member/m{i}": {} for i in range(BOND_MEMBERS)}
         return _scheduler_txn(emulator, setup, members)
     emulator.control.restart()
     client = _raw_client(emulator)
