@@ -846,6 +846,13 @@ class Dataplane:
         if any(i.sub and i.sub.parent == parent.sw_if_index and i.sub.sub_id == sub_id
                for i in self.interfaces.values()):
             raise ApiError(E.VLAN_ALREADY_EXISTS, f"{parent.name}.{sub_id} already exists")
+        match = (flags, outer, inner)
+        if any(i.sub and i.sub.parent == parent.sw_if_index
+               and (i.sub.flags, i.sub.outer_vlan, i.sub.inner_vlan) == match
+               for i in self.interfaces.values()):
+            # ethernet_sw_interface_add_del: "vlan is already in use"; vnet_create_sub_interface
+            # answers UNSPECIFIED.
+            raise ApiError(E.UNSPECIFIED, f"{parent.name}: vlan {outer}/{inner} is already in use")
         iface = self._add_interface(
             "sub", f"{parent.name}.{sub_id}", parent.dev_type, parent.mac, parent.mtu
         )

@@ -17,6 +17,7 @@ from southbound.vpp.models import (
     VppRoute,
     acl,
     bond_member,
+    interface_conflicts,
     l2fib,
     nat44_global,
     nat44_interface,
@@ -32,7 +33,7 @@ from southbound.vpp.models import (
 
 REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     ModelSpec("vpp/interface", "vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"),
-              VppInterface, normalize_interface),
+              VppInterface, normalize_interface, conflicts=interface_conflicts),
     ModelSpec("vpp/bd", "vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), VppBridgeDomain,
               normalize_bd),
     ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),

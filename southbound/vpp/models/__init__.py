@@ -431,6 +431,40 @@ def normalize_interface(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
+def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
+    """Sub-interfaces VPP would refuse together: one sub-interface id twice on a parent
+    (`VNET_API_ERROR_VLAN_ALREADY_EXISTS`), or the same tags and match twice on it ("vlan is
+    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only). The
+    second, in key order, is the one refused; values that do not validate on their own are left
+    to their own errors."""
+    taken: dict[tuple[Any, ...], str] = {}
+    found: dict[str, str] = {}
+    for key in sorted(values):
+        try:
+            v = normalize_interface(key, values[key])
+        except InvalidValueError:
+            continue
+        sub = v["sub_interface"]
+        if v["type"] != "sub_interface" or sub is None:
+            continue
+        claims: list[tuple[Any, ...]] = [
+            ("sub_id", sub["parent"], sub["sub_id"]),
+            ("tags", sub["parent"], sub["outer_vlan"], sub["inner_vlan"], sub["exact_match"])]
+        for claim in claims:
+            other = taken.get(claim)
+            if other is not None:
+                what = (f"sub-interface id {sub['sub_id']}" if claim[0] == "sub_id"
+                        else f"VLAN {sub['outer_vlan']}" + (f"/{sub['inner_vlan']}"
+                                                           if sub["inner_vlan"] else ""))
+                refusal = ("VNET_API_ERROR_VLAN_ALREADY_EXISTS" if claim[0] == "sub_id"
+                           else "vlan is already in use")
+                found[key] = (f"{what} on {sub['parent']} is {other} already: VPP refuses "
+                              f"the second ({refusal})")
+                break
+            taken[claim] = key
+    return found
+
+
 @memoized
 def normalize_bd(key: str, value: Any) -> dict[str, Any]:
     _name, key_problems = _key_name(key, keys.bd_name, "bridge domain")
