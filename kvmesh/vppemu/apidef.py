@@ -42,7 +42,10 @@ API_FILES = (
     "vxlan",
     "memif",
     "bond",
+    "tunnel_types",
+    "ipip",
     # plugins
+    "gre",
     "acl_types",
     "acl",
     "nat_types",

@@ -34,6 +34,7 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     bond_handlers,
     handlers_l2l3,
     nat44_handlers,
+    tunnel_handlers,
 )
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.apidef import (

@@ -23,6 +23,7 @@ from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.tunnels import Tunnels
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -302,6 +303,7 @@ class Dataplane:
         self.acl = AclTable()
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
+        self.tunnels = Tunnels(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -328,6 +330,15 @@ class Dataplane:
         return self._add_interface(kind, name, dev_type,
                                    mac if mac and any(mac) else _random_mac(self._rng),
                                    DEFAULT_MTU, instance=instance)
+
+    def add_l3_interface(self, kind: str, name: str, dev_type: str, mtu: int,
+                         instance: int = 0) -> Interface:
+        """A new interface that is not ethernet (an L3 tunnel): no MAC, no hardware MTU to set."""
+        return self._add_interface(kind, name, dev_type, bytes(6), mtu, instance=instance)
+
+    def delete_tunnel(self, sw_if_index: int) -> None:
+        self.tunnels.remove(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
@@ -501,6 +512,9 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
+        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+            # hw_interface_set_mtu: no ethernet interface behind it
+            raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise ApiError(E.INVALID_VALUE, f"MTU {mtu} outside {MIN_MTU}..{MAX_MTU}")
         if mtu == iface.mtu:
