@@ -414,6 +414,36 @@ class VppApi:
             for d in self.conn.dump("vxlan_tunnel_v2_dump", sw_if_index=ANY_INDEX)
         }
 
+    def gre_add_del(self, t: TunnelSpec, is_add: bool) -> int:
+        reply = self.conn.call("gre_tunnel_add_del", is_add=is_add, tunnel={
+            "type": t.kind_type, "mode": t.mode, "flags": 0, "session_id": t.session_id,
+            "instance": ANY_INDEX if t.instance is None else t.instance,
+            "outer_table_id": t.outer_vrf, "sw_if_index": ANY_INDEX, "src": t.src,
+            "dst": t.dst})
+        return int(reply.sw_if_index)
+
+    def gre_tunnels(self) -> dict[int, TunnelSpec]:
+        return {d.tunnel.sw_if_index: TunnelSpec(
+            str(d.tunnel.src), str(d.tunnel.dst), d.tunnel.outer_table_id, int(d.tunnel.mode),
+            d.tunnel.instance, int(d.tunnel.type), d.tunnel.session_id)
+            for d in self.conn.dump("gre_tunnel_dump", sw_if_index=ANY_INDEX)}
+
+    def ipip_add(self, t: TunnelSpec) -> int:
+        reply = self.conn.call("ipip_add_tunnel", tunnel={
+            "instance": ANY_INDEX if t.instance is None else t.instance, "src": t.src,
+            "dst": t.dst, "sw_if_index": ANY_INDEX, "table_id": t.outer_vrf, "flags": 0,
+            "mode": t.mode, "dscp": 0})
+        return int(reply.sw_if_index)
+
+    def ipip_delete(self, sw_if_index: int) -> None:
+        self.conn.call("ipip_del_tunnel", sw_if_index=sw_if_index)
+
+    def ipip_tunnels(self) -> dict[int, TunnelSpec]:
+        return {d.tunnel.sw_if_index: TunnelSpec(
+            str(d.tunnel.src), str(d.tunnel.dst), d.tunnel.table_id, int(d.tunnel.mode),
+            d.tunnel.instance)
+            for d in self.conn.dump("ipip_tunnel_dump", sw_if_index=ANY_INDEX)}
+
     def bond_create(self, bond_id: int | None, mode: int, lb: int, numa_only: bool, gso: bool,
                     mac: str | None) -> int:
         reply = self.conn.call(
@@ -527,6 +557,19 @@ class VxlanDetails:
     dst: str
     vni: int
     encap_vrf: int
+
+
+@dataclass(frozen=True)
+class TunnelSpec:
+    """A GRE or IPIP tunnel as the API takes and reports it."""
+
+    src: str
+    dst: str
+    outer_vrf: int
+    mode: int  # tunnel_types.api tunnel_mode: 0 p2p, 1 mp
+    instance: int | None
+    kind_type: int = 0  # GRE: gre_tunnel_type (0 l3, 1 teb, 2 erspan)
+    session_id: int = 0
 
 
 @dataclass(frozen=True)

@@ -267,8 +267,8 @@ class InterfaceDescriptor:
                 "af_packet": None,
                 **{t: None for t in interface_types.TYPES},
             }
-            if if_type == "sub_interface":
-                value["mtu"] = value["mac"] = None  # its parent's
+            if if_type == "sub_interface" or interface_types.is_l3_tunnel(if_type, section):
+                value["mtu"] = value["mac"] = None  # its parent's; an L3 tunnel has none
             if section is not None:
                 value[if_type] = section
             if idx in borrowed and borrowed[idx] in names:

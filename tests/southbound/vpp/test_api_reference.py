@@ -104,6 +104,10 @@ SCENARIO: dict[str, Any] = {
     "vpp/interface/bond0": {"type": "bond", "bond": {"mode": "lacp", "load_balance": "l34"}},
     "vpp/interface/lo6": {"type": "loopback"},
     "vpp/bond/bond0/member/lo6": {"passive": True},
+    "vpp/interface/gre1": {"type": "gre", "gre": {"src": "10.0.0.1", "dst": "10.0.0.77"},
+                           "addresses": ["10.77.0.1/30"]},
+    "vpp/interface/ipip1": {"type": "ipip", "ipip": {"src": "fd00::1", "dst": "fd00::77",
+                                                     "outer_vrf": 0}},
 }
 
 
