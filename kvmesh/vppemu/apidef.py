@@ -50,6 +50,7 @@ API_FILES = (
     "acl",
     "nat_types",
     "nat44_ed",
+    "lcp",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

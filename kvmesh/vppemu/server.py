@@ -33,6 +33,7 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     acl_handlers,
     bond_handlers,
     handlers_l2l3,
+    lcp_handlers,
     nat44_handlers,
     tunnel_handlers,
 )
@@ -133,6 +134,7 @@ class Emulator:
         if self._restart_task is not None:
             self._restart_task.cancel()
         await self._close_api()
+        self.dataplane.lcp.destroy_all()
         if self._control_server is not None:
             self._control_server.close()
             self._control_server = None
@@ -151,6 +153,7 @@ class Emulator:
     async def restart(self, downtime: float) -> None:
         """A VPP restart: connections drop, the socket goes away for `downtime`, state is lost."""
         await self._close_api()
+        self.dataplane.lcp.destroy_all()  # a VPP's host taps go with its process
         self.dataplane = Dataplane(self._host_check)
         self.counters["restarts"] += 1
         if downtime > 0:
@@ -256,6 +259,10 @@ class Emulator:
             if isinstance(result, list):
                 for details_name, fields in result:
                     client.send(self.api.encode(details_name, fields))
+                if self.api.services.get(info.name, {}).get("stream_msg"):
+                    # A cursor get ends with its reply: retval 0, all sent (cursor ~0).
+                    self._reply(client, info, msg.context, 0, {"cursor": 0xFFFFFFFF},
+                                force=True)
             else:
                 self._reply(client, info, msg.context, 0, result)
         self._publish(self.dataplane.pop_events())

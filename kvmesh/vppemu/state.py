@@ -22,6 +22,7 @@ from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
 from kvmesh.vppemu.tunnels import Tunnels
 
@@ -304,6 +305,7 @@ class Dataplane:
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
+        self.lcp = LinuxCp(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -486,6 +488,7 @@ class Dataplane:
         self.acl.forget_interface(idx)
         self.nat44.forget_interface(idx)
         self.bonds.forget_interface(idx)
+        self.lcp.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
