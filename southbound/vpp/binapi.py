@@ -444,6 +444,20 @@ class VppApi:
             d.tunnel.instance)
             for d in self.conn.dump("ipip_tunnel_dump", sw_if_index=ANY_INDEX)}
 
+    def lcp_pair_add(self, phy: int, host_if_name: str, host_type: int, netns: str) -> int:
+        reply = self.conn.call("lcp_itf_pair_add_del_v2", is_add=True, sw_if_index=phy,
+                               host_if_name=host_if_name, host_if_type=host_type, netns=netns)
+        return int(reply.host_sw_if_index)
+
+    def lcp_pair_delete(self, phy: int) -> None:
+        self.conn.call("lcp_itf_pair_add_del_v2", is_add=False, sw_if_index=phy)
+
+    def lcp_pairs(self) -> dict[int, LcpPairDetails]:
+        """Every Linux-CP pair by its VPP interface (the cursor get, one batch)."""
+        return {d.phy_sw_if_index: LcpPairDetails(d.host_sw_if_index, d.host_if_name,
+                                                  int(d.host_if_type), d.netns)
+                for d in self.conn.get_all("lcp_itf_pair_get_v2", sw_if_index=ANY_INDEX)}
+
     def bond_create(self, bond_id: int | None, mode: int, lb: int, numa_only: bool, gso: bool,
                     mac: str | None) -> int:
         reply = self.conn.call(
@@ -557,6 +571,14 @@ class VxlanDetails:
     dst: str
     vni: int
     encap_vrf: int
+
+
+@dataclass(frozen=True)
+class LcpPairDetails:
+    host_sw_if_index: int
+    host_if_name: str
+    host_type: int  # lcp.api lcp_itf_host_type: 0 tap, 1 tun
+    netns: str
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from southbound.vpp.models import (
     bond_member,
     interface_conflicts,
     l2fib,
+    lcp,
     nat44_global,
     nat44_interface,
     nat44_pool,
@@ -48,4 +49,5 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_pool.MODEL,
     nat44_static.MODEL,
     bond_member.MODEL,
+    lcp.MODEL,
 ))
