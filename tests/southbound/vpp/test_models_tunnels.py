@@ -3,6 +3,8 @@ emulator through the real vpp_papi client."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from scheduler import TransactionError, ValueState
@@ -14,8 +16,9 @@ ANY = 0xFFFFFFFF
 GRE = "vpp/interface/gre-a"
 IPIP = "vpp/interface/ipip-a"
 VRF = "vpp/vrf/ipv4/20"
-GRE_VALUE = {"type": "gre", "gre": {"src": "192.0.2.1", "dst": "192.0.2.2", "outer_vrf": 20},
-             "addresses": ["10.20.0.1/30"]}
+GRE_VALUE: dict[str, Any] = {
+    "type": "gre", "gre": {"src": "192.0.2.1", "dst": "192.0.2.2", "outer_vrf": 20},
+    "addresses": ["10.20.0.1/30"]}
 IPIP_VALUE = {"type": "ipip", "ipip": {"src": "2001:db8::1", "dst": "2001:db8::2",
                                        "instance": 3}}
 
