@@ -41,11 +41,16 @@ API_FILES = (
     "ip_neighbor",
     "vxlan",
     "memif",
+    "bond",
+    "tunnel_types",
+    "ipip",
     # plugins
+    "gre",
     "acl_types",
     "acl",
     "nat_types",
     "nat44_ed",
+    "lcp",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).
@@ -84,6 +89,36 @@ def load_api_documents() -> list[dict[str, Any]]:
     for name in API_FILES:
         docs.append(json.loads((API_DIR / f"{name}.api.json").read_text()))
     return docs
+
+
+def load_api_dir(api_dir: Path) -> list[dict[str, Any]]:
+    """Every `*.api.json` of a directory laid out as VPP installs it (/usr/share/vpp/api), in an
+    order vpp_papi can resolve: a file whose types need another file's come after it.
+
+    This is how the emulator serves a whole VPP release's message set (`kvmesh vpp-emulator
+    --api-dir`): messages the emulator implements behave as VPP does, the others answer as VPP
+    does with nothing of theirs configured (server.py, "unimplemented").
+    """
+    paths = sorted(api_dir.glob("*.api.json"))
+    if not paths:
+        raise ValueError(f"{api_dir}: no *.api.json files")
+    pending = {path.name: json.loads(path.read_text()) for path in paths}
+    ordered: list[dict[str, Any]] = []
+    if "memclnt.api.json" not in pending:
+        ordered.append(json.loads(_memclnt_json()))
+    while pending:
+        progressed = False
+        for name in list(pending):
+            try:
+                # vpp_papi registers types globally: a file that resolves now stays resolved.
+                VPPApiJSONFiles.process_json_str(json.dumps(pending[name]))
+            except (ValueError, KeyError):
+                continue
+            ordered.append(pending.pop(name))
+            progressed = True
+        if not progressed:
+            raise ValueError(f"{api_dir}: unresolved types in {', '.join(sorted(pending))}")
+    return ordered
 
 
 class ApiDefinitions:
@@ -125,6 +160,11 @@ class ApiDefinitions:
 
     def has_field(self, name: str, field: str) -> bool:
         return field in self.by_name[name].fields
+
+    def field_type(self, name: str, field: str) -> str:
+        """The declared type of a message's field (e.g. "i32", "u32")."""
+        codec = self._codecs[name]
+        return str(codec.fieldtypes[codec.fields.index(field)])
 
     def decode(self, body: bytes) -> tuple[MessageInfo, Any]:
         """Decode one message body (starting at `_vl_msg_id`) into a namedtuple.

@@ -88,8 +88,10 @@ class EmulatorProcess:
         netns: str | None = None,
         host_check: bool = True,
         startup_timeout: float = 30.0,
+        api_dir: str | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.api_dir = api_dir
         self.control_path = socket_path + ".ctl"
         self.netns = netns
         self.host_check = host_check
@@ -101,6 +103,8 @@ class EmulatorProcess:
         cmd = [sys.executable, "-m", "kvmesh", "vpp-emulator", "--socket", self.socket_path]
         if not self.host_check:
             cmd.append("--no-host-check")
+        if self.api_dir:
+            cmd += ["--api-dir", self.api_dir]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
         return cmd

@@ -167,6 +167,7 @@ def tap_create(ctx: HandlerContext, msg: Any) -> Result:
         host_namespace=msg.host_namespace if msg.host_namespace_set else "",
         host_bridge=msg.host_bridge if msg.host_bridge_set else "",
         flags=int(msg.tap_flags),
+        host_mac=_mac(msg.host_mac_addr) if msg.host_mac_addr_set else None,
     )
     if msg.tag:
         dp.set_tag(sw_if_index, msg.tag, True)
@@ -200,6 +201,12 @@ def set_flags(ctx: HandlerContext, msg: Any) -> Result:
 @handles("hw_interface_set_mtu")
 def set_mtu(ctx: HandlerContext, msg: Any) -> Result:
     ctx.dataplane.set_mtu(msg.sw_if_index, msg.mtu)
+    return {}
+
+
+@handles("sw_interface_set_mtu")
+def set_protocol_mtu(ctx: HandlerContext, msg: Any) -> Result:
+    ctx.dataplane.set_protocol_mtu(msg.sw_if_index, [int(m) for m in msg.mtu])
     return {}
 
 
@@ -257,8 +264,12 @@ def interface_details(ctx: HandlerContext, iface: S.Interface) -> dict[str, Any]
         }),
         "link_duplex": 0 if iface.kind == "local" else 2,
         "link_speed": 0,
-        "link_mtu": iface.mtu,
-        "mtu": [iface.mtu, 0, 0, 0],
+        "link_mtu": ctx.dataplane.link_mtu(iface),
+        "mtu": list(iface.sw_mtu),
+        "vtr_op": iface.vtr[0],
+        "vtr_push_dot1q": iface.vtr[1],
+        "vtr_tag1": iface.vtr[2],
+        "vtr_tag2": iface.vtr[3],
         "b_dmac": bytes(6),
         "b_smac": bytes(6),
         "interface_name": iface.name,
@@ -299,7 +310,7 @@ def tap_dump(ctx: HandlerContext, msg: Any) -> Result:
                     "tx_ring_sz": tap.tx_ring,
                     "rx_ring_sz": tap.rx_ring,
                     "host_mtu_size": tap.host_mtu,
-                    "host_mac_addr": bytes(6),
+                    "host_mac_addr": tap.host_mac,
                     "host_ip4_prefix": {"address": bytes(4), "len": 0},
                     "host_ip6_prefix": {"address": bytes(16), "len": 0},
                     "tap_flags": tap.flags,

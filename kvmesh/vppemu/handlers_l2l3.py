@@ -236,3 +236,11 @@ def memif_dump(ctx: HandlerContext, _msg: Any) -> Result:
         for i in dp.interfaces.values()
         if i.memif is not None
     ]
+
+
+@handles("l2_interface_vlan_tag_rewrite")
+def vlan_tag_rewrite(ctx: HandlerContext, msg: Any) -> Result:
+    ctx.dataplane.set_vlan_tag_rewrite(
+        msg.sw_if_index, (int(msg.vtr_op), int(msg.push_dot1q), int(msg.tag1), int(msg.tag2))
+    )
+    return {}

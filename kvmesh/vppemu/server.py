@@ -31,11 +31,21 @@ from typing import Any
 
 from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     acl_handlers,
+    bond_handlers,
     handlers_l2l3,
+    lcp_handlers,
     nat44_handlers,
+    tunnel_handlers,
 )
 from kvmesh.vppemu import errors as E
-from kvmesh.vppemu.apidef import HEADER, ApiDefinitions, DecodeError, MessageInfo, frame
+from kvmesh.vppemu.apidef import (
+    HEADER,
+    ApiDefinitions,
+    DecodeError,
+    MessageInfo,
+    frame,
+    load_api_dir,
+)
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.faults import FaultPlan, rule_from_request
 from kvmesh.vppemu.handlers import HANDLERS, HandlerContext
@@ -124,6 +134,7 @@ class Emulator:
         if self._restart_task is not None:
             self._restart_task.cancel()
         await self._close_api()
+        self.dataplane.lcp.destroy_all()
         if self._control_server is not None:
             self._control_server.close()
             self._control_server = None
@@ -142,6 +153,7 @@ class Emulator:
     async def restart(self, downtime: float) -> None:
         """A VPP restart: connections drop, the socket goes away for `downtime`, state is lost."""
         await self._close_api()
+        self.dataplane.lcp.destroy_all()  # a VPP's host taps go with its process
         self.dataplane = Dataplane(self._host_check)
         self.counters["restarts"] += 1
         if downtime > 0:
@@ -234,8 +246,7 @@ class Emulator:
 
         handler = HANDLERS.get(info.name)
         if handler is None:
-            self.counters["unimplemented"] += 1
-            self._reply(client, info, _context(msg), retval=E.UNIMPLEMENTED, fields={})
+            self._answer_unimplemented(client, info, msg)
             return True
         ctx = HandlerContext(self.dataplane, msg.context)
         try:
@@ -248,10 +259,43 @@ class Emulator:
             if isinstance(result, list):
                 for details_name, fields in result:
                     client.send(self.api.encode(details_name, fields))
+                if self.api.services.get(info.name, {}).get("stream_msg"):
+                    # A cursor get ends with its reply: retval 0, all sent (cursor ~0).
+                    self._reply(client, info, msg.context, 0, {"cursor": 0xFFFFFFFF},
+                                force=True)
             else:
                 self._reply(client, info, msg.context, 0, result)
         self._publish(self.dataplane.pop_events())
         return True
+
+    def _answer_unimplemented(self, client: ApiClient, info: MessageInfo, msg: Any) -> None:
+        """A message the emulator has no handler for answers as VPP 24.06 does when none of
+        that message's objects are configured, so a client reading the whole state sees an
+        empty dataplane rather than an error:
+        - a dump (details, then the client's control_ping) has no details;
+        - a cursor get (`stream_msg`, e.g. `lcp_itf_pair_get`) has no details and its reply
+          retval 0 (VPP's REPLY_AND_DETAILS_MACRO on an empty pool);
+        - `want_*` event registrations succeed (there is nothing to report);
+        - a request naming an interface that does not exist gets INVALID_SW_IF_INDEX, as
+          VPP's VALIDATE_SW_IF_INDEX answers before any handler logic;
+        - anything else would change state the emulator does not keep: UNIMPLEMENTED,
+          counted, never a pretended success.
+        """
+        self.counters["unimplemented"] += 1
+        self.counters[f"unimplemented.{info.name}"] += 1
+        service = self.api.services.get(info.name, {})
+        context = _context(msg)
+        if service.get("stream_msg"):
+            self._reply(client, info, context, 0, {"cursor": 0}, force=True)
+            return
+        if info.name.startswith("want_"):
+            self._reply(client, info, context, 0, {})
+            return
+        sw_if_index = getattr(msg, "sw_if_index", None)
+        if isinstance(sw_if_index, int) and sw_if_index not in self.dataplane.interfaces:
+            self._reply(client, info, context, E.INVALID_SW_IF_INDEX, {})
+            return
+        self._reply(client, info, context, E.UNIMPLEMENTED, {})
 
     def _reply(
         self,
@@ -261,19 +305,23 @@ class Emulator:
         retval: int,
         fields: dict[str, Any],
         retval_field: str = "retval",
+        force: bool = False,
     ) -> None:
         service = self.api.services.get(request.name)
         if service is None:
             return
         reply_name = service["reply"]
-        if service.get("stream"):
+        if service.get("stream") and not force:
             # A failed dump has no details; the client's control_ping ends it.
             return
         if reply_name not in self.api.by_name:
             return
         data = {"context": context, **fields}
         if self.api.has_field(reply_name, retval_field):
-            data[retval_field] = retval
+            # A few replies declare retval unsigned (get_f64_endian_value_reply): VPP puts the
+            # same 32 bits on the wire.
+            unsigned = self.api.field_type(reply_name, retval_field).startswith("u")
+            data[retval_field] = retval & 0xFFFFFFFF if unsigned else retval
         client.send(self.api.encode(reply_name, data))
 
     def _reply_malformed(self, client: ApiClient, body: bytes) -> None:
@@ -399,11 +447,18 @@ def _unlink(path: str) -> None:
         Path(path).unlink()
 
 
-async def run(socket_path: str, control_path: str | None = None, host_check: bool = True) -> None:
-    """Run an emulator until SIGTERM/SIGINT."""
+async def run(
+    socket_path: str,
+    control_path: str | None = None,
+    host_check: bool = True,
+    api_dir: str | None = None,
+) -> None:
+    """Run an emulator until SIGTERM/SIGINT; `api_dir` serves a whole VPP release's API files
+    (apidef.load_api_dir) instead of the project's subset."""
     import signal
 
-    emulator = Emulator(socket_path, control_path, host_check)
+    api = ApiDefinitions(load_api_dir(Path(api_dir))) if api_dir else None
+    emulator = Emulator(socket_path, control_path, host_check, api=api)
     await emulator.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,8 +20,11 @@ from typing import Any
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
+from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.tunnels import Tunnels
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -31,6 +34,10 @@ INVALID_INDEX = 0xFFFFFFFF
 MAX_BD_ID = 0xFFFFFF
 MIN_MTU = 64
 MAX_MTU = 9216
+# ethernet_main.default_mtu (src/vnet/ethernet/init.c): every interface registered as ethernet
+# (loopback, tap, af_packet, vxlan, memif) starts with this hardware and L3 MTU. VPP 24.06 reads
+# an af_packet host interface's MTU but does not apply it to the VPP side.
+DEFAULT_MTU = 9000
 MAX_RING = 32768
 TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
 
@@ -61,6 +68,14 @@ SUB_NO_TAGS = 1
 SUB_ONE_TAG = 2
 SUB_TWO_TAGS = 4
 SUB_EXACT_MATCH = 16
+SUB_OUTER_VLAN_ID_ANY = 64
+SUB_INNER_VLAN_ID_ANY = 128
+
+# VLAN tag rewrite operations (l2_vtr.h), and how many configured tags each needs.
+VTR_DISABLED, VTR_PUSH_1, VTR_PUSH_2, VTR_POP_1, VTR_POP_2 = range(5)
+VTR_TRANSLATE_1_1, VTR_TRANSLATE_1_2, VTR_TRANSLATE_2_1, VTR_TRANSLATE_2_2 = range(5, 9)
+VTR_TAGS_NEEDED = {VTR_POP_1: 1, VTR_TRANSLATE_1_1: 1, VTR_TRANSLATE_1_2: 1,
+                   VTR_POP_2: 2, VTR_TRANSLATE_2_1: 2, VTR_TRANSLATE_2_2: 2}
 MAX_VLAN = 4095
 IF_TYPE_SUB = 1  # interface_types.api if_type
 
@@ -88,6 +103,15 @@ class SubInfo:
         if self.flags & SUB_TWO_TAGS:
             return 2
         return 1 if self.flags & SUB_ONE_TAG else 0
+
+    @property
+    def exact_tags(self) -> int:
+        """Tags with a configured value (l2vtr_configure's cfg_tags): an `any` tag is none."""
+        if self.flags & SUB_NO_TAGS or self.flags & SUB_OUTER_VLAN_ID_ANY:
+            return 0
+        if self.flags & SUB_INNER_VLAN_ID_ANY:
+            return min(self.tags, 1)
+        return self.tags
 
 
 @dataclass
@@ -133,7 +157,8 @@ class TapInfo:
     rx_ring: int
     tx_ring: int
     host_if_name: str
-    host_mtu: int
+    host_mtu: int  # 0 unless host_mtu_set (VPP reports what was asked, not the kernel's)
+    host_mac: bytes = bytes(6)
     host_namespace: str = ""
     host_bridge: str = ""
     flags: int = 0
@@ -146,8 +171,14 @@ class Interface:
     kind: str  # "local" | "loopback" | "tap" | "af_packet"
     dev_type: str
     mac: bytes
+    # The hardware MTU (hw_interface_set_mtu; reported as link_mtu, for a sub-interface its
+    # parent's) and the software per-protocol MTUs [L3, IP4, IP6, MPLS] (sw_interface_set_mtu;
+    # hw_interface_set_mtu sets L3 on the interface and its sub-interfaces).
     mtu: int
     instance: int = 0
+    sw_mtu: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    # l2_interface_vlan_tag_rewrite: (vtr_op, push_dot1q, tag1, tag2) as configured.
+    vtr: tuple[int, int, int, int] = (VTR_DISABLED, 0, 0, 0)
     admin_up: bool = False
     tag: str = ""
     vrf: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
@@ -272,6 +303,9 @@ class Dataplane:
         # Plugins (their own modules): state that goes with the instance.
         self.acl = AclTable()
         self.nat44 = Nat44(self._first_ip4)
+        self.bonds = Bonds(self)
+        self.tunnels = Tunnels(self)
+        self.lcp = LinuxCp(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -285,10 +319,32 @@ class Dataplane:
             mac=mac,
             mtu=mtu,
             instance=instance,
+            sw_mtu=[mtu, 0, 0, 0],
         )
         self.interfaces[iface.sw_if_index] = iface
         self._next_sw_if_index += 1
         return iface
+
+    def add_ethernet_interface(self, kind: str, name: str, dev_type: str, mac: bytes | None,
+                               instance: int = 0) -> Interface:
+        """A new interface registered as ethernet: the given MAC or a random one, VPP's
+        default MTU."""
+        return self._add_interface(kind, name, dev_type,
+                                   mac if mac and any(mac) else _random_mac(self._rng),
+                                   DEFAULT_MTU, instance=instance)
+
+    def add_l3_interface(self, kind: str, name: str, dev_type: str, mtu: int,
+                         instance: int = 0) -> Interface:
+        """A new interface that is not ethernet (an L3 tunnel): no MAC, no hardware MTU to set."""
+        return self._add_interface(kind, name, dev_type, bytes(6), mtu, instance=instance)
+
+    def delete_tunnel(self, sw_if_index: int) -> None:
+        self.tunnels.remove(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
+
+    def delete_bond(self, sw_if_index: int) -> None:
+        self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
         iface = self.interfaces.get(sw_if_index)
@@ -311,7 +367,7 @@ class Dataplane:
             # VPP's default loopback MAC: de:ad:00:00:<instance>
             mac = bytes([0xDE, 0xAD, 0, 0, (instance >> 8) & 0xFF, instance & 0xFF])
         iface = self._add_interface(
-            "loopback", f"loop{instance}", "Loopback", mac, MAX_MTU, instance=instance
+            "loopback", f"loop{instance}", "Loopback", mac, DEFAULT_MTU, instance=instance
         )
         return iface.sw_if_index
 
@@ -332,6 +388,7 @@ class Dataplane:
         host_namespace: str = "",
         host_bridge: str = "",
         flags: int = 0,
+        host_mac: bytes | None = None,
     ) -> int:
         if tap_id != INVALID_INDEX and tap_id in self._tap_ids.used:
             # VPP answers INVALID_INTERFACE ("interface already exists") for a taken tap id.
@@ -347,17 +404,19 @@ class Dataplane:
             self._tap_ids.release(tap_id)
             raise ApiError(E.IF_ALREADY_EXISTS, f"host interface {host_if_name} exists")
         self._tap_hosts.add(host_if_name)
-        mtu = host_mtu if host_mtu else 1500
         iface = self._add_interface(
             "tap",
             f"tap{tap_id}",
             "virtio",
             mac if mac and any(mac) else _random_mac(self._rng),
-            mtu,
+            DEFAULT_MTU,
             instance=tap_id,
         )
         iface.tap = TapInfo(
-            tap_id, rx_ring, tx_ring, host_if_name, mtu, host_namespace, host_bridge, flags
+            tap_id, rx_ring, tx_ring, host_if_name, host_mtu or 0,
+            # tap.c: a zero host MAC is replaced by a generated one, set on the Linux side.
+            host_mac if host_mac and any(host_mac) else _random_mac(self._rng),
+            host_namespace, host_bridge, flags,
         )
         return iface.sw_if_index
 
@@ -377,9 +436,9 @@ class Dataplane:
         iface = self._add_interface(
             "af_packet",
             f"host-{host_if_name}",
-            "af_packet",
+            "af-packet",  # VNET_DEVICE_CLASS (af_packet_device_class).name
             mac if mac and any(mac) else _random_mac(self._rng),
-            MAX_MTU,
+            DEFAULT_MTU,
         )
         iface.host_if_name = host_if_name
         self._af_packet_hosts[host_if_name] = iface.sw_if_index
@@ -428,6 +487,8 @@ class Dataplane:
                 del self.routes[key]
         self.acl.forget_interface(idx)
         self.nat44.forget_interface(idx)
+        self.bonds.forget_interface(idx)
+        self.lcp.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -446,12 +507,53 @@ class Dataplane:
             self.events.append(InterfaceEvent(iface.sw_if_index, iface.flags, False))
 
     def set_mtu(self, sw_if_index: int, mtu: int) -> None:
+        """hw_interface_set_mtu: hardware interfaces only (a sub-interface is INVALID_VALUE);
+        the new MTU becomes the L3 MTU of the interface and of its sub-interfaces
+        (vnet_hw_interface_set_max_frame_size walks them)."""
         iface = self.interface(sw_if_index)
+        if iface.sub is not None:
+            raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
+        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+            # hw_interface_set_mtu: no ethernet interface behind it
+            raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise ApiError(E.INVALID_VALUE, f"MTU {mtu} outside {MIN_MTU}..{MAX_MTU}")
+        if mtu == iface.mtu:
+            return
         iface.mtu = mtu
+        for other in self.interfaces.values():
+            if other is iface or (other.sub is not None and other.sub.parent == sw_if_index):
+                other.sw_mtu[0] = mtu
+
+    def set_protocol_mtu(self, sw_if_index: int, mtu: list[int]) -> None:
+        """sw_interface_set_mtu: the four per-protocol MTUs of one software interface, taken
+        as given (VPP validates only the interface)."""
+        self.interface(sw_if_index).sw_mtu = list(mtu)
+
+    def set_vlan_tag_rewrite(self, sw_if_index: int, vtr: tuple[int, int, int, int]) -> None:
+        """l2_interface_vlan_tag_rewrite (l2_api.c, l2vtr_configure): an unknown operation is
+        INVALID_VALUE; a non-ethernet interface INVALID_INTERFACE; popping or translating
+        more tags than the sub-interface matches exactly INVALID_VLAN_TAG_COUNT."""
+        iface = self.interface(sw_if_index)
+        op = vtr[0]
+        if not VTR_DISABLED <= op <= VTR_TRANSLATE_2_2:
+            raise ApiError(E.INVALID_VALUE, f"vtr_op {op}")
+        if iface.kind == "local":
+            raise ApiError(E.INVALID_INTERFACE, f"{iface.name} is not an ethernet interface")
+        tags = iface.sub.exact_tags if iface.sub is not None else 0
+        if VTR_TAGS_NEEDED.get(op, 0) > tags:
+            raise ApiError(E.INVALID_VLAN_TAG_COUNT,
+                           f"vtr_op {op} needs {VTR_TAGS_NEEDED[op]} tag(s), {iface.name} has "
+                           f"{tags}")
+        iface.vtr = vtr if op != VTR_DISABLED else (VTR_DISABLED, 0, 0, 0)
+
+    def link_mtu(self, iface: Interface) -> int:
+        """What sw_interface_details reports as link_mtu: the hardware interface's."""
+        while iface.sub is not None:
+            iface = self.interfaces[iface.sub.parent]
+        return iface.mtu
 
     def set_mac(self, sw_if_index: int, mac: bytes) -> None:
         iface = self.interface(sw_if_index)
@@ -761,9 +863,17 @@ class Dataplane:
         if any(i.sub and i.sub.parent == parent.sw_if_index and i.sub.sub_id == sub_id
                for i in self.interfaces.values()):
             raise ApiError(E.VLAN_ALREADY_EXISTS, f"{parent.name}.{sub_id} already exists")
+        match = (flags, outer, inner)
+        if any(i.sub and i.sub.parent == parent.sw_if_index
+               and (i.sub.flags, i.sub.outer_vlan, i.sub.inner_vlan) == match
+               for i in self.interfaces.values()):
+            # ethernet_sw_interface_add_del: "vlan is already in use"; vnet_create_sub_interface
+            # answers UNSPECIFIED.
+            raise ApiError(E.UNSPECIFIED, f"{parent.name}: vlan {outer}/{inner} is already in use")
         iface = self._add_interface(
             "sub", f"{parent.name}.{sub_id}", parent.dev_type, parent.mac, parent.mtu
         )
+        iface.sw_mtu = [0, 0, 0, 0]  # the API handlers' zeroed template (interface_api.c)
         iface.sub = SubInfo(parent.sw_if_index, sub_id, flags, outer, inner)
         return iface.sw_if_index
 
@@ -827,7 +937,8 @@ class Dataplane:
             raise ApiError(E.INSTANCE_IN_USE, f"vxlan_tunnel{wanted} exists")
         info.instance = self._vxlan_instances.take(wanted)
         iface = self._add_interface(
-            "vxlan", f"vxlan_tunnel{info.instance}", "VXLAN", _random_mac(self._rng), MAX_MTU,
+            "vxlan", f"vxlan_tunnel{info.instance}", "VXLAN", _random_mac(self._rng),
+            DEFAULT_MTU,
             instance=info.instance,
         )
         iface.vxlan = info
@@ -870,7 +981,7 @@ class Dataplane:
                                    f"memif id {info.memif_id} taken on socket {info.socket_id}")
         iface = self._add_interface(
             "memif", f"memif{info.socket_id}/{info.memif_id}", "memif",
-            mac if mac and any(mac) else _random_mac(self._rng), MAX_MTU,
+            mac if mac and any(mac) else _random_mac(self._rng), DEFAULT_MTU,
         )
         iface.memif = info
         return iface.sw_if_index
@@ -913,6 +1024,8 @@ class Dataplane:
                     "tag": i.tag,
                     "admin_up": i.admin_up,
                     "mtu": i.mtu,
+                    "sw_mtu": list(i.sw_mtu),
+                    "vtr": list(i.vtr),
                     "mac": i.mac.hex(":"),
                     "vrf": i.vrf[False],
                     "vrf6": i.vrf[True],
@@ -960,5 +1073,6 @@ class Dataplane:
             ],
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
+            "bonds": self.bonds.snapshot(),
             "nat44": self.nat44.snapshot(),
         }

@@ -16,7 +16,10 @@ from southbound.vpp.models import (
     VppInterface,
     VppRoute,
     acl,
+    bond_member,
+    interface_conflicts,
     l2fib,
+    lcp,
     nat44_global,
     nat44_interface,
     nat44_pool,
@@ -31,7 +34,7 @@ from southbound.vpp.models import (
 
 REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     ModelSpec("vpp/interface", "vpp/interface/<name>", re.compile(r"vpp/interface/[^/]+"),
-              VppInterface, normalize_interface),
+              VppInterface, normalize_interface, conflicts=interface_conflicts),
     ModelSpec("vpp/bd", "vpp/bd/<name>", re.compile(r"vpp/bd/[^/]+"), VppBridgeDomain,
               normalize_bd),
     ModelSpec("vpp/route", "vpp/route/<vrf>/<dst cidr>/<next hop>", re.compile(r"vpp/route/.+"),
@@ -45,4 +48,6 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_interface.MODEL,
     nat44_pool.MODEL,
     nat44_static.MODEL,
+    bond_member.MODEL,
+    lcp.MODEL,
 ))
