@@ -127,6 +127,8 @@ class Member:
     added_at: int
     state: str = ACTIVE
     extra: Mapping[str, str] = field(default_factory=dict)  # rest_url, rest_cert_sha256, ...
+    # Keys this member held before a rotation (`kvmesh member rotate`): revoked for good.
+    retired_keys: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -143,6 +145,8 @@ class Member:
             "added_at": self.added_at, "state": self.state,
         }
         out.update(self.extra)
+        if self.retired_keys:
+            out["retired_keys"] = list(self.retired_keys)
         return out
 
 
@@ -179,9 +183,15 @@ def decode_member(name: str, raw: bytes) -> Member:
     if not isinstance(added_at, int) or isinstance(added_at, bool):
         raise MemberError(f"member/{name}: added_at must be an integer")
     extra = {k: data[k] for k in _OPTIONAL_TEXT if isinstance(data.get(k), str)}
+    retired = data.get("retired_keys", [])
+    if not isinstance(retired, list) or not all(isinstance(k, str) for k in retired):
+        raise MemberError(f"member/{name}: retired_keys must be a list of keys")
+    for old in retired:
+        check_key(old)
     return Member(name=name, key=data["key"], role=data["role"], cmd_url=data["cmd_url"],
                   pub_url=data["pub_url"], peers=tuple(peers), added_by=data["added_by"],
-                  added_at=added_at, state=data["state"], extra=extra)
+                  added_at=added_at, state=data["state"], extra=extra,
+                  retired_keys=tuple(retired))
 
 
 @dataclass(frozen=True)
@@ -219,10 +229,12 @@ class MemberView:
         return out
 
     def revoked(self) -> frozenset[bytes]:
-        """Keys of removed members that no active member holds."""
+        """Keys of removed members, and keys retired by a rotation, that no active member
+        holds."""
         active = {m.key.encode() for m in self.active()}
-        return frozenset(m.key.encode() for m in self.members.values()
-                         if not m.active and m.key.encode() not in active)
+        old = {k.encode() for m in self.members.values() for k in m.retired_keys}
+        removed = {m.key.encode() for m in self.members.values() if not m.active}
+        return frozenset((old | removed) - active)
 
     def removed_names(self) -> frozenset[str]:
         return frozenset(name for name, m in self.members.items() if not m.active)

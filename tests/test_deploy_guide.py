@@ -161,7 +161,12 @@ def members(fleet: Fleet) -> dict[str, dict]:
 
 
 def test_the_deploy_guide_as_written(fleet: Fleet) -> None:
+    old_h2_secret = fleet.tmp / "h2-old.key_secret"
     for block in guide_blocks(GUIDE.read_text()):
+        if block.host == "h2" and "keys generate h2" in block.script:
+            # Kept to check that the rotation revoked it (the guide moves the new pair over).
+            shutil.copyfile(Path(fleet.roots["h2"]["/etc/kvmesh"]) / "keys" / "h2.key_secret",
+                            old_h2_secret)
         result = fleet.run(block)
         assert result.returncode == 0, (
             f"docs/deploy.md line {block.line} on {block.host} failed "
@@ -178,6 +183,16 @@ def test_the_deploy_guide_as_written(fleet: Fleet) -> None:
         return result.returncode == 0 and "br-guide" in result.stdout \
             and "CONFIGURED" in result.stdout
     wait_until(applied_on_h3, timeout=30, message="h3's bridge CONFIGURED after the restore")
+    # h2 rotated its key and restarted: peered again with h1 (which knows it from the record).
+    def h2_back() -> bool:
+        result = fleet.kvmesh("op", "--json", "peer", "dump")
+        return result.returncode == 0 and \
+            json.loads(result.stdout).get("h2", {}).get("state") == "INITIALIZED"
+    wait_until(h2_back, timeout=30, message="h1 peered with h2 again after its key rotation")
+    # h2's old key is refused, even by h3, whose authorized-keys/peer/ still lists it.
+    old = fleet.run(Block("h3", f'kvmesh --url tcp://$H3:60002 --key-file {old_h2_secret} '
+                                '--server-key /etc/kvmesh/keys/h3.key key get member/h1', 0))
+    assert old.returncode != 0
     # h4, removed, is refused by the node it joined through.
     refused = fleet.run(Block("h4", 'kvmesh --url tcp://$H3:60002 --key-file '
                                     '/etc/kvmesh/keys/h4.key_secret --server-key '

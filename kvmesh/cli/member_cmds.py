@@ -127,6 +127,38 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
          f"member {name} {verb} (role {role}, key {member.fingerprint}, version {version})")
 
 
+@member_group.command("rotate")
+@click.argument("name")
+@click.option("--key", "key_file", required=True, metavar="NEW.key",
+              help="The member's new Curve public key file.")
+def member_rotate(name: str, key_file: str) -> None:
+    """Give NAME a new key: a newer member/NAME with the new key; the old one is revoked for
+    good (every node refuses it, whatever its authorized-keys directory says). Restart the node
+    with the new secret key after this."""
+    try:
+        membership.check_name(name)
+        key = load_public_key(key_file).decode()
+    except (membership.MemberError, CurveError) as exc:
+        fail(f"member rotate {name}: {exc}", code=2)
+
+    def action(client: KvStoreClient) -> int:
+        value, existing = _current(client, name)
+        if existing is None or not existing.active:
+            fail(f"member rotate {name}: no such active member")
+        if existing.key == key:
+            fail(f"member rotate {name}: that is its key already")
+        for other in _view(client).members.values():
+            if key == other.key or key in other.retired_keys:
+                fail(f"member rotate {name}: that key is (or was) member {other.name!r}'s")
+        rotated = dataclasses.replace(
+            existing, key=key, retired_keys=(*existing.retired_keys, existing.key))
+        return _write(client, rotated, value)
+
+    version = run_client(action)
+    emit({"key": membership.member_key(name), "version": version},
+         f"member {name} has a new key (version {version}); restart it with the new secret key")
+
+
 @member_group.command("remove")
 @click.argument("name")
 @click.option("--purge", is_flag=True,

@@ -3,6 +3,7 @@ without sockets."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import msgpack
@@ -107,6 +108,18 @@ def test_active_keys_are_accepted_and_removed_keys_revoked() -> None:
     # The key of a removed member re-admitted under another name is not revoked.
     again = member("h6", key=gone.key)
     assert view(gone, again).revoked() == frozenset()
+
+
+def test_a_rotated_key_is_revoked_for_good_and_round_trips() -> None:
+    old = member("h2")
+    rotated = dataclasses.replace(old, key=new_key(), retired_keys=(old.key,))
+    assert decode_member("h2", encode_member(rotated)) == rotated
+    members = view(rotated)
+    assert old.key.encode() in members.revoked()
+    accepted = members.keys()
+    assert rotated.key.encode() in accepted and old.key.encode() not in accepted
+    with pytest.raises(MemberError, match="retired_keys"):
+        decode_member("h2", msgpack.packb({**rotated.to_map(), "retired_keys": "x"}))
 
 
 def test_peerings_follow_the_records_both_ways() -> None:
