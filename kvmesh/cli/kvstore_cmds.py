@@ -39,6 +39,7 @@ from kvstore import (
     KvStoreError,
     NodeConfig,
     NodeSecurity,
+    ServiceNotifier,
     Value,
     non_loopback,
     record_identity,
@@ -175,8 +176,12 @@ def node_run(
         agent_args += ["--linux-state-dir", str(Path(config.data_dir) / "agent")]
     security = node_security(config, node_key_file, authorized_keys, insecure,
                              insecure_any_address)
+    # systemd's Type=notify (kvstore/sdnotify.py): READY=1 once the node answers and its agent
+    # has started, WATCHDOG=1 from the event loop, STOPPING=1 on SIGTERM; no-ops outside systemd.
+    notifier = ServiceNotifier.from_env()
     if not agent:
-        sys.exit(run_node(config, security))
+        sys.exit(run_node(config, security,
+                          on_ready=lambda node: notifier.serving(node.stop, ready=True)))
     from kvmesh.agent.supervisor import AgentSupervisor
 
     if security is not None and node_key_file is not None:
@@ -184,11 +189,16 @@ def node_run(
         # (kvstore.curve.NodeSecurity), the one client that may write status/<name>/.
         os.environ[KEY_FILE_ENV] = node_key_file
         os.environ[SERVER_KEY_ENV] = node_key_file
-    supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args)
-    try:
+    supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args,
+                                 on_started=notifier.ready if notifier.enabled else None)
+
+    def on_ready(node: Any) -> None:
+        notifier.serving(node.stop)
         # Started once bound: the agent dials the bound address (a `*` port resolved).
-        code = run_node(config, security,
-                        on_ready=lambda node: supervisor.start(node.cmd_url))
+        supervisor.start(node.cmd_url)
+
+    try:
+        code = run_node(config, security, on_ready=on_ready)
     finally:
         supervisor.stop()
     sys.exit(code)
