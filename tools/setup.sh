@@ -12,6 +12,7 @@ command -v ping >/dev/null || need_apt+=(iputils-ping)  # traffic during warm re
 command -v nft >/dev/null || need_apt+=(nftables)  # the nftables model (libnftables JSON), chaos faults
 command -v nsenter >/dev/null || need_apt+=(util-linux)  # nft run in the plugin's namespace
 command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for the REST API
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)  # `verify` of the systemd unit (tests)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
