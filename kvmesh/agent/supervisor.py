@@ -121,9 +121,9 @@ class AgentSupervisor:
             return
         if any(arg in ANNOUNCING_OPTIONS for arg in self.agent_args):
             while not self._stop.is_set() and proc.poll() is None:
-                now = self._announcements()
-                if now is not None and now != (before or {}):
-                    break
+                now, earlier = self._announcements() or {}, before or {}
+                if any(earlier.get(key) != identity for key, identity in now.items()):
+                    break  # a record made or changed since the spawn (not one expiring)
                 self._stop.wait(0.1)
             else:
                 return  # stopped, or the agent died first: its restart tries again
