@@ -46,4 +46,6 @@ say "wheelhouse (kvmesh $version and its dependencies)"
 cp "$repo/Dockerfile" "$context/"
 say "building $image from $base"
 docker build -q --build-arg BASE="$base" --build-arg VERSION="$version" -t "$image" "$context" >/dev/null
+# The image this one replaced (now untagged) goes, and nothing else.
+docker image prune -f --filter "label=org.opencontainers.image.title=kvmesh" >/dev/null
 say "built $image (kvmesh $version, $(docker image inspect -f '{{.Size}}' "$image") bytes)"
