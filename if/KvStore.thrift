@@ -7,6 +7,12 @@
  *   - command socket, reply frame                  : Response
  *   - publication socket (ZMQ PUB), message frame  : Publication
  * Peers flood to each other by sending one-way KEY_SET requests to the peer's command socket.
+ *
+ * Compatibility (docs/compatibility.md): fields are only ever added, as optional fields with new
+ * ids; an id is never reused, renumbered or retyped (tests/compat/test_idl_fields.py checks this
+ * file against the field table of the newest release's corpus). A node of an older release skips
+ * fields it does not know. When an older node could misread what a newer one sends, the KvStore
+ * protocol version (kvstore/version.py PROTOCOL_VERSION) is bumped instead.
  */
 
 namespace py kvstore_thrift
@@ -102,6 +108,12 @@ struct DigestParams {
   2: optional KeyFilters filters
   /* Peer name of the requester (so a responder learns a leaf peer's filters). */
   3: optional string sender_id
+  /* The requester's protocol versions (since 0.5.0; absent from a 0.4.0 node: protocol 1):
+   * the first DIGEST_GET of a sync is the peers' hello (kvstore/protocol.py). */
+  4: optional i32 protocol
+  5: optional i32 min_protocol
+  /* The requester's software version (kvstore/version.py), for PEER_DUMP and logs. */
+  6: optional string version
 }
 
 struct PeerSpec {
@@ -113,6 +125,13 @@ struct PeerSpec {
   5: i32 flaps = 0
   /* PEER_DUMP: the peer's key filters, once known (it is a leaf). */
   6: optional KeyFilters filters
+  /* PEER_DUMP (since 0.5.0): the peer's protocol and software version, as its last sync
+   * reply said (protocol 1 and no version: a 0.4.0 node). */
+  7: optional i32 protocol
+  8: optional string version
+  /* PEER_DUMP (since 0.5.0): why this node refuses the peering (the state stays IDLE and the
+   * peer gets no floods), e.g. a protocol this node cannot speak; absent when not refused. */
+  9: optional string refused
 }
 
 struct PeerAddParams {
@@ -148,6 +167,10 @@ struct DigestReply {
   1: map<i32, i64> digests
   /* Set when the responder is a leaf: its own filters (its digests cover only those keys). */
   2: optional KeyFilters filters
+  /* The responder's protocol versions and software version (since 0.5.0; absent: protocol 1). */
+  3: optional i32 protocol
+  4: optional i32 min_protocol
+  5: optional string version
 }
 
 struct NodeInfo {
@@ -169,6 +192,11 @@ struct NodeInfo {
   8: optional string store_state
   /* Set when the node is a leaf (docs/kvstore.md, "Leaf nodes"): its key filters. */
   9: optional KeyFilters leaf_filters
+  /* Since 0.5.0 (absent from a 0.4.0 node): its software version (kvstore/version.py) and the
+   * KvStore protocol versions it speaks, min_protocol .. protocol (kvstore/protocol.py). */
+  10: optional string version
+  11: optional i32 protocol
+  12: optional i32 min_protocol
 }
 
 struct Error {

@@ -151,11 +151,12 @@ class ClusterState:
 
     def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
         """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
-        over TLS, if it has REST credentials (isolated); else the agent's own."""
-        from kvmesh.rest_client import AgentRest
+        over TLS, if it has REST credentials (isolated); else the agent's own. An answer from
+        another node's agent is refused (kvmesh.rest_client)."""
+        from kvmesh.rest_client import AgentAddress, AgentRest
 
-        return AgentRest.at(str(self.nodes[node].http), tls=bool(self.http_cert),
-                            timeout_s=timeout_s, run_dir=Path(self.run_dir))
+        address = AgentAddress.parse(str(self.nodes[node].http), bool(self.http_cert), node=node)
+        return AgentRest(address, timeout_s=timeout_s, run_dir=Path(self.run_dir))
 
     def curve(self, node: str) -> ClientCurve | None:
         """The operator's keys for talking to `node` (None: insecure cluster)."""
@@ -319,10 +320,19 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string is a JSON string
 
 
-def write_node_config(path: Path, values: Mapping[str, object]) -> None:
-    """A node's TOML configuration file (flat table of ints, floats, strings, booleans and
-    lists of them, e.g. a leaf's `key_prefix_filters`)."""
-    lines = [f"{key} = {_toml_value(value)}\n" for key, value in values.items()]
+def _toml_key(key: str) -> str:
+    bare = key and all(c.isascii() and (c.isalnum() or c in "-_") for c in key)
+    return key if bare else json.dumps(key)
+
+
+def write_node_config(path: Path, values: Mapping[str, object],
+                      tables: Mapping[str, Mapping[str, object]] | None = None) -> None:
+    """A node's TOML configuration file: top-level ints, floats, strings, booleans and lists
+    of them (e.g. a leaf's `key_prefix_filters`), then `tables` ([peers], [agent]) of those."""
+    lines = [f"{_toml_key(key)} = {_toml_value(value)}\n" for key, value in values.items()]
+    for table, entries in (tables or {}).items():
+        lines.append(f"\n[{_toml_key(table)}]\n")
+        lines += [f"{_toml_key(key)} = {_toml_value(value)}\n" for key, value in entries.items()]
     safefs.write_replace(path, "".join(lines).encode())
 
 
@@ -361,6 +371,24 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
         return True
     except KvStoreError:
         return False
+
+
+UNKNOWN_VERSION = "?"
+LEGACY_VERSION = "0.4.0?"  # a node that answers NODE_INFO without a version: 0.4.0 (or older)
+
+
+def node_versions(url: str, curve: ClientCurve | None, ask: bool = True) -> dict[str, object]:
+    """What the node on `url` says it runs: {"version", "protocol"} ("?" and None when it does
+    not answer; "0.4.0?" and protocol 1 for a node that answers without versions)."""
+    if ask:
+        try:
+            with KvStoreClient(url, timeout_s=0.5, curve=curve) as client:
+                info = client.node_info(refresh=True)
+        except KvStoreError:
+            pass
+        else:
+            return {"version": info.version or LEGACY_VERSION, "protocol": info.protocol or 1}
+    return {"version": UNKNOWN_VERSION, "protocol": None}
 
 
 def _agent_answers(state: ClusterState, node: str) -> bool:
@@ -514,12 +542,14 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
         return {"nodes": {}, "running": False}
     nodes: dict[str, object] = {}
     for name, info in state.nodes.items():
+        processes = {role: {"pid": pid, "alive": _alive(pid)} for role, pid in info.pids.items()}
+        node_alive = processes.get("node", {}).get("alive", False)
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
             "http": info.http, "vpp_socket": info.vpp_socket, "peers": info.peers,
-            "leaf": info.leaf,
-            "processes": {role: {"pid": pid, "alive": _alive(pid)}
-                          for role, pid in info.pids.items()},
+            "leaf": info.leaf, "processes": processes,
+            **node_versions(info.cmd_url, state.curve(name) if node_alive else None,
+                            ask=bool(node_alive)),
         }
     running = any(p["alive"] for n in nodes.values() for p in n["processes"].values())  # type: ignore[index]
     return {"nodes": nodes, "topology": state.topology, "core": state.core,

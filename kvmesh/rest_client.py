@@ -1,8 +1,20 @@
 """The one client of the agents' REST API: every CLI command, the cluster launcher, the tests.
 
-It finds an agent through the mesh (`node/<N>/agent`: address, and `tls`), speaks HTTP or HTTPS
-(verified against `--http-ca` / KVMESH_HTTP_CA, a cluster's certificate, else the system's CAs),
-sends a bearer token, and turns every failure into one `RestError` line.
+It finds an agent through the mesh (`node/<N>/agent`: address, and `tls`; the node's member
+record `member/<N>`: its pinned REST certificate), speaks HTTP or HTTPS, sends a bearer token,
+and turns every failure into one `RestError` line.
+
+Reaching node N's agent, or failing (issue 25: from h1, `values --node h2` once showed h1's own
+values, the CLI having dialled h2's loopback address on h1):
+- every answer names the node that gave it (`X-Kvmesh-Node`); an answer from another node than
+  the one asked for is an error, never output (a missing name too, when the agent is known to
+  give one: its member record pins a certificate, or its record carries a version);
+- N's agent announced on loopback while N is on another host (its member record's or a peer's
+  command URL is not loopback, or it is the very address of the local node's agent) is refused
+  at once: ask on N, or give N's agent a reachable --http address;
+- TLS is verified by the fingerprint pinned in N's member record (`rest_cert_sha256`, set by an
+  operator: kvmesh.rest_pin) before any token is sent; without a pin, against `--http-ca` /
+  KVMESH_HTTP_CA, a cluster's certificate, else the system's CAs.
 
 The token, first found of:
 1. `--http-token-file` / KVMESH_HTTP_TOKEN_FILE (what the user says);
@@ -10,13 +22,20 @@ The token, first found of:
    agent at this address;
 3. for an agent on loopback, the token it made at start, under the token directory of this user
    or root's, by the agent's network namespace and address (kvmesh.agent.http_token) — readable
-   by root and the group `kvmesh` only. Never a path the mesh names: a forged agent record cannot
-   make the client read a file and send it elsewhere.
+   by root and the group `kvmesh` only;
+4. the operator's own token beside their key file (`KVMESH_KEY_FILE` NAME.key_secret ->
+   NAME.token, `kvmesh keys token`): accepted by every agent once its hash is in the operator's
+   member record, so sent only to an agent on loopback or one whose certificate the member
+   record pins (a forged `node/<N>/agent` address gets no token that opens every agent).
+Never a path the mesh names: a forged agent record cannot make the client read a file and send
+it elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -27,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
+from kvmesh.agent.http_wire import NODE_HEADER
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
-from kvstore import is_loopback_host, safefs
+from kvstore import KEY_FILE_ENV, is_loopback_host, safefs
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -48,16 +68,22 @@ class RestError(Exception):
 
 @dataclass(frozen=True)
 class AgentAddress:
+    """Where an agent listens and, when found through the mesh, what it must prove: the node
+    it must name in every answer, the certificate it must present."""
+
     host: str
     port: int
     tls: bool = False
+    node: str | None = None  # the node whose agent this must be (None: not checked)
+    cert_sha256: str | None = None  # the pinned certificate (member record)
+    names_itself: bool = False  # known to send X-Kvmesh-Node: an answer without it is refused
 
     @classmethod
-    def parse(cls, text: str, tls: bool = False) -> AgentAddress:
+    def parse(cls, text: str, tls: bool = False, **expect: Any) -> AgentAddress:
         host, sep, port = text.rpartition(":")
         if not sep or not port.isdigit():
             raise RestError(f"bad agent address {text!r} (expected HOST:PORT)")
-        return cls(host.strip("[]"), int(port), tls)
+        return cls(host.strip("[]"), int(port), tls, **expect)
 
     @property
     def text(self) -> str:
@@ -69,16 +95,60 @@ class AgentAddress:
 
 
 def find_agent(client: Any, node: str) -> AgentAddress:
-    """`node`'s agent as announced in the mesh (`client`: a KvStoreClient)."""
+    """`node`'s agent as announced in the mesh (`client`: a KvStoreClient), with what it must
+    prove (see the module doc); RestError when it cannot be reached from here."""
+    from kvmesh.agent.keys import agent_key
+    from kvmesh.agent.status import decode_status
+    from kvmesh.rest_pin import member_key, member_rest
+
+    found = client.get([agent_key(node), member_key(node)])
+    announced = found.get(agent_key(node))
+    record = decode_status(announced.value if announced else None) or {}
+    member_record = found.get(member_key(node))
+    member = member_rest(member_record.value if member_record else None)
+    text, tls = record.get("http"), bool(record.get("tls"))
+    if not text and member.rest_address:
+        text, tls = member.rest_address, member.rest_tls
+    if not text:
+        raise RestError(f"no agent with a REST API is registered for node {node!r} "
+                        f"(start it with --http)")
+    address = AgentAddress.parse(str(text), tls, node=node, cert_sha256=member.cert_sha256,
+                                 names_itself=bool(member.cert_sha256 or record.get("version")))
+    if is_loopback_host(address.host) and node != client.node_info().name \
+            and _on_another_host(client, node, member.cmd_url, address):
+        raise RestError(loopback_only(node, address))
+    if address.cert_sha256 and not address.tls:
+        raise RestError(f"node {node!r}'s member record pins a REST certificate but its agent "
+                        f"announces plain HTTP ({address.text}): not sending a token in clear")
+    return address
+
+
+def loopback_only(node: str, address: AgentAddress) -> str:
+    return (f"node {node}'s agent listens only on loopback ({address.text}), which is this "
+            f"host's, not {node}'s: ask on {node}, or give {node}'s agent a reachable --http "
+            f"address")
+
+
+def _on_another_host(client: Any, node: str, member_cmd_url: str | None,
+                     address: AgentAddress) -> bool:
+    """Is `node` (whose agent announced a loopback `address`) known to run on another host
+    than the node `client` talks to? Its command URL (member record, else a peer's entry) is
+    not loopback, or its loopback address is the local node's own agent's."""
     from kvmesh.agent.keys import agent_key
     from kvmesh.agent.status import decode_status
 
-    found = client.get([agent_key(node)]).get(agent_key(node))
-    record = decode_status(found.value if found else None)
-    if not record or not record.get("http"):
-        raise RestError(f"no agent with a REST API is registered for node {node!r} "
-                        f"(start it with --http)")
-    return AgentAddress.parse(str(record["http"]), bool(record.get("tls")))
+    cmd_url = member_cmd_url
+    if cmd_url is None:
+        spec = client.peers().get(node)
+        cmd_url = getattr(spec, "cmd_url", None)
+    if cmd_url:
+        host = urllib.parse.urlsplit(cmd_url).hostname
+        if host and host != "*" and not is_loopback_host(host):
+            return True
+    local = client.node_info().name
+    found = client.get([agent_key(local)]).get(agent_key(local))
+    mine = (decode_status(found.value if found else None) or {}).get("http")
+    return mine is not None and str(mine) == address.text
 
 
 @dataclass(frozen=True)
@@ -100,17 +170,52 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
     cluster = _cluster_credentials(address, run_dir)
     if cluster is not None:
         return Credentials(cluster.token, cluster.source, ca or cluster.ca)
-    if not is_loopback_host(address.host):
-        return Credentials(None, f"no token for {address.text} (give --http-token-file)", ca)
     reasons = []
-    for directory in search_dirs():
-        try:
-            path = directory / token_name(address.host, address.port)
-            return Credentials(read_token(path), str(path), ca)
-        except TokenFileError as exc:
-            reasons.append(str(exc))
-    return Credentials(None, "; ".join(reasons) + " (root and the group kvmesh can read an "
-                       "agent's token; or give --http-token-file)", ca)
+    if is_loopback_host(address.host):
+        for directory in search_dirs():
+            try:
+                path = directory / token_name(address.host, address.port)
+                return Credentials(read_token(path), str(path), ca)
+            except TokenFileError as exc:
+                reasons.append(str(exc))
+    operator = operator_token_file()
+    if operator is not None:
+        token, why = _operator_token(operator, address)
+        if token is not None:
+            return Credentials(token, str(operator), ca)
+        reasons.append(why)
+    if not is_loopback_host(address.host):
+        reasons.append(f"no token for {address.text}")
+    return Credentials(None, "; ".join(reasons) + " (root and the group kvmesh can read a local "
+                       "agent's token; or give --http-token-file, or keep your operator token "
+                       "beside your key file: kvmesh keys token)", ca)
+
+
+def operator_token_file() -> Path | None:
+    """Where the operator's token would be: beside their key file (NAME.key_secret ->
+    NAME.token), if it exists."""
+    key_file = os.environ.get(KEY_FILE_ENV)
+    if not key_file or not key_file.endswith(".key_secret"):
+        return None
+    path = Path(key_file[:-len(".key_secret")] + ".token")
+    return path if os.path.lexists(path) else None
+
+
+def _operator_token(path: Path, address: AgentAddress) -> tuple[str | None, str]:
+    """The operator's token for `address`, or why not. Every agent accepts it: it goes only to
+    an agent that proves, by the certificate its member record pins, to be that node's (or to
+    one on loopback); and only from a file that is theirs alone (safefs: not one another user
+    could have planted or can read)."""
+    if not (address.cert_sha256 or is_loopback_host(address.host)):
+        return None, (f"{path} is sent only to agents whose member record pins their "
+                      f"certificate, and {address.text} has none")
+    try:
+        safefs.check_private_file(path)
+        if os.lstat(path).st_mode & 0o077:
+            raise safefs.UnsafePathError(path, "readable by others (chmod 600)")
+        return read_token(path), ""
+    except (OSError, TokenFileError) as exc:
+        return None, str(exc)
 
 
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:
@@ -154,12 +259,44 @@ class AgentRest:
         host, port = self.address.host, self.address.port
         if not self.address.tls:
             return http.client.HTTPConnection(host, port, timeout=self.timeout_s)
-        try:
-            context = ssl.create_default_context(cafile=self.credentials.ca)
-        except (OSError, ssl.SSLError) as exc:
-            raise RestError(f"{self.credentials.ca}: cannot load the CA: {exc}",
-                            exit_code=2) from None
+        if self.address.cert_sha256:
+            # Pinned: the certificate is checked by its fingerprint (`_check_pin`) once
+            # connected, before a byte of the request (its token) is sent.
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            try:
+                context = ssl.create_default_context(cafile=self.credentials.ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise RestError(f"{self.credentials.ca}: cannot load the CA: {exc}",
+                                exit_code=2) from None
         return http.client.HTTPSConnection(host, port, timeout=self.timeout_s, context=context)
+
+    def _check_pin(self, conn: http.client.HTTPConnection) -> None:
+        pin = self.address.cert_sha256
+        if not pin:
+            return
+        sock = conn.sock
+        der = sock.getpeercert(binary_form=True) if isinstance(sock, ssl.SSLSocket) else None
+        seen = hashlib.sha256(der or b"").hexdigest()
+        if not hmac.compare_digest(seen, pin):
+            raise RestError(f"agent at {self.address.url} presented a certificate (sha256 "
+                            f"{seen[:16]}...) other than the one node {self.address.node}'s "
+                            f"member record pins ({pin[:16]}...): not talking to it")
+
+    def _check_node(self, answered: str | None) -> None:
+        """The answer must come from the node asked for (see the module doc)."""
+        expected = self.address.node
+        if expected is None or answered == expected:
+            return
+        if answered is None and not self.address.names_itself:
+            return  # an agent older than 0.5 names nobody; the loopback check still applies
+        hint = (f"; {loopback_only(expected, self.address)}"
+                if is_loopback_host(self.address.host) else "")
+        who = f"node {answered!r}" if answered is not None else "an agent that did not say"
+        raise RestError(f"agent at {self.address.url} answered as {who}, not node "
+                        f"{expected!r}: its answer is refused{hint}")
 
     def request(self, method: str, path: str, params: dict[str, Any] | None = None,
                 body: Any = None) -> bytes:
@@ -177,6 +314,8 @@ class AgentRest:
             headers["Authorization"] = f"Bearer {self.credentials.token}"
         conn = self._connection()
         try:
+            conn.connect()
+            self._check_pin(conn)
             conn.request(method, path + (f"?{query}" if query else ""), body=data,
                          headers=headers)
             resp = conn.getresponse()
@@ -185,6 +324,7 @@ class AgentRest:
             raise RestError(f"agent at {self.address.url} unreachable: {exc}") from None
         finally:
             conn.close()
+        self._check_node(resp.getheader(NODE_HEADER))
         if 200 <= resp.status < 300:
             return payload
         detail = payload.decode(errors="replace").strip()

@@ -11,7 +11,8 @@ What it holds: the clients (`KvStoreClient`, `Subscription`, the asyncio `AsyncK
 `run_node`) and its configuration (`NodeConfig`, `load_config`, `ConfigError`); CurveZMQ keys
 (`ClientCurve`, `load_key_pair`, `generate`, ...); values and what the node reports (`Value`,
 `make_value`, `next_version`, `TTL_INFINITY`, `Publication`, `PeerSpec`, `PeerState`,
-`StoreState`); the declared counters (`stats`) and safe file writes (`safefs`).
+`NodeInfo`, `StoreState`); the declared counters (`stats`), safe file writes (`safefs`) and
+the membership records (`membership`).
 
 Names load on first use (PEP 562): importing one part (say the CLI's `KvStoreClient`) does not
 import the node, its storage or asyncio. The `TYPE_CHECKING` imports give type checkers the same
@@ -24,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvstore import safefs, stats
+    from kvstore import config_layers, membership, safefs, stats, version
     from kvstore.aioclient import AsyncKvStoreClient, AsyncSubscription, KeyManager
     from kvstore.client import (
         DEFAULT_TIMEOUT_S,
@@ -39,12 +40,25 @@ if TYPE_CHECKING:
         make_value,
         next_version,
     )
-    from kvstore.config import ConfigError, NodeConfig, PeerAddress, load_config, parse_peer
+    from kvstore.config import (
+        DEFAULT_DATA_ROOT,
+        LOG_LEVELS,
+        NODE_SCHEMA,
+        ConfigError,
+        NodeConfig,
+        PeerAddress,
+        load_config,
+        node_config,
+        parse_peer,
+        read_config_file,
+        settle_data_dir,
+    )
     from kvstore.curve import (
         ClientCurve,
         CurveError,
         KeyPair,
         NodeSecurity,
+        client_curve,
         fingerprint,
         generate,
         is_loopback_host,
@@ -53,7 +67,7 @@ if TYPE_CHECKING:
         non_loopback,
     )
     from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
-    from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Publication
+    from kvstore.gen.kvstore_thrift.ttypes import NodeInfo, PeerSpec, PeerState, Publication
     from kvstore.node import KvStoreNode, run_node
     from kvstore.node_ports import free_tcp_port
     from kvstore.sdnotify import ServiceNotifier
@@ -62,23 +76,29 @@ if TYPE_CHECKING:
     from kvstore.store_state import StoreState, store_is_current, why_not_current
     from kvstore.value import I64_MAX, I64_MIN, TTL_INFINITY, NoMergeReason, Value, with_ttl
 
-# Where each public name lives (a submodule for `safefs` and `stats`).
+# Where each public name lives (a submodule for `config_layers`, `membership`, `safefs`,
+# `stats`, `version`).
 _SURFACE: dict[str, tuple[str, ...]] = {
+    "kvstore.config_layers": ("config_layers",),
+    "kvstore.version": ("version",),
     "kvstore.safefs": ("safefs",),
     "kvstore.stats": ("stats",),
+    "kvstore.membership": ("membership",),
     "kvstore.aioclient": ("AsyncKvStoreClient", "AsyncSubscription", "KeyManager"),
     "kvstore.client": (
         "DEFAULT_TIMEOUT_S", "KvStoreAuthError", "KvStoreClient", "KvStoreError",
         "KvStoreRequestError", "KvStoreTimeout", "KvStoreVersionExhausted", "Subscription",
         "check_response", "make_value", "next_version",
     ),
-    "kvstore.config": ("ConfigError", "NodeConfig", "PeerAddress", "load_config", "parse_peer"),
+    "kvstore.config": ("DEFAULT_DATA_ROOT", "LOG_LEVELS", "NODE_SCHEMA", "ConfigError",
+                       "NodeConfig", "PeerAddress", "load_config", "node_config", "parse_peer",
+                       "read_config_file", "settle_data_dir"),
     "kvstore.envnames": ("KEY_FILE_ENV", "SERVER_KEY_ENV"),
     "kvstore.curve": (
-        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "fingerprint", "generate",
-        "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
+        "ClientCurve", "CurveError", "KeyPair", "NodeSecurity", "client_curve", "fingerprint",
+        "generate", "is_loopback_host", "load_key_pair", "load_public_key", "non_loopback",
     ),
-    "kvstore.gen.kvstore_thrift.ttypes": ("PeerSpec", "PeerState", "Publication"),
+    "kvstore.gen.kvstore_thrift.ttypes": ("NodeInfo", "PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
     "kvstore.node_ports": ("free_tcp_port",),
     "kvstore.sdnotify": ("ServiceNotifier",),
@@ -102,10 +122,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DB_FILE",
+    "DEFAULT_DATA_ROOT",
     "DEFAULT_TIMEOUT_S",
     "I64_MAX",
     "I64_MIN",
     "KEY_FILE_ENV",
+    "LOG_LEVELS",
+    "NODE_SCHEMA",
     "SERVER_KEY_ENV",
     "TTL_INFINITY",
     "AsyncKvStoreClient",
@@ -124,6 +147,7 @@ __all__ = [
     "KvStoreVersionExhausted",
     "NoMergeReason",
     "NodeConfig",
+    "NodeInfo",
     "NodeSecurity",
     "PeerAddress",
     "PeerSpec",
@@ -134,6 +158,8 @@ __all__ = [
     "Subscription",
     "Value",
     "check_response",
+    "client_curve",
+    "config_layers",
     "fingerprint",
     "free_tcp_port",
     "generate",
@@ -142,15 +168,20 @@ __all__ = [
     "load_key_pair",
     "load_public_key",
     "make_value",
+    "membership",
     "next_version",
+    "node_config",
     "non_loopback",
     "parse_peer",
+    "read_config_file",
     "record_identity",
     "run_node",
     "safefs",
+    "settle_data_dir",
     "stats",
     "store_is_current",
     "store_signature",
+    "version",
     "why_not_current",
     "with_ttl",
 ]

@@ -16,6 +16,12 @@ Roles (see docs/security.md):
   bound to node N (N's own agent).
 - `reader`: get, dump, hashes, digests, peer dump, counters, node info, snoop; nothing that writes.
 
+Membership (`member/<name>`, kvstore/membership.py) is written by operators only: an operator
+not bound to a node (a node's own agent may not admit anyone). A peer relays the records in its
+floods (a KEY_SET with a flood path); a peer that writes one itself (no flood path) and a reader
+are refused (`member_write`). A removed member's `status/<N>/`, `node/<N>/` keys may be retired
+by an operator (`kvmesh member remove --purge`): `retired` names those nodes.
+
 The insecure (plaintext, loopback-only) mode has one identity for every connection,
 `INSECURE_IDENTITY`: an unbound operator whose flood path is trusted, i.e. today's behaviour — on
 plaintext the node cannot tell a peer from a client, which is why that mode is loopback-only.
@@ -31,15 +37,20 @@ PEER = "peer"
 OPERATOR = "operator"
 READER = "reader"
 ROLES = (PEER, OPERATOR, READER)
+# Not a role: the identity of a key whose member record says "removed" (refused, REVOKED_KEY).
+REVOKED = "revoked"
 
 # Refusal reasons (counter suffixes; stable names).
 UNKNOWN_KEY = "unknown_key"  # the key is not (or no longer) in the authorized-keys directory
 READER_WRITE = "reader_write"  # a reader asked for a command that writes
 PEER_ADMIN = "peer_admin"  # a peer asked to manage this node's peers
 FOREIGN_NODE_KEY = "foreign_node_key"  # status/<N>/ or node/<N>/ from a key not bound to N
+MEMBER_WRITE = "member_write"  # member/<name> written by anyone but an unbound operator
+REVOKED_KEY = "revoked_key"  # the key of a member whose record says "removed"
 
 # Prefixes whose second path element names the node that alone may write them.
 NODE_OWNED_PREFIXES = ("status/", "node/")
+MEMBER_PREFIX = "member/"
 
 WRITE_COMMANDS = frozenset({Command.KEY_SET, Command.PEER_ADD, Command.PEER_DEL})
 PEER_ADMIN_COMMANDS = frozenset({Command.PEER_ADD, Command.PEER_DEL})
@@ -79,14 +90,39 @@ def owner_of(key: str) -> str | None:
     return None
 
 
-def authorize(identity: Identity | None, request: Request) -> Decision:
-    """The decision for one decoded request from `identity` (None: key unknown or revoked)."""
+def _member_write(identity: Identity, request: Request) -> Decision | None:
+    """The refusal of a KEY_SET of `member/` keys by anyone but an unbound operator (a peer's
+    flood relays what an operator wrote: it carries a flood path)."""
+    key_vals = request.key_set.key_vals if request.key_set is not None else None
+    if not key_vals or identity.insecure or not any(k.startswith(MEMBER_PREFIX) for k in key_vals):
+        return None
+    if identity.role == OPERATOR and identity.node is None:
+        return None
+    if identity.role == PEER and request.key_set is not None and request.key_set.node_ids:
+        return None
+    who = f"a {identity.role} key ({identity.fingerprint})"
+    if identity.role == OPERATOR:
+        who = f"an operator key bound to node {identity.node!r} ({identity.fingerprint})"
+    return Decision(MEMBER_WRITE, f"{who} may not write {MEMBER_PREFIX}...: only an operator "
+                                  "may admit or remove members")
+
+
+def authorize(identity: Identity | None, request: Request,
+              retired: frozenset[str] = frozenset()) -> Decision:
+    """The decision for one decoded request from `identity` (None: key unknown or revoked).
+    `retired`: removed members, whose `status/`, `node/` keys an operator may retire."""
     if identity is None:
         return Decision(UNKNOWN_KEY, "the client's key is not (or no longer) authorized")
+    if identity.role == REVOKED:
+        return Decision(REVOKED_KEY, f"the key {identity.fingerprint} belongs to a removed member")
     if identity.role not in ROLES:
         return Decision(UNKNOWN_KEY, f"unknown role {identity.role!r}")
     trusted = identity.insecure or identity.role == PEER
     cmd = request.cmd
+    if cmd == Command.KEY_SET:
+        refusal = _member_write(identity, request)
+        if refusal is not None:
+            return refusal
     if identity.role == READER and cmd in WRITE_COMMANDS:
         return Decision(READER_WRITE, f"a reader key ({identity.fingerprint}) may not write")
     if identity.role == PEER and cmd in PEER_ADMIN_COMMANDS:
@@ -95,6 +131,8 @@ def authorize(identity: Identity | None, request: Request) -> Decision:
         key_vals = request.key_set.key_vals if request.key_set is not None else None
         for key in key_vals or ():
             owner = owner_of(key)
+            if owner in retired and identity.role == OPERATOR and identity.node is None:
+                continue  # `member remove --purge` retiring a removed node's keys
             if owner is not None and owner != identity.node:
                 bound = f"bound to {identity.node!r}" if identity.node else "not bound to a node"
                 return Decision(
@@ -107,11 +145,15 @@ def authorize(identity: Identity | None, request: Request) -> Decision:
 __all__ = [
     "FOREIGN_NODE_KEY",
     "INSECURE_IDENTITY",
+    "MEMBER_PREFIX",
+    "MEMBER_WRITE",
     "OPERATOR",
     "PEER",
     "PEER_ADMIN",
     "READER",
     "READER_WRITE",
+    "REVOKED",
+    "REVOKED_KEY",
     "ROLES",
     "UNKNOWN_KEY",
     "Decision",

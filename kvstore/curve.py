@@ -15,12 +15,16 @@ replacing a key takes effect without a restart: new connections are checked by t
 against the current table, and every message on an established connection is looked up again by
 its key (the ZAP User-Id), so a removed key loses its rights at once.
 
+Membership records (`kvstore.membership`, fed by the node as they merge: `set_members`) add the
+keys of active members to the table and revoke the keys of removed ones, whatever the directory
+says (a directory entry wins over a member record for the same key; the node's own key is never
+revoked on itself).
+
 Everything here is plumbing; the decisions are `kvstore.authz`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -35,13 +39,20 @@ import zmq
 import zmq.auth
 
 from kvstore import safefs, stats
-from kvstore.authz import OPERATOR, PEER, ROLES, Identity
+from kvstore.authz import OPERATOR, PEER, REVOKED, REVOKED_KEY, ROLES, Identity
 from kvstore.envnames import KEY_FILE_ENV, SERVER_KEY_ENV
+from kvstore.membership import (
+    Z85_KEY_LEN,
+    KeyTable,
+    MemberView,
+    is_z85_key,
+    key_fingerprint,
+    key_table,
+)
 from kvstore.zap import ZapThread
 
 log = logging.getLogger("kvstore.curve")
 
-Z85_KEY_LEN = 40
 ZAP_DOMAIN = "kvmesh"
 # Seconds between two log lines about refused connections from the same key (a refused client
 # reconnects every 100 ms; one line says it all).
@@ -54,11 +65,7 @@ class CurveError(ValueError):
 
 def fingerprint(public_key: bytes) -> str:
     """A short, stable name for a public key (z85 text) for logs and errors."""
-    try:
-        raw = zmq.utils.z85.decode(public_key)
-    except Exception:  # not z85: fingerprint the bytes as they are
-        raw = public_key
-    return "sha256:" + hashlib.sha256(raw).hexdigest()[:16]
+    return key_fingerprint(public_key)
 
 
 @dataclass(frozen=True)
@@ -99,11 +106,7 @@ def load_public_key(spec: str) -> bytes:
 
 
 def _check_z85(source: str | os.PathLike[str], key: bytes) -> None:
-    try:
-        ok = len(key) == Z85_KEY_LEN and len(zmq.utils.z85.decode(key)) == 32
-    except Exception:
-        ok = False
-    if not ok:
+    if not is_z85_key(key):
         raise CurveError(f"{source}: not a CurveZMQ key (40 z85 characters)")
 
 
@@ -202,6 +205,10 @@ class NodeSecurity:
             raise CurveError(f"{authorized_keys}: not a directory of authorized keys")
         self.node_name = node_name
         self._keys: dict[bytes, AuthorizedKey] = {}
+        self._directory_keys: dict[bytes, AuthorizedKey] = {}
+        self._members = MemberView({})
+        self._table = KeyTable({}, frozenset())
+        self._stranger = False  # set on the ZAP thread, taken on the node's loop
         self._state: tuple[tuple[str, int, int], ...] = ()
         self._counters = stats.StatCounter()
         self._lock = threading.Lock()
@@ -218,20 +225,44 @@ class NodeSecurity:
         keys, problems = scan_authorized_keys(self.directory)
         for problem in problems:
             log.warning("authorized keys: %s", problem)
-        # The node's own key is its agent's (`node run --agent` hands the agent this key): an
-        # operator bound to this node, whatever the directory says.
-        own = self.key_pair.public
-        keys[own] = AuthorizedKey(
-            own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint), self.key_pair.path
-        )
-        self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
+        self._directory_keys = keys
         self._state = state
+        self._compose()
         with self._lock:
             self._counters[stats.AUTH_KEY_RELOADS] += 1
-        roles = Counter(k.identity.role for k in keys.values())
-        log.info("authorized keys from %s: %s", self.directory,
+        roles = Counter(k.identity.role for k in self._keys.values())
+        log.info("authorized keys from %s and %d member record(s): %s", self.directory,
+                 len(self._members.members),
                  ", ".join(f"{n} {r}" for r, n in sorted(roles.items())) or "none")
         return True
+
+    def set_members(self, view: MemberView) -> bool:
+        """Take the member records the node holds now; True when the key table changed."""
+        before = self._table
+        self._members = view
+        self._compose()
+        return self._table != before
+
+    def _compose(self) -> None:
+        """The table (`membership.key_table`): directory keys, then active members' keys, minus
+        removed members' keys, plus the node's own key: its agent's (`node run --agent` hands
+        the agent this key), an operator bound to this node whatever the directory or the
+        records say."""
+        own = self.key_pair.public
+        table = key_table(
+            {public: entry.identity for public, entry in self._directory_keys.items()},
+            self._members,
+            (own, Identity(OPERATOR, self.node_name, self.key_pair.fingerprint)))
+        keys = {public: self._directory_keys.get(public) or AuthorizedKey(
+                    public, identity,
+                    self.key_pair.path if public == own else f"member/{identity.node or ''}")
+                for public, identity in table.accepted.items()}
+        self._table = table
+        self._keys = keys  # one reference swap: the ZAP thread sees the old or the new table
+
+    def authorized(self, user_id: str) -> bool:
+        """Is the key of a connection (its ZAP User-Id) still accepted?"""
+        return user_id.encode() in self._keys
 
     def identity(self, user_id: bytes | str | None) -> Identity | None:
         """The current identity of the key a message came with (None: unknown or revoked)."""
@@ -239,14 +270,17 @@ class NodeSecurity:
             return None
         key = user_id.encode() if isinstance(user_id, str) else user_id
         entry = self._keys.get(key)
+        if entry is None and key in self._table.revoked:
+            return Identity(REVOKED, None, fingerprint(key))
         return entry.identity if entry is not None else None
 
     def peer_key(self, name: str) -> bytes | None:
-        """The public key of peer node `name` (its `peer/<name>.key`)."""
-        for entry in self._keys.values():
+        """The public key of peer node `name` (its `peer/<name>.key`, else its active member
+        record's key; None if neither, or if that key was revoked)."""
+        for entry in self._directory_keys.values():
             if entry.identity.role == PEER and entry.identity.node == name:
-                return entry.public
-        return None
+                return entry.public if entry.public not in self._table.revoked else None
+        return self._members.peer_key(name)
 
     # -- sockets ----------------------------------------------------------------------------
 
@@ -274,17 +308,31 @@ class NodeSecurity:
         if server_key is None:
             raise CurveError(
                 f"no key for peer {peer_name!r}: put its public key in "
-                f"{self.directory / PEER / (peer_name + '.key')}"
+                f"{self.directory / PEER / (peer_name + '.key')}, or admit it with "
+                f"`kvmesh member add {peer_name}`"
             )
         apply_client(sock, self.key_pair, server_key)
 
     # -- ZAP (called on the authenticator's thread) -----------------------------------------
 
     def callback(self, domain: str, key: bytes) -> bool:
-        if key in self._keys:
+        refusal = self._table.admit(key)
+        if refusal is None:
             return True
-        self.refused("unknown_key", fingerprint(key), "connection refused: key not authorized")
+        if refusal == REVOKED_KEY:
+            self.refused(REVOKED_KEY, fingerprint(key),
+                         "connection refused: the key of a removed member")
+            return False
+        self.refused(refusal, fingerprint(key), "connection refused: key not authorized")
+        # A key this node does not know may be a member it has not heard of yet: a hint that
+        # the membership changed (`take_stranger`; kvstore/node_members.py).
+        self._stranger = True
         return False
+
+    def take_stranger(self) -> bool:
+        """Did an unknown key knock since the last call?"""
+        knocked, self._stranger = self._stranger, False
+        return knocked
 
     def refused(self, reason: str, name: str, what: str) -> None:
         """Count a refusal (kvstore.auth.refused.<reason>) and log it, at most once per

@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from kvstore import stats, wire
-from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
-from kvstore.config import NodeConfig
+from kvstore.authz import INSECURE_IDENTITY, PEER, Identity, authorize
+from kvstore.config import ConfigError, NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter, filter_from_wire
@@ -55,6 +55,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.malloc import return_large_buffers
+from kvstore.membership import drop_own_record
 from kvstore.node_conns import (
     FD_RESERVE,
     HEARTBEAT_IVL_MS,
@@ -65,8 +66,10 @@ from kvstore.node_conns import (
     open_fds,
     prepare_process_limits,
 )
+from kvstore.node_members import Membership, touches_members
 from kvstore.node_peers import Peering
-from kvstore.node_sync import answered_share, digest_reply
+from kvstore.node_sync import answered_share, digest_reply, requester_refusal
+from kvstore.protocol import INCOMPATIBLE_PROTOCOL, THIS_NODE
 from kvstore.publisher import (
     PUBLICATION_CHUNK_BYTES,
     Publisher,
@@ -145,8 +148,13 @@ class KvStoreNode:
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
         self.security = security
         self._keys_checked_at = time.monotonic()
+        # member/ records -> key table and peerings (kvstore/node_members.py); refreshed after a
+        # pass that merged a change to one.
+        self.membership = Membership(config, self.db, self.counters, security)
+        self._members_changed = False
         self._limiters: list[ConnectionLimiter] = []  # created in start(), on the bound sockets
         self._cmd_limiter: ConnectionLimiter | None = None  # the command socket's (reaps)
+        self._pub_limiter: ConnectionLimiter | None = None  # the publication socket's
         self._publisher: Publisher | None = None
         self._handlers: dict[int, Callable[[Request, list[bytes]], bytes | None]] = {
             Command.KEY_SET: self._cmd_key_set,
@@ -215,7 +223,7 @@ class KvStoreNode:
         self.cmd_url = cmd.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub_url = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._cmd, self._pub = cmd, pub
-        self._publisher = Publisher(pub, self.counters)
+        self._publisher = Publisher(pub, self.counters, self._on_subscriber)
         self._loop.add_reader(cmd.fileno(), self._on_cmd_readable)
         self._loop.add_reader(pub.fileno(), self._on_pub_readable)
         counters = self.counters
@@ -225,11 +233,9 @@ class KvStoreNode:
             cmd, max_clients, counters, stats.CLIENTS, "max_clients", handshakes,
             reap_idlest=True, before_reap=self._on_cmd_readable,
         )
-        self._limiters = [
-            self._cmd_limiter,
-            ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
-                              "max_subscribers", handshakes),
-        ]
+        self._pub_limiter = ConnectionLimiter(pub, max_subscribers, counters, stats.SUBSCRIBERS,
+                                              "max_subscribers", handshakes)
+        self._limiters = [self._cmd_limiter, self._pub_limiter]
         for limiter in self._limiters:
             self._loop.add_reader(limiter.fileno(), limiter.on_readable)
         self.peering = Peering(
@@ -237,8 +243,8 @@ class KvStoreNode:
             security=self.security,
         )
         self.flooding = self.peering.flooding
-        for name, address in cfg.peers.items():
-            self.peering.add(name, address.cmd_url, address.pub_url)
+        self.membership.db = self.db  # loading the store may have replaced it
+        self.membership.start(self.peering, self._limiters, cfg.peers)
         self.peering.update_initial_sync()
         self._tick_handle = self._loop.call_later(TICK_S, self._tick)
         # Messages may have queued between bind and add_reader: drain once now.
@@ -357,7 +363,7 @@ class KvStoreNode:
                 loop.remove_reader(limiter.fileno())
             limiter.close()
         self._limiters = []
-        self._cmd_limiter = None
+        self._cmd_limiter = self._pub_limiter = None
         if self.peering is not None:
             self.peering.close()
         for sock in (self._cmd, self._pub):
@@ -386,6 +392,11 @@ class KvStoreNode:
                 " one with a wrong server key)",
             )
 
+    def _on_subscriber(self, fd: int, user_id: str | None) -> None:
+        """A subscription came on connection `fd` with key `user_id` (see `Membership`)."""
+        if self._pub_limiter is not None:
+            self._pub_limiter.note_key(fd, user_id)
+
     def _identity(self, user_id: str | None) -> Identity | None:
         if self.security is None:
             return INSECURE_IDENTITY
@@ -397,8 +408,10 @@ class KvStoreNode:
         if self.security is None or now - self._keys_checked_at < KEY_RELOAD_INTERVAL_S:
             return
         self._keys_checked_at = now
-        if self.security.reload_if_changed() and self.peering is not None:
-            self.peering.refresh_keys()
+        if self.security.reload_if_changed():
+            self.membership.keys_changed()
+            if self.peering is not None:
+                self.peering.refresh_keys()
 
     # ------------------------------------------------------------------ command socket
 
@@ -417,6 +430,7 @@ class KvStoreNode:
                 frames, user_id, fd = received
                 if limiter is not None:
                     limiter.touch(fd)  # the connection is not idle: reaped last
+                    limiter.note_key(fd, user_id)
                 identity = self._identity(user_id) if secured else INSECURE_IDENTITY
                 handled += 1
                 self._handle_command(frames, identity)
@@ -453,7 +467,8 @@ class KvStoreNode:
             return
         if identity is not INSECURE_IDENTITY and not self._authorized(identity, request, envelope):
             return
-        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload):
+        forwardable = not self._dropped_own_record(identity, request)
+        if request.cmd == Command.KEY_SET and self._ingest_oneway(request, payload, forwardable):
             self.counters[stats.CMD("key_set")] += 1
             return
         # Anything else sees the one-way sets received before it (read-your-writes).
@@ -480,7 +495,7 @@ class KvStoreNode:
     ) -> bool:
         """Apply `kvstore.authz`: refuse (counted, answered unless one-way) or serve; an untrusted
         sender's flood-path fields are dropped here, so its hashes are recomputed."""
-        decision = authorize(identity, request)
+        decision = authorize(identity, request, self.membership.view.removed_names())
         params = request.key_set
         if decision.refused is not None:
             assert self.security is not None
@@ -515,6 +530,19 @@ class KvStoreNode:
                 sync.sender_id = None
         return True
 
+    def _dropped_own_record(self, identity: Identity | None, request: Request) -> bool:
+        """Drop a peer's own `member/<peer>` from its KEY_SET (`membership.drop_own_record`);
+        True if it was there (the set is then no longer the bytes received: never forwarded as
+        they are)."""
+        params = request.key_set
+        if (identity is None or identity.role != PEER or params is None
+                or params.key_vals is None):
+            return False
+        if not drop_own_record(identity.node, params.key_vals):
+            return False
+        self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
+        return True
+
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
         self.counters[stats.MALFORMED_REQUESTS] += 1
         self.counters[stats.ERRORS(code)] += 1
@@ -541,10 +569,10 @@ class KvStoreNode:
         assert params is not None and self.flooding is not None
         return self.flooding.receive(params, wall_ms())
 
-    def _ingest_oneway(self, request: Request, payload: bytes) -> bool:
+    def _ingest_oneway(self, request: Request, payload: bytes, forwardable: bool = True) -> bool:
         """Take a one-way KEY_SET (a flood) into the current batch (`IngestBatch`); False if it
         is not one. A peer's set is kept with its payload until flooded (it may be forwarded as
-        received: `kvstore.forward`)."""
+        received: `kvstore.forward`), unless not `forwardable` (changed since received)."""
         params = request.key_set
         if params is None or params.solicit_response is not False or params.key_vals is None:
             return False
@@ -554,7 +582,7 @@ class KvStoreNode:
         batch = self._ingest
         if not batch.fits(intake):
             self._merge_ingest()
-        batch.add(intake, Received(payload, request) if intake.path else None)
+        batch.add(intake, Received(payload, request) if intake.path and forwardable else None)
         if len(batch) >= INGEST_BATCH:
             self._merge_ingest()
             if self._flood_size() >= INGEST_BATCH:
@@ -645,6 +673,9 @@ class KvStoreNode:
             raise BadArgument(str(exc)) from exc
         if sender and self.peering is not None:
             self.peering.learn_filter(sender, key_filter)
+            # The peer syncs with us, so it accepts our key now: if our own sync with it is
+            # stuck (it refused us before: a member it had not heard of), dial it again.
+            self.peering.redial_unsynced(0, only=sender)
         return key_filter
 
     def _cmd_key_dump(self, request: Request, envelope: list[bytes]) -> bytes:
@@ -681,10 +712,16 @@ class KvStoreNode:
             raise BadArgument(str(exc)) from exc
         return wire.encode(Response(publication=Publication(key_vals=key_vals)))
 
-    def _cmd_digest_get(self, request: Request, envelope: list[bytes]) -> bytes:
+    def _cmd_digest_get(self, request: Request, envelope: list[bytes]) -> bytes | None:
         if request.digest is None or request.digest.node_ids is None:
             raise BadArgument("DIGEST_GET needs digest.node_ids")
         params = request.digest
+        refused = requester_refusal(params)
+        if refused is not None:  # no half-working peering: the requester's sync fails, saying why
+            self.counters[stats.PEER_PROTOCOL_REFUSED] += 1
+            log.error("DIGEST_GET refused: %s", refused)
+            self._reply_error(envelope, INCOMPATIBLE_PROTOCOL, refused)
+            return None
         requested = self._requested_filter(params.filters, params.sender_id)
         try:
             reply = digest_reply(self.db, self.leaf_filter, requested, params.node_ids)
@@ -766,6 +803,35 @@ class KvStoreNode:
                 raise BadArgument(f"{why}; nothing was added") from exc
             done.append(name)
 
+    def reconfigure(self, config: NodeConfig) -> None:
+        """Take a re-read configuration (SIGHUP): its peers and the settings kvstore/config.py
+        declares live. The caller keeps every restart-only setting at its running value.
+        The configured peers are diffed against the previous configuration's (peers added with
+        PEER_ADD stay); a new peer refused (max_peers, descriptors, a leaf's one peer, no key)
+        is a ConfigError, with the peers and settings left as they were."""
+        assert self.peering is not None
+        old = self.config
+        removed = {name: old.peers[name] for name in old.peers if name not in config.peers}
+        added = {name: PeerSpec(cmd_url=address.cmd_url, pub_url=address.pub_url)
+                 for name, address in config.peers.items() if old.peers.get(name) != address}
+        for name in removed:
+            self.peering.remove(name)
+        try:
+            self._check_leaf_peers(added)
+            self._reserve_peers(added)
+            self._add_peers_or_none(added)
+        except BadArgument as exc:
+            for name, address in removed.items():
+                self.peering.add(name, address.cmd_url, address.pub_url)
+            raise ConfigError(str(exc)) from exc
+        self.config = config
+        self.db.ttl_decrement_ms = config.ttl_decrement_ms
+        self.db.ttl_threshold_ms = config.ttl_threshold_ms
+        self.peering.retune(config)
+        # A peer dropped from the file that a member record names is a member peering still.
+        self.membership.config = config
+        self.membership.reconcile()
+
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
         if request.peer_del is None or request.peer_del.peer_names is None:
             raise BadArgument("PEER_DEL needs peer_del.peer_names")
@@ -795,6 +861,9 @@ class KvStoreNode:
             digest=self.db.root_digest(),
             store_state=self.store_state.value,
             leaf_filters=None if self.leaf_filter is None else self.leaf_filter.to_wire(),
+            version=THIS_NODE.version,
+            protocol=THIS_NODE.protocol,
+            min_protocol=THIS_NODE.min_protocol,
         )
 
     def counter_snapshot(self) -> dict[str, int]:
@@ -812,6 +881,7 @@ class KvStoreNode:
         out[stats.STORAGE_ACKS_WAITING] = len(self._acks_waiting)
         if self.security is not None:
             out.update(self.security.counters())
+        out.update(self.membership.gauges())
         for limiter in self._limiters:
             out.update(limiter.gauges())
         out[stats.SUBSCRIPTIONS] = self._publisher.subscriptions if self._publisher else 0
@@ -853,6 +923,8 @@ class KvStoreNode:
     ) -> None:
         """Collect a merged delta; everything collected in one socket pass goes out together.
         `received`: the peer publications it was merged from, if any (see `kvstore.forward`)."""
+        if touches_members(delta):
+            self._members_changed = True
         pending = self._floods.get(path)
         if pending is None:
             self._floods[path] = delta
@@ -863,6 +935,9 @@ class KvStoreNode:
 
     def flush_floods(self) -> None:
         self._persist()  # every merge path ends a pass here
+        if self._members_changed:
+            self._members_changed = False
+            self.membership.refresh()
         if not self._floods:
             return
         floods = self._floods
@@ -913,6 +988,7 @@ class KvStoreNode:
         assert self._loop is not None
         try:
             self._check_keys()
+            self.membership.tick(monotonic_ms())
             if self.peering is not None:
                 self.peering.tick(monotonic_ms())
             # Safety net for edge-triggered ZeroMQ descriptors: drain anything left behind.
@@ -965,19 +1041,23 @@ def run_node(
     config: NodeConfig,
     security: NodeSecurity | None = None,
     on_ready: Callable[[KvStoreNode], None] | None = None,
+    on_hangup: Callable[[KvStoreNode], None] | None = None,
+    log_level: str = "info",
 ) -> int:
     """Run a node until SIGTERM/SIGINT; returns the process exit code. `on_ready` is called
-    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved)."""
+    once the sockets are bound (`node.cmd_url` is then the bound address: a `*` port resolved);
+    `on_hangup` on each SIGHUP, in the event loop (without it, SIGHUP is logged and ignored: it
+    must not end a node)."""
     gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(
-        level=logging.INFO,
+        level=log_level.upper(),
         stream=sys.stderr,
         format=f"%(asctime)s {config.name} %(levelname)s %(message)s",
     )
     prepare_process_limits(config)
     return_large_buffers()
     try:
-        return asyncio.run(_serve(config, security, on_ready))
+        return asyncio.run(_serve(config, security, on_ready, on_hangup))
     except zmq.ZMQError as exc:
         print(f"error: node {config.name}: cannot bind: {exc}", file=sys.stderr)
         return 1
@@ -989,15 +1069,26 @@ def run_node(
         return 1
 
 
+def _hangup(node: KvStoreNode, on_hangup: Callable[[KvStoreNode], None] | None) -> None:
+    if node.peering is None:
+        log.warning("SIGHUP before the node started: ignored")
+    elif on_hangup is None:
+        log.warning("SIGHUP: no configuration file to re-read (ignored)")
+    else:
+        on_hangup(node)
+
+
 async def _serve(
     config: NodeConfig,
     security: NodeSecurity | None = None,
     on_ready: Callable[[KvStoreNode], None] | None = None,
+    on_hangup: Callable[[KvStoreNode], None] | None = None,
 ) -> int:
     node = KvStoreNode(config, security=security)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stop)
+    loop.add_signal_handler(signal.SIGHUP, _hangup, node, on_hangup)
     try:
         try:
             await node.start()

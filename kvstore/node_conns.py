@@ -93,6 +93,9 @@ class ConnectionLimiter:
         self._before_reap = before_reap
         # Open connections by descriptor, the least recently active first (reap_idlest).
         self._idle_order: OrderedDict[int, None] = OrderedDict()
+        # The key (ZAP User-Id) each connection authenticated with, once it sent something: a
+        # key revoked later has its connections shut (`shut_keys`).
+        self._key_of: dict[int, str] = {}
         self._counters = counters
         self._names = names
         self._knob = knob
@@ -126,6 +129,7 @@ class ConnectionLimiter:
                 self.connected = max(0, self.connected - 1)
                 counters[names.disconnected] += 1
                 self._idle_order.pop(int(event["value"]), None)
+                self._key_of.pop(int(event["value"]), None)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
                 counters[names.accept_failed] += 1
                 why = _errno_text(int(event["value"]))
@@ -141,7 +145,22 @@ class ConnectionLimiter:
         if fd in order:
             order.move_to_end(fd)
 
+    def note_key(self, fd: int, user_id: str | None) -> None:
+        """Connection `fd` authenticated with the key `user_id` (a secured node's ZAP User-Id)."""
+        if user_id is not None:
+            self._key_of[fd] = user_id
+
+    def shut_keys(self, still_accepted: Callable[[str], bool]) -> int:
+        """Shut every connection whose key is no longer accepted; how many."""
+        gone = [fd for fd, key in self._key_of.items() if not still_accepted(key)]
+        for fd in gone:
+            del self._key_of[fd]
+            self._idle_order.pop(fd, None)
+            self._shut(fd)
+        return len(gone)
+
     def _on_accepted(self, fd: int) -> None:
+        self._key_of.pop(fd, None)  # a number reused before its DISCONNECTED event was read
         if not self.reap_idlest:
             if self.connected <= self.cap:
                 return

@@ -10,7 +10,11 @@ to whom, as what bytes); this module moves the messages. Per peer:
   a correlation-id frame, so a reply to an abandoned sync is recognised and dropped;
 - failure (no reply within sync_timeout_ms since the last reply, a send failure, a refused or
   malformed reply): the peer goes back to IDLE with exponential backoff, and its socket is rebuilt
-  so nothing queued for an unreachable peer is delivered late.
+  so nothing queued for an unreachable peer is delivered late;
+- liveness (`peer_timeout_ms`): a NODE_INFO probe when nothing was heard from the peer for a
+  third of it; a peer silent for all of it is marked down (IDLE, a counter, a log line) and only
+  probed, each probe on a fresh socket so unanswered ones never pile up, until it answers and
+  is synced at once (`PeerTable.keepalives_due` / `mark_silent` / `heard_from` decide).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import zmq
@@ -33,9 +37,11 @@ from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
-from kvstore.gen.kvstore_thrift.ttypes import PeerSpec, PeerState, Value
-from kvstore.node_sync import SyncProtocolError, SyncSession
+from kvstore.gen.kvstore_thrift.ttypes import Command, PeerSpec, PeerState, Request, Value
+from kvstore.membership import drop_own_record
+from kvstore.node_sync import ProtocolRefused, SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
+from kvstore.protocol import INCOMPATIBLE_PROTOCOL
 from kvstore.ratelimit import FloodLimiter
 from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
 from kvstore.value import WireKeyVals
@@ -52,6 +58,10 @@ class FloodSink(Protocol):
     def on_peer_synced(self, peer: str) -> None: ...
 
 
+# A peer's socket is renewed by `redial_unsynced` at most this often.
+REDIAL_INTERVAL_MS = 1000
+
+
 @dataclass(eq=False)
 class PeerLink:
     name: str
@@ -62,6 +72,9 @@ class PeerLink:
     sync_id: int | None = None  # PeerTable's id of the initial sync; None for anti-entropy
     last_activity_ms: int = 0
     server_key: bytes | None = None  # the peer's public key the socket was made with (secured)
+    probes: set[bytes] = field(default_factory=set)  # keep-alive probes awaiting a reply
+    answered: bool = False  # the current socket received a reply (its handshake went through)
+    redialed_ms: int | None = None  # when `redial_unsynced` last renewed the socket
 
 
 class Peering:
@@ -92,9 +105,11 @@ class Peering:
             max_backoff_ms=config.sync_max_backoff_ms,
             rng=rng,
             backoff_jitter=0.1,
+            dead_after_ms=config.peer_timeout_ms,
         )
         self.links: dict[str, PeerLink] = {}
         self._requests: dict[bytes, str] = {}  # correlation id -> peer name
+        self._probe_request = wire.encode(Request(cmd=Command.NODE_INFO))
         self._corr_ids = itertools.count(1)
         self.anti_entropy: AntiEntropyTimer | None = None
         if config.sync_interval_s > 0:
@@ -111,6 +126,13 @@ class Peering:
             limiter=self.limiter, own_filter=self.own_filter,
         )
         self._initial_sync_done = False
+
+    def retune(self, config: NodeConfig) -> None:
+        """Take a re-read configuration's live tunables (the peers are the node's to add and
+        remove): read from `self.config` when used, or copied into the flood protocol."""
+        self.config = config
+        self.flooding.max_clock_skew_ms = config.max_clock_skew_ms
+        self.table.set_dead_after(config.peer_timeout_ms)
 
     # ------------------------------------------------------------------ membership
 
@@ -141,6 +163,29 @@ class Peering:
         log.info("peer %s removed", name)
         self.update_initial_sync()
 
+    def redial_unsynced(self, quiet_ms: int, only: str | None = None) -> list[str]:
+        """Dial again, now, every peer (or just `only`) not synced yet whose socket never got a
+        reply and sent nothing for `quiet_ms` (or that waits out a backoff), at most once per
+        REDIAL_INTERVAL_MS each: a fresh socket and an initial sync. For a change that may make a
+        peer that refused this node's key accept it (a refused CurveZMQ handshake leaves the
+        socket's queued request undelivered until the sync timeout)."""
+        now = monotonic_ms()
+        names = [name for name, link in self.links.items()
+                 if (only is None or name == only) and self.table[name].state != INITIALIZED
+                 and not link.answered
+                 and (link.redialed_ms is None or now - link.redialed_ms >= REDIAL_INTERVAL_MS)
+                 and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
+        for name in names:
+            link = self.links[name]
+            self.remove(name)
+            try:
+                self.add(name, link.cmd_url, link.pub_url)
+            except (zmq.ZMQError, CurveError) as exc:
+                log.error("peer %s: cannot reconnect: %s", name, exc)
+                continue
+            self.links[name].redialed_ms = now
+        return names
+
     def close(self) -> None:
         for name in list(self.links):
             link = self.links.pop(name)
@@ -159,6 +204,9 @@ class Peering:
                 state_since_ms=now_wall - (now_mono - peer.state_since_ms),
                 flaps=peer.flaps,
                 filters=None if peer.key_filter is None else peer.key_filter.to_wire(),
+                protocol=None if peer.speaks is None else peer.speaks.protocol,
+                version=None if peer.speaks is None else peer.speaks.version,
+                refused=peer.refused,
             )
         return out
 
@@ -182,6 +230,9 @@ class Peering:
             stats.INITIAL_SYNC_DONE: int(self._initial_sync_done),
             stats.FULL_SYNC_PARALLEL_CAP: self.table.parallel_syncs,
             stats.FULL_SYNC_RUNNING: sum(1 for s in self.links.values() if s.session),
+            stats.NUM_PEERS_DOWN: self.table.down_count(),
+
+            stats.NUM_PEERS_REFUSED: sum(1 for p in peers if p.refused is not None),
         }
         for state, state_name in PeerState._VALUES_TO_NAMES.items():
             out[stats.NUM_PEERS_IN(state_name)] = sum(1 for p in peers if p.state == state)
@@ -207,12 +258,14 @@ class Peering:
             sock.close(linger=0)
             raise
         link.sock = sock
+        link.answered = False
         name = link.name
         self._loop.add_reader(sock.fileno(), lambda: self.on_readable(name))
 
     def _close_socket(self, link: PeerLink) -> None:
         sock = link.sock
         link.sock = None
+        link.probes.clear()  # their replies, if any, would come on the closed socket
         if sock is not None and not sock.closed:
             self._loop.remove_reader(sock.fileno())
             sock.close(linger=0)
@@ -300,6 +353,7 @@ class Peering:
 
     def tick(self, now: int) -> None:
         self._check_timeouts(now)
+        self._check_liveness(now)
         self.start_due_syncs(now)
         self._maybe_anti_entropy(now)
         self._send_all(self.flooding.poll(now, wall_ms()))
@@ -311,6 +365,32 @@ class Peering:
             if link.session is not None and now - link.last_activity_ms > timeout:
                 self.counters[stats.FULL_SYNC_TIMEOUTS] += 1
                 self._failed(link, f"no reply within {timeout} ms")
+
+    def _check_liveness(self, now: int) -> None:
+        for peer in self.table.mark_silent(now):
+            link = self.links[peer.name]
+            self._drop_session(link)
+            link.sync_id = None
+            self.counters[stats.PEER_SILENT] += 1
+            log.warning("peer %s: nothing heard from it for %d ms (keep-alive unanswered): "
+                        "marked down; probing it every %d ms", peer.name,
+                        now - peer.last_heard_ms, self.table.keepalive_ms)
+            self._reset_socket(link)
+            self.update_initial_sync()
+        for peer in self.table.keepalives_due(now):
+            link = self.links[peer.name]
+            if peer.down:  # the last probe went unanswered: drop it with its socket
+                self._reset_socket(link)
+            corr = next(self._corr_ids).to_bytes(8, "big")
+            if self._send(link, [corr, b"", self._probe_request]):
+                link.probes.add(corr)
+                self.counters[stats.KEEPALIVE_SENT] += 1
+
+    def _heard(self, link: PeerLink, now: int) -> None:
+        if self.table.heard_from(link.name, now):
+            self.counters[stats.PEER_RETURNED] += 1
+            log.info("peer %s answers again: resyncing it", link.name)
+            self.start_due_syncs(now)
 
     def resync_diverged(self, name: str) -> None:
         """The peer's flood showed our stores diverged: sync with it now (no backoff penalty),
@@ -406,6 +486,7 @@ class Peering:
                 if frames is None:
                     break
                 handled += 1
+                link.answered = True
                 self._handle_reply(link, frames)
         finally:
             self._sink.flush_floods()
@@ -417,6 +498,11 @@ class Peering:
             self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             return
         corr = frames[0]
+        if corr in link.probes:  # any answer to a probe shows the peer alive
+            link.probes.discard(corr)
+            self.counters[stats.KEEPALIVE_REPLIES] += 1
+            self._heard(link, monotonic_ms())
+            return
         owner = self._requests.pop(corr, None)
         session = link.session
         if owner != link.name or session is None or corr not in session.in_flight:
@@ -424,14 +510,18 @@ class Peering:
             return
         now = monotonic_ms()
         link.last_activity_ms = now
+        self._heard(link, now)
         try:
             response = wire.decode_response(frames[2])
             if response.error is not None:
+                if response.error.code == INCOMPATIBLE_PROTOCOL:
+                    raise ProtocolRefused(f"peer {link.name} refused us: {response.error.message}")
                 raise SyncProtocolError(
                     f"refused: {response.error.code} {response.error.message}"
                 )
             if session.in_flight[corr] == SyncSession.DIGEST:
                 session.on_digest_reply(corr, response)
+                self._learn_speaks(link.name, session)
                 self.learn_filter(link.name, session.peer_filter)
             else:
                 publication = session.on_dump_reply(corr, response)
@@ -441,13 +531,34 @@ class Peering:
                     self.flooding.admit(key_vals)  # a leaf keeps only its share
                     if key_vals:  # unless all of it expired on the way
                         self._merge_reply(link, key_vals, now)
+        except ProtocolRefused as exc:
+            self._learn_speaks(link.name, session)
+            self._refuse(link, str(exc))
+            return
         except (wire.DecodeError, SyncProtocolError, ValueError) as exc:
             self.counters[stats.FULL_SYNC_BAD_REPLIES] += 1
             self._failed(link, str(exc))
             return
         self._advance(link, now)
 
+    def _learn_speaks(self, name: str, session: SyncSession) -> None:
+        if session.peer_speaks is not None and name in self.table:
+            self.table[name].speaks = session.peer_speaks
+
+    def _refuse(self, link: PeerLink, why: str) -> None:
+        """No protocol in common: the peer is refused (IDLE, no floods, PEER_DUMP says why) and
+        retried with backoff, as after a failure (it may be upgraded or downgraded in place)."""
+        self.counters[stats.PEER_PROTOCOL_REFUSED] += 1
+        self._drop_session(link)
+        link.sync_id = None
+        self.table.refuse(link.name, why, monotonic_ms())
+        backoff = self.table[link.name].backoff.current_ms
+        log.error("peer %s refused: %s; retry in ~%d ms", link.name, why, backoff)
+        self.update_initial_sync()
+
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
+        if self.security is not None and drop_own_record(link.name, key_vals):
+            self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
         result = self.db.merge_decoded(key_vals, now)
         self.counters[stats.FULL_SYNC_RECEIVED_KEY_VALS] += len(key_vals)
         # No divergence resync here: this sync is what repairs it.
@@ -505,15 +616,18 @@ class Peering:
         self.counters[stats.FULL_SYNC_FAILURES if had_session else stats.PEER_FAILURES] += 1
         backoff = self.table[link.name].backoff.current_ms
         log.warning("peer %s: %s; retry in ~%d ms", link.name, why, backoff)
-        # A fresh socket drops whatever was queued for an unreachable peer; the next sync
-        # repairs what it missed.
+        self._reset_socket(link)
+        self.update_initial_sync()
+
+    def _reset_socket(self, link: PeerLink) -> None:
+        """A fresh socket drops whatever was queued for an unreachable peer; the next sync
+        repairs what it missed."""
         if link.sock is not None:
             self._close_socket(link)
             try:
                 self._open_socket(link)
             except (zmq.ZMQError, CurveError) as exc:
                 log.error("peer %s: cannot reconnect: %s", link.name, exc)
-        self.update_initial_sync()
 
 
 __all__ = ["SYNCING", "PeerLink", "Peering"]

@@ -36,10 +36,16 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Request,
     Response,
 )
+from kvstore.protocol import THIS_NODE, Speaks, agree, from_wire
 
 
 class SyncProtocolError(Exception):
     """The peer's reply does not fit the step it answers."""
+
+
+class ProtocolRefused(SyncProtocolError):
+    """The peer speaks no KvStore protocol this node speaks (`kvstore.protocol.agree`); the
+    message says both sides' versions and which one to upgrade."""
 
 
 class SyncSession:
@@ -76,6 +82,7 @@ class SyncSession:
         self.differing_buckets = 0
         self.keys_received = 0
         self.requests_sent = 0
+        self.peer_speaks: Speaks | None = None  # from the peer's first digest reply
 
     def digest_children(self, node_ids: Iterable[int]) -> dict[int, int]:
         """The local side of the walk: the whole store, or the peer's share if it is a leaf."""
@@ -94,10 +101,14 @@ class SyncSession:
                 return []
             node_ids = self._walk.next_request()
             assert node_ids is not None
+            # Every DIGEST_GET says what this node speaks (the first one is the hello; the
+            # responder cannot tell which one is first, and the fields cost a few bytes).
             request = Request(
                 cmd=Command.DIGEST_GET,
                 digest=DigestParams(
-                    node_ids=node_ids, filters=self._wire_filter(), sender_id=self.me
+                    node_ids=node_ids, filters=self._wire_filter(), sender_id=self.me,
+                    protocol=THIS_NODE.protocol, min_protocol=THIS_NODE.min_protocol,
+                    version=THIS_NODE.version,
                 ),
             )
             return [(self.DIGEST, request)]
@@ -143,7 +154,8 @@ class SyncSession:
         self._expect(corr, self.DIGEST)
         if response.digest is None or response.digest.digests is None:
             raise SyncProtocolError(f"peer {self.peer}: DIGEST_GET reply without digests")
-        if self._walk.replies == 0:  # the first reply says whether the peer is a leaf
+        if self._walk.replies == 0:  # the first reply: the peer's hello, and is it a leaf
+            self._check_protocol(response.digest)
             try:
                 peer_filter = filter_from_wire(response.digest.filters)
             except ValueError as exc:
@@ -154,6 +166,17 @@ class SyncSession:
                 )
             self.peer_filter = peer_filter
         self._walk.on_reply(response.digest.digests)
+
+    def _check_protocol(self, reply: DigestReply) -> None:
+        """ProtocolRefused unless the peer speaks a protocol this node speaks."""
+        try:
+            speaks = from_wire(reply.protocol, reply.min_protocol, reply.version)
+        except ValueError as exc:
+            raise SyncProtocolError(f"peer {self.peer}: {exc}") from exc
+        self.peer_speaks = speaks
+        agreement = agree(self.peer, speaks)
+        if agreement.refused is not None:
+            raise ProtocolRefused(agreement.refused)
 
     def on_dump_reply(self, corr: bytes, response: Response) -> Publication:
         """The peer's difference; the caller merges `key_vals` (tobe_updated is recorded here)."""
@@ -199,4 +222,19 @@ def digest_reply(
         digests = db.digest_children(node_ids)
     else:
         digests = db.filtered_digest_children(key_filter, node_ids)
-    return DigestReply(digests=digests, filters=None if own is None else own.to_wire())
+    return DigestReply(
+        digests=digests, filters=None if own is None else own.to_wire(),
+        protocol=THIS_NODE.protocol, min_protocol=THIS_NODE.min_protocol,
+        version=THIS_NODE.version,
+    )
+
+
+def requester_refusal(params: DigestParams) -> str | None:
+    """Why a DIGEST_GET's sender cannot be answered (its protocol range misses ours), or None.
+    A range that makes no sense is refused the same way."""
+    who = params.sender_id or "requester"
+    try:
+        speaks = from_wire(params.protocol, params.min_protocol, params.version)
+    except ValueError as exc:
+        return f"peer {who}: {exc}"
+    return agree(who, speaks).refused

@@ -12,6 +12,13 @@ The node moves messages; this module decides *when* and *with whom*:
 - `PeerTable.flood_targets(keys)` says which peers get a flooded publication (INITIALIZED ones)
   and remembers the keys for peers whose sync is in flight.
 - `AntiEntropyTimer` picks one random peer every interval (±20 % jitter) for a periodic sync.
+- Liveness (`dead_after_ms` > 0): a peer is probed (`keepalives_due`: the node sends it a cheap
+  request) when nothing was heard from it for a third of `dead_after_ms`; `heard_from` records
+  any reply. A peer not heard from for `dead_after_ms` is marked *down* by `mark_silent`
+  (-> IDLE with backoff, whatever it was doing): a down peer is not synced, only probed, until
+  it answers again, when `heard_from` clears its backoff so that it is synced at once. Floods
+  are one-way, so without probes a dead peer would stay INITIALIZED until the next sync with
+  it, minutes later (and forever with anti-entropy off).
 
 State machine (events on the left, PeerState values from the IDL)::
 
@@ -29,6 +36,7 @@ from typing import Final
 
 from kvstore.filters import KeyFilter
 from kvstore.gen.kvstore_thrift.ttypes import PeerState
+from kvstore.protocol import Speaks
 
 __all__ = [
     "IDLE",
@@ -107,6 +115,16 @@ class Peer:
     pending_keys: set[str] = field(default_factory=set)
     # The peer's key filters once known (it is a leaf: `kvstore.filters`); None: it takes all.
     key_filter: KeyFilter | None = None
+    # Liveness: when a reply was last heard from it, when it was last probed, and whether it is
+    # marked down (silent for dead_after_ms: not synced, only probed, until it answers).
+    last_heard_ms: int = 0
+    last_probe_ms: int = 0
+    down: bool = False
+
+    # What the peer said it speaks in its last sync hello (`kvstore.protocol`); None: not yet.
+    speaks: Speaks | None = None
+    # Why the peering is refused (an incompatible protocol), until a sync succeeds again.
+    refused: str | None = None
 
 
 class PeerTable:
@@ -121,11 +139,14 @@ class PeerTable:
         parallel_syncs_max: int = 32,
         rng: random.Random | None = None,
         backoff_jitter: float = 0.0,
+        dead_after_ms: int = 0,
     ) -> None:
         if not 0 < parallel_syncs_start <= parallel_syncs_max:
             raise ValueError("need 0 < parallel_syncs_start <= parallel_syncs_max")
         Backoff(initial_backoff_ms, max_backoff_ms, rng=rng, jitter=backoff_jitter)  # validate
         self._peers: dict[str, Peer] = {}
+        self.dead_after_ms = self.keepalive_ms = 0
+        self.set_dead_after(dead_after_ms)
         self._initial_backoff_ms = initial_backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._rng = rng
@@ -158,6 +179,8 @@ class PeerTable:
             peer.pending_keys.clear()
             self._set_state(peer, IDLE, now_ms)
             peer.backoff.report_success()
+            peer.down = False  # a new address: given the full time to answer
+            peer.last_heard_ms = peer.last_probe_ms = now_ms
             return peer
         backoff = Backoff(
             self._initial_backoff_ms,
@@ -165,7 +188,8 @@ class PeerTable:
             rng=self._rng,
             jitter=self._backoff_jitter,
         )
-        peer = Peer(name=name, backoff=backoff, spec=spec, state_since_ms=now_ms)
+        peer = Peer(name=name, backoff=backoff, spec=spec, state_since_ms=now_ms,
+                    last_heard_ms=now_ms, last_probe_ms=now_ms)
         self._peers[name] = peer
         return peer
 
@@ -189,7 +213,7 @@ class PeerTable:
             return started
         for name in sorted(self._peers):
             peer = self._peers[name]
-            if peer.state != IDLE or not peer.backoff.can_try(now_ms):
+            if peer.state != IDLE or peer.down or not peer.backoff.can_try(now_ms):
                 continue
             self._sync_ids += 1
             peer.sync_id = self._sync_ids
@@ -215,6 +239,7 @@ class PeerTable:
         pending = peer.pending_keys
         peer.pending_keys = set()
         peer.backoff.report_success()
+        peer.refused = None
         self._set_state(peer, INITIALIZED, now_ms)
         self.parallel_syncs = min(2 * self.parallel_syncs, self.parallel_syncs_max)
         return pending
@@ -232,6 +257,19 @@ class PeerTable:
         peer.backoff.report_error(now_ms)
         return self._to_idle(peer, now_ms)
 
+    def refuse(self, name: str, reason: str, now_ms: int) -> bool:
+        """The peer's protocol cannot be spoken (`kvstore.protocol.agree`): -> IDLE with
+        backoff (it is retried: it may be upgraded in place), marked refused with `reason`.
+        A refused peer is never INITIALIZED, so it gets no floods: no half-working peering."""
+        peer = self._peers.get(name)
+        if peer is None:
+            return False
+        peer.refused = reason
+        peer.errors += 1
+        peer.backoff.report_error(now_ms)
+        peer.pending_keys.clear()
+        return self._to_idle(peer, now_ms)
+
     def inconsistency(self, name: str, now_ms: int) -> bool:
         """The peer sent something that shows our views diverged (e.g. a TTL update for a key we
         hold with another version): resync it at once, without a backoff penalty."""
@@ -239,6 +277,68 @@ class PeerTable:
         if peer is None:
             return False
         return self._to_idle(peer, now_ms)
+
+    # ---------------------------------------------------------------- liveness
+
+    def set_dead_after(self, dead_after_ms: int) -> None:
+        """The liveness limit (0: no probes, nobody marked down; a down peer stays down until
+        it answers a probe, so turning them off also brings the down ones back to IDLE)."""
+        if dead_after_ms < 0:
+            raise ValueError("dead_after_ms must be >= 0 (0: no liveness checks)")
+        self.dead_after_ms = dead_after_ms
+        # Probes go out after a third of the limit without news: a peer that is alive answers
+        # two or three of them before it could be taken for dead.
+        self.keepalive_ms = max(1, dead_after_ms // 3)
+        if not dead_after_ms:
+            for peer in self._peers.values():
+                peer.down = False
+
+    def heard_from(self, name: str, now_ms: int) -> bool:
+        """A reply came from `name` (to a probe or a sync step). Returns True when the peer was
+        marked down: it is back, and synced at once (its backoff is cleared)."""
+        peer = self._peers.get(name)
+        if peer is None:
+            return False
+        peer.last_heard_ms = max(peer.last_heard_ms, now_ms)
+        if not peer.down:
+            return False
+        peer.down = False
+        peer.backoff.report_success()
+        return True
+
+    def keepalives_due(self, now_ms: int) -> list[Peer]:
+        """Peers to send a probe to now: nothing heard from them, and no probe sent, for the
+        keep-alive interval (down peers too: their answer is how they come back)."""
+        if not self.dead_after_ms:
+            return []
+        due: list[Peer] = []
+        for name in sorted(self._peers):
+            peer = self._peers[name]
+            if now_ms - max(peer.last_heard_ms, peer.last_probe_ms) >= self.keepalive_ms:
+                peer.last_probe_ms = now_ms
+                due.append(peer)
+        return due
+
+    def mark_silent(self, now_ms: int) -> list[Peer]:
+        """Peers not heard from for `dead_after_ms` (and not marked yet): marked down, back to
+        IDLE with backoff (a sync in flight with one is over: the node drops it)."""
+        if not self.dead_after_ms:
+            return []
+        silent: list[Peer] = []
+        for name in sorted(self._peers):
+            peer = self._peers[name]
+            if peer.down or now_ms - peer.last_heard_ms < self.dead_after_ms:
+                continue
+            peer.down = True
+            peer.errors += 1
+            peer.backoff.report_error(now_ms)
+            peer.pending_keys.clear()
+            self._to_idle(peer, now_ms)
+            silent.append(peer)
+        return silent
+
+    def down_count(self) -> int:
+        return sum(1 for p in self._peers.values() if p.down)
 
     # ---------------------------------------------------------------- flooding
 

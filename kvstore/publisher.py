@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 import zmq
 
@@ -102,12 +103,26 @@ def _split(
     return out
 
 
+def _sender(frame: zmq.Frame) -> tuple[int, str | None]:
+    """The connection (descriptor) a subscription came on, and its ZAP User-Id if any."""
+    fd = int(frame.get(zmq.SRCFD))
+    try:
+        user_id = frame.get("User-Id")
+    except zmq.ZMQError:  # plaintext: no ZAP
+        return fd, None
+    return fd, user_id if isinstance(user_id, str) else None
+
+
 class Publisher:
     """The XPUB socket's shell: subscribes every subscriber to everything, sends frames with
     their padding (XPUB_NODROP set), counts and logs drops."""
 
-    def __init__(self, sock: zmq.Socket[bytes], counters: Counter[str]) -> None:
+    def __init__(self, sock: zmq.Socket[bytes], counters: Counter[str],
+                 on_subscriber: Callable[[int, str | None], None] | None = None) -> None:
         self._sock = sock
+        # Told each subscriber's connection and key (secured: its ZAP User-Id), so that a key
+        # revoked later has its subscription shut (kvstore.node_conns).
+        self._on_subscriber = on_subscriber
         self._counters = counters
         self._warning = ThrottledWarning(log)
         # Topics subscribed minus unsubscribed (ZeroMQ reports each one in XPUB_MANUAL mode, and
@@ -119,10 +134,13 @@ class Publisher:
         sock = self._sock
         while True:
             try:
-                message = sock.recv(zmq.NOBLOCK)
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            message = frame.bytes
             if message[:1] == b"\x01":
+                if self._on_subscriber is not None:
+                    self._on_subscriber(*_sender(frame))
                 self.subscriptions += 1
                 # Applies to the subscriber whose message was just read (XPUB_MANUAL).
                 sock.setsockopt(zmq.SUBSCRIBE, b"")

@@ -203,6 +203,41 @@ def write_replace(path: str | os.PathLike[str], data: bytes, mode: int = SECRET_
         raise
 
 
+def read_trusted(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a file kvmesh takes its orders from (a node's configuration file): a
+    regular file owned by the invoking user or by root, writable by nobody else, in
+    directories nobody else can replace it in (see `check_private_dir`'s parents).
+
+    Root is trusted as an owner because a root-owned file writable only by root is the usual
+    /etc layout (`/etc/kvmesh/NAME.toml` for a node run by systemd as another user), and root
+    can change whatever the node runs anyway. A symlink is followed: it is the file it leads
+    to, and that file's directories, that are checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no hang
+    try:
+        _check_trusted(path, os.fstat(fd))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def _check_trusted(path: str | os.PathLike[str], st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(path, "it is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(path, "not a regular file")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise UnsafePathError(path, f"owned by {_who(st.st_uid)}, not by the invoking "
+                                    f"{_who(os.geteuid())} or root")
+    if st.st_mode & 0o022:
+        raise UnsafePathError(path, f"writable by group or others (mode "
+                                    f"{stat.S_IMODE(st.st_mode):04o}; chmod go-w it)")
+    for directory in {Path(os.path.abspath(path)).parent, Path(os.path.realpath(path)).parent}:
+        _check_parents(directory)
+
+
 def read_owned(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a file kvmesh made itself (a token, state): no symlink, owned by the user."""
     with os.fdopen(_open(path, os.O_RDONLY, None), "rb") as handle:

@@ -273,6 +273,25 @@ PEER_DELS = counter("kvstore.peer_dels", "Peers removed.")
 PEER_ADD_REFUSED = counter(
     "kvstore.peer_add_refused", "PEER_ADDs refused (over max_peers, or too few descriptors).")
 PEER_FAILURES = counter("kvstore.peer_failures", "Peers that failed outside a full sync.")
+PEER_SILENT = counter(
+    "kvstore.peer_silent",
+    "Peers marked down: nothing heard from them (keep-alive probes unanswered) for "
+    "peer_timeout_ms.")
+PEER_RETURNED = counter(
+    "kvstore.peer_returned", "Peers marked down that answered again (then synced at once).")
+NUM_PEERS_DOWN = gauge(
+    "kvstore.num_peers_down", "Peers marked down now (silent: not synced, only probed).")
+KEEPALIVE_SENT = counter("kvstore.keepalive.sent", "Keep-alive probes sent to peers.")
+KEEPALIVE_REPLIES = counter(
+    "kvstore.keepalive.replies", "Replies to keep-alive probes received from peers.")
+
+PEER_PROTOCOL_REFUSED = counter(
+    "kvstore.peer_protocol_refused",
+    "Peerings refused for an incompatible KvStore protocol (kvstore/protocol.py): syncs this "
+    "node started that the peer's protocol made it abandon, and DIGEST_GETs it refused.")
+NUM_PEERS_REFUSED = gauge(
+    "kvstore.num_peers_refused",
+    "Peers refused now (incompatible protocol; PEER_DUMP says why): they stay IDLE.")
 NUM_PEERS = gauge("kvstore.num_peers", "Peers.")
 NUM_PEERS_IN = family("kvstore.num_peers.", "STATE", Kind.GAUGE, "Peers in the state STATE.",
                       PeerState._NAMES_TO_VALUES)
@@ -388,12 +407,31 @@ AUTH_KEY_RELOADS = counter("kvstore.auth.key_reloads", "Reloads of the authorize
 AUTH_REFUSED = family("kvstore.auth.refused.", "reason", Kind.COUNTER,
                       "Connections and requests refused, by reason.",
                       (authz.UNKNOWN_KEY, authz.READER_WRITE, authz.PEER_ADMIN,
-                       authz.FOREIGN_NODE_KEY, "handshake"))
+                       authz.FOREIGN_NODE_KEY, authz.MEMBER_WRITE, authz.REVOKED_KEY,
+                       "handshake"))
 AUTH_IGNORED_FLOOD_PATH = counter(
     "kvstore.auth.ignored_flood_path",
     "Flood paths ignored because they came from a key that may not set them.")
 AUTH_PEER_KEY_CHANGES = counter(
     "kvstore.auth.peer_key_changes", "Peers whose server key changed.")
+MEMBERS_ACTIVE = gauge(
+    "kvstore.members.active", "Active member records (member/<name>) this node holds.")
+MEMBERS_REMOVED = gauge(
+    "kvstore.members.removed", "Removed member records this node holds (their keys refused).")
+MEMBERS_INVALID = gauge(
+    "kvstore.members.invalid", "member/ records this node cannot decode (ignored).")
+MEMBER_OWN_RECORD_DROPPED = counter(
+    "kvstore.members.own_record_dropped",
+    "A peer's own member/<peer> record dropped from what it sent (a flood, a sync reply): a "
+    "node never vouches for itself. Normal when it relays an operator's change of its record, "
+    "which reaches this node by another path.")
+MEMBER_PEER_CHANGES = counter(
+    "kvstore.members.peer_changes",
+    "Peers added or removed because member records name (or stopped naming) them.")
+AUTH_CONNECTIONS_SHUT = counter(
+    "kvstore.auth.connections_shut",
+    "Connections shut because their key is no longer accepted (removed from the "
+    "authorized-keys directory, or its member record says removed).")
 
 # ---------------------------------------------------------------------------------- storage
 
@@ -418,3 +456,16 @@ STORAGE_COMMIT_MS_MAX = gauge("kvstore.storage.commit_ms_max", "Longest commit."
 STORAGE_PENDING_ROWS = gauge("kvstore.storage.pending_rows", "Rows waiting to be written.")
 STORAGE_ACKS_WAITING = gauge(
     "kvstore.storage.acks_waiting", "KEY_SET replies waiting for their write to reach disk.")
+
+# ---------------------------------------------------------------------------------- configuration
+# SIGHUP re-reads the configuration file (docs/kvstore.md, "Reloading: SIGHUP").
+
+CONFIG_RELOADS = counter(
+    "kvstore.config.reloads", "SIGHUPs whose configuration file was read and applied.")
+CONFIG_RELOAD_FAILURES = counter(
+    "kvstore.config.reload_failures",
+    "SIGHUPs that changed nothing: the file was unreadable or invalid, or a new peer was "
+    "refused (the running configuration is kept).")
+CONFIG_RESTART_PENDING = gauge(
+    "kvstore.config.restart_pending",
+    "Settings whose new value in the file needs a restart (not applied), as of the last SIGHUP.")

@@ -48,7 +48,15 @@ DURABILITY_MODES: Final[tuple[str, ...]] = ("sync", "batch", "off")
 
 DB_FILE: Final[str] = "kvstore.sqlite3"
 LOCK_FILE: Final[str] = "LOCK"
+# DESIGN (docs/compatibility.md, rule 4): a schema change is a migration in `_check` with a bump
+# of this version (PRAGMA user_version), logged once when it runs. The bump is what makes an older
+# release refuse the migrated store (0.4.0 refuses any version but 1) instead of misreading it;
+# never change what the rows mean without it. tests/compat/test_corpus.py opens every release's
+# recorded store with today's code.
 SCHEMA_VERSION: Final[int] = 1
+#: The migrations: MIGRATIONS[n] takes a store of schema n to n + 1 (SQL statements, run in one
+#: transaction with the version bump). Empty while the schema is still the first one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {}
 #: Rows per multi-row statement (5 parameters each; SQLite allows 32766 parameters). A power of
 #: two: see `_chunks`.
 ROWS_PER_STATEMENT: Final[int] = 1024
@@ -229,13 +237,17 @@ class DurableStore:
         conn = self._conn
         assert conn is not None
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
+        if not 0 <= version <= SCHEMA_VERSION:
             raise CorruptStateError(
                 f"{self.path}: schema version {version}, this kvmesh reads {SCHEMA_VERSION}"
+                " (written by a newer release: run that release, or start this one on an"
+                " empty data dir)"
             )
         problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise CorruptStateError(f"corrupt database {self.path}: {'; '.join(problems[:3])}")
+        if 0 < version < SCHEMA_VERSION:
+            self._migrate(version)
         for statement in _SCHEMA:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -246,6 +258,25 @@ class DurableStore:
             raise CorruptStateError(
                 f"{self.path} belongs to node {row[0]!r}, not {self.node_name!r}"
             )
+
+    def _migrate(self, version: int) -> None:
+        """Take a store of an older schema to this one, in one transaction (all or nothing:
+        an interrupted migration leaves the old schema, and the next start runs it again)."""
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.warning("%s: migrated the store from schema %d to %d (a release that reads only "
+                    "schema %d will refuse it from now on)", self.path, version, SCHEMA_VERSION,
+                    version)
 
     # ------------------------------------------------------------------ writing
 

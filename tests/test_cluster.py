@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvmesh import cluster
+from kvstore.version import PROTOCOL_VERSION, __version__
 from tests.netns import list_netns, netns_available
 from tests.util import wait_until
 
@@ -73,6 +74,7 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
             assert {"cmd_url", "pub_url", "netns", "http"} <= set(info)
             assert info["netns"] == f"{prefix}-{name}"
             assert all(p["alive"] for p in info["processes"].values())
+            assert (info["version"], info["protocol"]) == (__version__, PROTOCOL_VERSION)
         n1 = state.nodes["n1"].cmd_url
         # The cluster is secured: a client without the operator's key is refused ...
         refused = kvmesh("--url", n1, "key", "get", "k")

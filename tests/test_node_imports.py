@@ -32,7 +32,7 @@ import sys
 import kvstore
 from kvmesh.entry import run
 
-def report(config, security, on_ready=None):
+def report(config, security, on_ready=None, **hooks):
     heavy = sys.argv[1].split(",")
     print(" ".join(sorted(m for m in heavy if m in sys.modules)) or "-")
     return 0

@@ -13,6 +13,8 @@ The agent wires its parts together, each with one job (and at most one lock):
                                        reconciliation services run for each (re)connected
                                        device (recon-* threads);
   RestBackend, MetricsScrape           the REST API and /metrics;
+  MemberTokensFollower (agent-members) the REST tokens the mesh vouches for (`member/`), with
+                                       the REST API only;
 plus the scheduler's own worker and the southbound watchers. Each thread owns its KvStore
 client (ZeroMQ sockets are not thread-safe).
 
@@ -42,6 +44,7 @@ from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.rest_backend import RestBackend
 from kvmesh.agent.scrape import MetricsScrape
 from kvmesh.agent.status_loop import StatusPublishing
+from kvstore import version
 from scheduler import KVScheduler
 
 if TYPE_CHECKING:
@@ -103,8 +106,12 @@ class Agent:
             # reported UNIMPLEMENTED, which tells the operator what is missing).
             log.warning("no southbound enabled (--linux, --linux-netns, --vpp-socket)")
             self._spawn("agent-load", lambda stop: self.northbound.load_once())
-        if self.config.http is not None:
-            self._start_http(self.config.http)
+        record = self._start_http(self.config.http) if self.config.http is not None else {}
+        # Every agent announces itself (`node/<node>/agent`: its heartbeat, kvmesh.agent.liveness),
+        # with the versions its node speaks (docs/compatibility.md): `kvmesh status` and the
+        # operator see a mixed-release mesh.
+        self.status.post(AgentAnnounced({**record, "version": version.__version__,
+                                         "protocol": version.PROTOCOL_VERSION}))
 
     def stop(self) -> None:
         self._stop.set()
@@ -144,17 +151,21 @@ class Agent:
             self.add_device("vpp", southbound.vpp.register(self.scheduler,
                                                            socket=cfg.vpp_socket))
 
-    def _start_http(self, address: tuple[str, int]) -> None:
+    def _start_http(self, address: tuple[str, int]) -> dict[str, Any]:
         """The REST API; without a configured token, the agent's own token, written to the
-        token directory for the local CLI once the address is known."""
+        token directory for the local CLI once the address is known. Returns what the agent's
+        record says about it."""
         from kvmesh.agent.http_api import HttpApi
         from kvmesh.agent.http_security import load_security
         from kvmesh.agent.http_token import token_dir, token_name, write_token_file
+        from kvmesh.agent.member_tokens import MemberTokens, MemberTokensFollower
 
         cfg = self.config
+        members = MemberTokens()
+        self._spawn("agent-members", MemberTokensFollower(cfg.kv_url, members).run)
         security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
-                                 cfg.http_read_token_file, cfg.http_public_reads)
-        self._http = HttpApi(self.rest, *address, security=security)
+                                 cfg.http_read_token_file, cfg.http_public_reads, members)
+        self._http = HttpApi(self.rest, *address, security=security, node=cfg.node)
         host, port = self._http.address
         if security.generated_token is not None:
             path = token_dir() / token_name(host, port)
@@ -170,7 +181,7 @@ class Agent:
         record: dict[str, Any] = {"http": f"{host}:{port}"}
         if security.tls:
             record["tls"] = True
-        self.status.post(AgentAnnounced(record))
+        return record
 
     def _spawn(self, name: str, target: Callable[[threading.Event], None]) -> None:
         """A thread running `target(stop)`; its failure stops the agent."""

@@ -30,7 +30,10 @@ class AgentConfig:
     max_batch: int = 5000
     redump_s: float = 15.0  # the guard against a missed publication (what it found is counted)
     downstream_resync_s: float = 300.0
-    status_ttl_ms: int = 300_000
+    # Statuses and node/ records outlive a dead agent this long, shown as stale
+    # (kvmesh.agent.liveness); the agent record is refreshed every heartbeat_ms.
+    status_ttl_ms: int = 86_400_000
+    heartbeat_ms: int = 10_000
     # The store is asked whether it is current this often while the agent waits for it.
     store_poll_s: float = 0.2
     # Treat the store as current from the start (`--assume-current`): see `store_is_current`.

@@ -423,17 +423,31 @@ def dispatch(api: ApiBackend, method: str, target: str, body: bytes = b"",
                              HTTPStatus.INTERNAL_SERVER_ERROR)
 
 
+def _naming(payload: bytes, node: str) -> bytes:
+    """A JSON error answer with the node that gives it (`"node"`, as the server's own refusals
+    carry it; every answer also has the X-Kvmesh-Node header)."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return payload
+    if not isinstance(data, dict):
+        return payload
+    return Response.json({**data, "node": node}, 0).body
+
+
 class HttpApi:
     """Serves `dispatch` until `close()` (the server, with its TLS, tokens and limits, is
     `kvmesh.agent.http_server`)."""
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
-                 limits: HttpLimits | None = None) -> None:
+                 limits: HttpLimits | None = None, *, node: str) -> None:
         backend = api
 
         def respond(request: RestRequest) -> tuple[int, bytes, str]:
             resp = dispatch(backend, request.method, request.target, request.body, request.who)
             payload = resp.body
+            if resp.status >= 400 and resp.content_type == "application/json":
+                payload = _naming(payload, node)
             if resp.status == 200 and _path(request.target) == "/metrics":
                 # The server's own refusals and limits hit (kvmesh_agent_http_*_total).
                 payload += render(flat_counters("kvmesh_agent_http", self.counters,
@@ -442,7 +456,7 @@ class HttpApi:
 
         self.security = security
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
-                                       frozenset(m for m, _path in ALL_ROUTES), is_read)
+                                       frozenset(m for m, _path in ALL_ROUTES), is_read, node)
 
     @property
     def address(self) -> tuple[str, int]:

@@ -4,11 +4,18 @@ Every request carries `Authorization: Bearer <token>`; a token is an operator's 
 writes) or a reader's (reads only). Writes always need an operator token, on loopback too; reads
 need a token unless the agent runs with `--http-public-reads`. What is a read is the API's
 business (`http_api.is_read`); this module only weighs a credential against it.
+
+A token is either one of the agent's own (its token files, or the one it made at start) or a
+member's: the mesh's `member/<name>` record of an active operator or reader carries the SHA-256
+of that member's token (`token_sha256`; kvmesh.agent.member_tokens), so one operator token works
+on every agent without a file copied to each host, and stops working once the member is removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -27,9 +34,25 @@ class Credential:
 
 
 @dataclass(frozen=True)
+class MemberToken:
+    """An active member's REST credential as the mesh publishes it: its token's SHA-256 (hex)."""
+
+    sha256: str
+    role: str  # OPERATOR or READER
+    member: str  # the member's name (member/<name>)
+
+
+def no_members() -> Sequence[MemberToken]:
+    return ()
+
+
+@dataclass(frozen=True)
 class AccessPolicy:
     credentials: tuple[Credential, ...]
     public_reads: bool = False
+    # The members' tokens now (re-read on every request: a removed member's token stops
+    # working as soon as the agent sees the removal).
+    members: Callable[[], Sequence[MemberToken]] = no_members
 
     def __post_init__(self) -> None:
         if not any(c.role == OPERATOR for c in self.credentials):
@@ -66,13 +89,26 @@ def authorize(policy: AccessPolicy, authorization: str | None, is_read: bool) ->
         raise HttpError(HTTPStatus.UNAUTHORIZED,
                         f"a bearer token is required for {what} (the agent's token file: "
                         f"--http-token-file, KVMESH_HTTP_TOKEN_FILE)", CHALLENGE)
-    found = None
-    for credential in policy.credentials:  # compare with every one: no early exit to time
-        if hmac.compare_digest(token.encode(), credential.token.encode()) and found is None:
-            found = credential
+    found = _match(policy, token)
     if found is None:
         raise HttpError(HTTPStatus.UNAUTHORIZED, "wrong bearer token", CHALLENGE)
-    if not is_read and found.role != OPERATOR:
+    role, name = found
+    if not is_read and role != OPERATOR:
         raise HttpError(HTTPStatus.FORBIDDEN,
-                        f"the {found.role} token may only read; this request changes the node")
-    return Granted(found.role, found.name)
+                        f"the {role} token may only read; this request changes the node")
+    return Granted(role, name)
+
+
+def _match(policy: AccessPolicy, token: str) -> tuple[str, str] | None:
+    """(role, credential name) of `token`: the agent's own credentials first, then the
+    members'. Compared with every one (no early exit whose timing tells how close a guess
+    came); a member's by the hash of the token, as the mesh holds no token."""
+    found = None
+    for credential in policy.credentials:
+        if hmac.compare_digest(token.encode(), credential.token.encode()) and found is None:
+            found = (credential.role, credential.name)
+    digest = hashlib.sha256(token.encode()).hexdigest().encode()
+    for member in policy.members():
+        if hmac.compare_digest(digest, member.sha256.encode()) and found is None:
+            found = (member.role, f"member {member.member}'s {member.role} token (mesh)")
+    return found

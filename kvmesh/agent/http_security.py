@@ -10,11 +10,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvmesh.agent.http_auth import OPERATOR, READER, AccessPolicy, Credential
+from kvmesh.agent.http_auth import (
+    OPERATOR,
+    READER,
+    AccessPolicy,
+    Credential,
+    MemberToken,
+    no_members,
+)
 from kvmesh.agent.http_token import TokenFileError, new_token, read_token
 from kvstore import is_loopback_host
 
@@ -43,8 +50,10 @@ GENERATED = "the agent's generated operator token"
 
 def load_security(cert: str | None, key: str | None, token_file: str | None,
                   read_token_file: str | None = None,
-                  public_reads: bool = False) -> HttpSecurity:
-    """TLS and credentials from the options; without `token_file` a fresh operator token."""
+                  public_reads: bool = False,
+                  members: Callable[[], Sequence[MemberToken]] = no_members) -> HttpSecurity:
+    """TLS and credentials from the options; without `token_file` a fresh operator token.
+    `members`: the tokens the mesh vouches for (kvmesh.agent.member_tokens), accepted too."""
     tls = None
     if (cert is None) != (key is None):
         raise HttpConfigError("--http-cert and --http-key go together")
@@ -73,19 +82,18 @@ def load_security(cert: str | None, key: str | None, token_file: str | None,
     if len({c.token for c in credentials}) != len(credentials):
         raise HttpConfigError("--http-read-token-file holds the operator token: give readers "
                               "a token of their own")
-    return HttpSecurity(AccessPolicy(tuple(credentials), public_reads), tls, generated)
+    return HttpSecurity(AccessPolicy(tuple(credentials), public_reads, members), tls, generated)
 
 
 def check_bind(host: str, security: HttpSecurity) -> None:
-    """Anything but loopback needs TLS and a configured token."""
+    """Anything but loopback needs TLS. A token file is not needed: a remote client uses a
+    token the mesh vouches for (an operator member's `token_sha256`), and without one the
+    agent's own token (made at start, written for the local CLI) keeps the API closed."""
     if is_loopback_host(host):
         return
-    missing = [what for what, ok in (("TLS (--http-cert, --http-key)", security.tls),
-                                     ("a token (--http-token-file)",
-                                      security.generated_token is None)) if not ok]
-    if missing:
+    if security.tls is None:
         raise HttpConfigError(
-            f"the REST API on {host} (not loopback) needs {' and '.join(missing)}")
+            f"the REST API on {host} (not loopback) needs TLS (--http-cert, --http-key)")
 
 
 def check_in_child(cert: str | None, key: str | None, token_file: str | None,

@@ -3,8 +3,8 @@
 `http_api` decides what each endpoint answers; this module decides who gets to ask and how much
 room a connection gets (docs/security.md, "REST API"):
 
-- binds loopback unless told otherwise; any other address needs TLS (`--http-cert/--http-key`)
-  and a configured bearer token (`--http-token-file`), checked before the server starts;
+- binds loopback unless told otherwise; any other address needs TLS (`--http-cert/--http-key`),
+  checked before the server starts;
 - every request is authorised (`http_auth`): writes always need an operator token, reads a
   token too unless `--http-public-reads`; a refusal is a 401/403 JSON answer, counted
   (`auth_refused`) and logged;
@@ -14,7 +14,10 @@ room a connection gets (docs/security.md, "REST API"):
   `max_connections` the oldest connection still sending its request is dropped to make room
   (`evicted_slow`), so trickling clients cannot lock out a client that sends its request at once;
 - bounded: request line, total header bytes, body bytes (414/431/413 JSON); methods no endpoint
-  serves (TRACE, PUT, ...) get a 405 JSON answer.
+  serves (TRACE, PUT, ...) get a 405 JSON answer;
+- every answer, refusals included, names the node it comes from (`X-Kvmesh-Node`; JSON errors
+  also carry `"node"`): a client asking for node h2 and reaching h1's agent can tell, and the CLI
+  refuses the answer (kvmesh.rest_client).
 
 One request per connection: every answer closes it.
 """
@@ -37,6 +40,7 @@ from typing import Any
 from kvmesh.agent.http_auth import Granted, authorize
 from kvmesh.agent.http_security import HttpSecurity, check_bind
 from kvmesh.agent.http_wire import (
+    NODE_HEADER,
     HttpError,
     body_length,
     is_end_of_headers,
@@ -98,8 +102,9 @@ class AgentHttpServer:
 
     def __init__(self, address: tuple[str, int], responder: Responder, security: HttpSecurity,
                  limits: HttpLimits, methods: frozenset[str],
-                 is_read: Callable[[str, str], bool]) -> None:
+                 is_read: Callable[[str, str], bool], node: str) -> None:
         check_bind(address[0], security)
+        self.node = node
         self.responder = responder
         self.security = security
         self.limits = limits
@@ -223,7 +228,7 @@ class AgentHttpServer:
         conn.reading = False
         status, payload, content_type = await asyncio.get_running_loop().run_in_executor(
             self._executor, self.responder, request)
-        writer.write(render_response(status, payload, content_type))
+        writer.write(render_response(status, payload, content_type, {NODE_HEADER: self.node}))
         async with asyncio.timeout(limits.request_timeout_s):
             await writer.drain()
 
@@ -294,8 +299,9 @@ class AgentHttpServer:
     async def _answer_error(self, writer: asyncio.StreamWriter, exc: HttpError,
                             method: str) -> None:
         self.count(f"status_{exc.status}")
-        body = json.dumps({"error": exc.message}).encode() + b"\n"
-        writer.write(render_response(exc.status, body, "application/json", exc.headers,
+        body = json.dumps({"error": exc.message, "node": self.node}).encode() + b"\n"
+        writer.write(render_response(exc.status, body, "application/json",
+                                     {**exc.headers, NODE_HEADER: self.node},
                                      head_only=method == "HEAD"))
         async with asyncio.timeout(self.limits.request_timeout_s):
             await writer.drain()

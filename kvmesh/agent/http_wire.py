@@ -13,6 +13,8 @@ from http import HTTPStatus
 # RFC 9110 token characters: what a method and a header name are made of.
 _TCHAR = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 VERSIONS = ("HTTP/1.0", "HTTP/1.1")
+# Every answer of an agent names its node (the client checks it: kvmesh.rest_client).
+NODE_HEADER = "X-Kvmesh-Node"
 
 
 class HttpError(Exception):

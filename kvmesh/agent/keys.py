@@ -3,7 +3,12 @@
 config/<node>/<model key>   desired state for one node (msgpack map; empty value = tombstone)
 status/<node>/<model key>   state of that value on that node, published by its agent (with TTL)
 node/<node>/device/<dev>    reconciliation state of a southbound device (e.g. KNOWN)
-node/<node>/agent           the node's agent: its REST address (with TTL, while it runs)
+node/<node>/agent           the node's agent: its versions ("version", "protocol") and REST
+                            address ("http", "tls") when it has one (with TTL, while it runs)
+
+DESIGN (docs/compatibility.md, rules 3 and 5): a new feature's keys go under a new prefix or a
+new model key, which agents of older releases leave alone; records only gain fields, and readers
+ignore fields they do not know (a 0.4.0 agent's record has no "version").
 """
 
 from __future__ import annotations

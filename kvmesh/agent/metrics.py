@@ -95,6 +95,17 @@ class Histogram:
         return HistogramFamily(self.name, self.help, buckets, self._sum, self._created)
 
 
+_MILLISECONDS = re.compile(r"_ms(?=_|$)")
+
+
+def in_base_units(name: str, value: float) -> tuple[str, float]:
+    """A KvStore counter in milliseconds (`kvstore.uptime_ms` -> `..._uptime_seconds`) in
+    seconds, Prometheus's base unit (what `promtool check metrics` asks for); others as they
+    are."""
+    seconds = _MILLISECONDS.sub("_seconds", name)
+    return (name, value) if seconds == name else (seconds, value / 1000)
+
+
 def flat_counters(prefix: str, counters: Mapping[str, float], gauges: Iterable[str] = (),
                   help_prefix: str = "") -> list[MetricFamily]:
     """One family per flat counter (`a.b.c` -> `<prefix>_a_b_c`); names in `gauges` are gauges."""
@@ -111,20 +122,26 @@ def flat_counters(prefix: str, counters: Mapping[str, float], gauges: Iterable[s
 
 
 def kvstore_families(counters: Mapping[str, float]) -> list[MetricFamily]:
-    """A KvStore node's counters (COUNTERS_GET) as families `kvmesh_<name>`, of the kind and
-    with the help kvstore.stats declares. The batch size counters are left out (see
-    `flood_batch_histogram`); a name the node reports but this agent's kvstore does not
-    declare (a newer node) is exported untyped rather than guessed."""
+    """A KvStore node's counters (COUNTERS_GET) as families `kvmesh_<name>` (milliseconds as
+    seconds: `in_base_units`), of the kind and with the help kvstore.stats declares. The batch
+    size counters are left out (see `flood_batch_histogram`); a name the node reports but
+    this agent's kvstore does not declare (a newer node) is exported untyped rather than
+    guessed."""
     families = []
-    for key in sorted(counters):
-        value = counters[key]
+    # Every counter this agent's kvstore declares is exported, 0 until the node reports it: a
+    # series that appears only at its first event breaks rate() and the alerts and dashboards
+    # written against it (packaging/), and a typo in them would look like a quiet counter.
+    everything = {**dict.fromkeys(stats.STATS, 0), **counters}
+    for key in sorted(everything):
+        value = everything[key]
         declared = stats.lookup(key)
         if not isinstance(value, int | float) or (
                 declared is not None and declared.kind is stats.Kind.HISTOGRAM):
             continue
         kind, help = ((declared.kind.value, declared.help) if declared is not None
                       else ("untyped", f"KvStore counter {key} (not declared here)"))
-        families.append(MetricFamily(metric_name("kvmesh", key), kind, help).add(value))
+        name, value = in_base_units(metric_name("kvmesh", key), value)
+        families.append(MetricFamily(name, kind, help).add(value))
     return families
 
 

@@ -20,6 +20,7 @@ from kvmesh.agent.config_writer import WriteRefused, write_node_change
 from kvmesh.agent.counters import AgentCounters
 from kvmesh.agent.desired import Model, Refusals, SharedDesiredState
 from kvmesh.agent.events import StatusEvent, ValueRefused
+from kvmesh.agent.follow import follow
 from kvmesh.agent.keys import config_prefix
 from kvstore import KvStoreClient, KvStoreError, Subscription
 from scheduler import KVScheduler, TransactionError
@@ -50,36 +51,24 @@ class NorthboundFollower:
 
     def run(self, stop: threading.Event) -> None:
         cfg = self.config
-        client = KvStoreClient(cfg.kv_url)
-        sub: Subscription | None = None
         next_redump = time.monotonic() + cfg.redump_s
         next_downstream = time.monotonic() + cfg.downstream_resync_s
-        try:
-            while not stop.is_set():
-                try:
-                    if sub is None:
-                        sub = client.subscribe(prefix=config_prefix(cfg.node))
-                    received = self._drain(sub, timeout=self._poll_timeout())
-                    now = time.monotonic()
-                    if self._initial_load_done.is_set() and now >= next_redump:
-                        next_redump = now + cfg.redump_s
-                        self._drain(sub, timeout=0)
-                        self.redump(client)
-                    self._apply_pending(quiet=received == 0)
-                    if now >= next_downstream:
-                        next_downstream = now + cfg.downstream_resync_s
-                        self._periodic()
-                except KvStoreError as exc:
-                    self._counters.count("kvstore_errors")
-                    log.warning("KvStore %s: %s (retrying)", cfg.kv_url, exc)
-                    if sub is not None:
-                        sub.close()
-                        sub = None
-                    stop.wait(1.0)
-        finally:
-            if sub is not None:
-                sub.close()
-            client.close()
+
+        def step(client: KvStoreClient, sub: Subscription) -> None:
+            nonlocal next_redump, next_downstream
+            received = self._drain(sub, timeout=self._poll_timeout())
+            now = time.monotonic()
+            if self._initial_load_done.is_set() and now >= next_redump:
+                next_redump = now + cfg.redump_s
+                self._drain(sub, timeout=0)
+                self.redump(client)
+            self._apply_pending(quiet=received == 0)
+            if now >= next_downstream:
+                next_downstream = now + cfg.downstream_resync_s
+                self._periodic()
+
+        follow(cfg.kv_url, config_prefix(cfg.node), stop, step,
+               on_error=lambda: self._counters.count("kvstore_errors"))
 
     def load_dump(self, client: KvStoreClient) -> int:
         """Take the node's desired state from a dump; returns how many values changed."""

@@ -5,6 +5,7 @@ observes as things happen."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +21,8 @@ from kvmesh.agent.metrics import (
     kvstore_families,
 )
 from kvmesh.agent.recon import DeviceState, ReconciliationManager
-from kvstore import KvStoreClient, KvStoreError
-from scheduler import KVScheduler
+from kvstore import KvStoreClient, KvStoreError, NodeInfo, version
+from scheduler import KVScheduler, ValueState
 
 log = logging.getLogger("kvmesh.agent")
 
@@ -56,7 +57,24 @@ class MetricsScrape:
         families += flat_counters("kvmesh_agent", self._counters.snapshot(),
                                   help_prefix="agent counter ")
         families += self._recon_families()
+        families += self._value_families()
+        families.append(MetricFamily(
+            "kvmesh_agent_build_info", "gauge",
+            "Always 1; the labels say the agent's software version and KvStore protocol")
+            .add(1, version=version.__version__, protocol=str(version.PROTOCOL_VERSION)))
         return [*families, *extra]
+
+    def _value_families(self) -> list[MetricFamily]:
+        """This node's values by state (every state, 0 included: alerts compare it), and which
+        node the agent serves (label node, value 1: for joins and dashboards)."""
+        counts = Counter(s.state.name for s in self.scheduler.get_value_statuses())
+        values = MetricFamily("kvmesh_scheduler_values", "gauge",
+                              "Values known to this node's scheduler, by state")
+        for state in ValueState:
+            values.add(counts.get(state.name, 0), state=state.name)
+        info = MetricFamily("kvmesh_agent_info", "gauge", "1, with the node's name and version")
+        info.add(1, node=self.config.node, version=version.__version__)
+        return [values, info]
 
     def _kvstore_families(self) -> tuple[list[MetricFamily], list[HistogramFamily]]:
         families: list[MetricFamily] = []
@@ -66,8 +84,10 @@ class MetricsScrape:
         try:
             with KvStoreClient(self.config.kv_url, timeout_s=2.0) as client:
                 kv = client.counters()
+                info = client.node_info(refresh=True)
             up.add(1)
             families += kvstore_families(kv)
+            families.append(node_build_info(info))
             histogram = flood_batch_histogram(kv)
             if histogram is not None:
                 extra.append(histogram)
@@ -99,6 +119,15 @@ class MetricsScrape:
                     if isinstance(value, int):
                         family.add(value, device=device, service=service)
         return [dev, *per_service.values()]
+
+
+def node_build_info(info: NodeInfo) -> MetricFamily:
+    """The node's versions as an info metric (a 0.4.0 node reports none: "?" and protocol 1)."""
+    return MetricFamily(
+        "kvmesh_kvstore_build_info", "gauge",
+        "Always 1; the labels say the KvStore node's software version and protocol range"
+    ).add(1, version=info.version or "?", protocol=str(info.protocol or 1),
+          min_protocol=str(info.min_protocol or info.protocol or 1))
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

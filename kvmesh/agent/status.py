@@ -1,21 +1,25 @@
 """Value statuses published into the mesh as `status/<node>/<model key>` (sans-I/O).
 
 Each status is a self-originated key with a TTL that the agent keeps refreshing (TTL-only updates,
-batched), so the status of a dead agent disappears by itself. When a value goes, its status key is
-replaced by an empty value (a tombstone) with a short TTL: readers treat it as absent, and it
-expires on every node shortly after.
+batched, every quarter of the TTL), so the statuses of an agent that is gone for good disappear
+by themselves (after a day by default). The agent's own record `node/<N>/agent` is a heartbeat
+key: refreshed every `heartbeat_ms`, it tells readers whether the agent is alive, so they show
+a dead agent's statuses as stale rather than current (`kvmesh.agent.liveness`). When a value
+goes, its status key is replaced by an empty value (a tombstone) with a short TTL: readers treat
+it as absent, and it expires on every node shortly after.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from kvmesh.agent.keys import model_key_of, status_key, status_prefix
+from kvmesh.agent.liveness import HEARTBEAT_MS
 from kvstore import Value
 from scheduler import ValueOrigin, ValueState, ValueStatus
 
@@ -66,7 +70,8 @@ class StatusPublisher:
     """Turns scheduler status changes into KvStore key-values for `status/<node>/...`."""
 
     node: str
-    ttl_ms: int = 300_000
+    ttl_ms: int = 86_400_000
+    heartbeat_ms: int = HEARTBEAT_MS
     _published: dict[str, _Published] = field(default_factory=dict)
     # Status keys of refused desired values (see `refuse`), whose INVALID status stays until the
     # desired value goes: the scheduler's REMOVED for a value the agent refused itself (it is
@@ -74,6 +79,8 @@ class StatusPublisher:
     _refused: set[str] = field(default_factory=set)
     _staged: dict[str, Value] = field(default_factory=dict)
     _next_refresh: float = 0.0
+    _heartbeat_keys: set[str] = field(default_factory=set)
+    _next_heartbeat: float = 0.0
 
     def seed(self, existing: Mapping[str, Value]) -> None:
         """Continue from the versions already in the mesh (e.g. after an agent restart)."""
@@ -121,8 +128,13 @@ class StatusPublisher:
             self._refused.discard(key)
             self.remove(key)  # a valid value that replaces it gets its own status when applied
 
-    def publish(self, key: str, record: dict[str, Any]) -> None:
-        """Publish any self-originated record (e.g. a device state) under `key`."""
+    def publish(self, key: str, record: dict[str, Any], heartbeat: bool = False) -> None:
+        """Publish any self-originated record (e.g. a device state) under `key`; with
+        `heartbeat`, refreshed every `heartbeat_ms`, saying so in the record (readers tell from
+        its remaining TTL when it was last refreshed: `kvmesh.agent.liveness`)."""
+        if heartbeat:
+            self._heartbeat_keys.add(key)
+            record = {**record, "heartbeat_ms": self.heartbeat_ms, "ttl_ms": self.ttl_ms}
         self._stage(key, msgpack.packb(record, use_bin_type=True), self.ttl_ms)
 
     def remove(self, key: str) -> None:
@@ -133,7 +145,10 @@ class StatusPublisher:
 
     def refresh_due_in(self, now: float) -> float:
         """Seconds until `take` refreshes the TTLs (0: due now)."""
-        return max(0.0, self._next_refresh - now)
+        due = self._next_refresh
+        if self._heartbeat_keys:
+            due = min(due, self._next_heartbeat)
+        return max(0.0, due - now)
 
     def take(self, now: float) -> dict[str, Value]:
         """Key-values to send now: staged changes, plus TTL refreshes when they are due."""
@@ -141,12 +156,20 @@ class StatusPublisher:
         if now >= self._next_refresh:
             # A refresh every ttl/4 leaves three more chances before the status would expire.
             self._next_refresh = now + self.ttl_ms / 4000.0
-            for key, pub in self._published.items():
-                if pub.alive and key not in out:
-                    pub.ttl_version += 1
-                    out[key] = Value(version=pub.version, originator_id=self.node, value=None,
-                                     ttl_ms=self.ttl_ms, ttl_version=pub.ttl_version)
+            self._next_heartbeat = now + self.heartbeat_ms / 1000.0
+            self._refresh(self._published, out)
+        elif now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.heartbeat_ms / 1000.0
+            self._refresh(self._heartbeat_keys, out)
         return out
+
+    def _refresh(self, keys: Iterable[str], out: dict[str, Value]) -> None:
+        for key in keys:
+            pub = self._published.get(key)
+            if pub is not None and pub.alive and key not in out:
+                pub.ttl_version += 1
+                out[key] = Value(version=pub.version, originator_id=self.node, value=None,
+                                 ttl_ms=self.ttl_ms, ttl_version=pub.ttl_version)
 
     def _stage(self, key: str, payload: bytes, ttl_ms: int) -> None:
         pub = self._published.get(key)

@@ -35,7 +35,8 @@ class StatusPublishing:
     def __init__(self, config: AgentConfig, counters: AgentCounters,
                  metrics: AgentMetrics) -> None:
         self.config = config
-        self.publisher = StatusPublisher(config.node, ttl_ms=config.status_ttl_ms)
+        self.publisher = StatusPublisher(config.node, ttl_ms=config.status_ttl_ms,
+                                         heartbeat_ms=config.heartbeat_ms)
         self._counters = counters
         self._metrics = metrics
         self._events: queue.SimpleQueue[StatusEvent | None] = queue.SimpleQueue()
@@ -98,6 +99,6 @@ class StatusPublishing:
             case DeviceStateChanged():
                 self.publisher.publish(device_key(node, event.device), event.record())
             case AgentAnnounced(record):
-                self.publisher.publish(agent_key(node), record)
+                self.publisher.publish(agent_key(node), record, heartbeat=True)
             case ValueRefused(model_key, reason):
                 self.publisher.refuse(model_key, reason)

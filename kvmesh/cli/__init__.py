@@ -37,10 +37,13 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
                               "values"),
     "kvmesh.cli.cluster_cmds": ("cluster",),
     "kvmesh.cli.keys_cmds": ("keys",),
+    "kvmesh.cli.member_cmds": ("member",),
     "kvmesh.cli.ops_cmds": ("apply", "completion", "confirm", "model", "plan"),
 }
-# ops_cmds adds `config export` and `config history` to agent_cmds' `config` group.
-ALSO_LOADS: dict[str, tuple[str, ...]] = {"kvmesh.cli.agent_cmds": ("kvmesh.cli.ops_cmds",)}
+# ops_cmds adds `config export` and `config history` to agent_cmds' `config` group;
+# node_init_cmds adds `node init` to kvstore_cmds' `node` group.
+ALSO_LOADS: dict[str, tuple[str, ...]] = {"kvmesh.cli.agent_cmds": ("kvmesh.cli.ops_cmds",),
+                                          "kvmesh.cli.kvstore_cmds": ("kvmesh.cli.node_init_cmds",)}
 _loaded: set[str] = set()
 _MODULE_OF = {command: module for module, commands in COMMAND_MODULES.items()
               for command in commands}
@@ -78,7 +81,18 @@ def load_all(group: click.Group) -> None:
         load_module(group, module_name)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from kvstore import version  # the one place it is written
+
+    click.echo(f"kvmesh {version.__version__}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Print kvmesh's version and exit.")
 @click.option(
     "--url",
     envvar="KVMESH_URL",

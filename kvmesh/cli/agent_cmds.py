@@ -9,22 +9,27 @@ that agent's HTTP address in the mesh under `node/<name>/agent`, so they also wo
 from __future__ import annotations
 
 import json
+import sys
 import time
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from kvmesh.agent.desired import decode_config_value, encode_config_value
+from kvmesh.agent.health import BAD_VALUE_STATES
 from kvmesh.agent.keys import (
     STATUS,
+    agent_key,
     config_key,
     config_prefix,
     model_key_of,
     status_prefix,
     validate_node_name,
 )
+from kvmesh.agent.liveness import AgentLiveness, agent_liveness
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import (
     KvCommand,
@@ -123,21 +128,43 @@ def config_get(node: str, prefix: str) -> None:
 # -- status -------------------------------------------------------------------------------------
 
 
+def parse_states(text: str | None) -> frozenset[str] | None:
+    """`FAILED,INVALID` -> the value states named (exit 2 on an unknown one); None: all."""
+    if not text:
+        return None
+    from scheduler import ValueState
+
+    names = {part.strip().upper() for part in text.split(",") if part.strip()}
+    unknown = sorted(names - set(ValueState.__members__))
+    if unknown or not names:
+        fail(f"--state: unknown value state(s) {', '.join(unknown) or repr(text)}; known: "
+             f"{', '.join(ValueState.__members__)}", code=2)
+    return frozenset(names)
+
+
 @click.command("status", cls=KvCommand)
 @click.argument("node", required=False)
 @click.option("--prefix", default="", help="Only model keys starting with P.")
+@click.option("--state", "states", default=None, metavar="STATE[,STATE...]",
+              help="Only values in these states (e.g. FAILED,INVALID,PENDING).")
 @click.option("--watch", is_flag=True, help="Live table, redrawn every --interval (Ctrl-C "
               "ends it).")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between redraws with --watch.")
-def status(node: str | None, prefix: str, watch: bool, interval: float) -> None:
-    """Value states of NODE (all nodes when omitted), read from the mesh."""
+def status(node: str | None, prefix: str, states: str | None, watch: bool,
+           interval: float) -> None:
+    """Value states of NODE (all nodes when omitted), read from the mesh.
+
+    A node whose agent stopped refreshing is shown as down (since when) and its statuses as
+    stale. Exit code (without --watch): 0, or 1 when a value shown is FAILED or INVALID or
+    stale (docs/operator.md, "Exit codes").
+    """
+    wanted = parse_states(states)
     if not watch:
-        show_status(node, prefix)
-        return
+        sys.exit(show_status(node, prefix, wanted))
     try:
         while True:
-            text = status_text(node, prefix)
+            text = status_text(status_rows(node, prefix, wanted))
             click.clear()
             click.echo(f"{time.strftime('%H:%M:%S')}  kvmesh status "
                        f"{node or '(all nodes)'}  every {interval:g}s\n{text}")
@@ -146,22 +173,33 @@ def status(node: str | None, prefix: str, watch: bool, interval: float) -> None:
         return
 
 
-def show_status(node: str | None, prefix: str) -> None:
+def show_status(node: str | None, prefix: str, states: frozenset[str] | None = None) -> int:
+    """Print the statuses; the exit code (1: a value shown is FAILED, INVALID or stale)."""
+    rows = status_rows(node, prefix, states)
     if cli_context().as_json:
-        emit(status_rows(node, prefix), "")
-        return
-    click.echo(status_text(node, prefix))
+        emit({name: view.values for name, view in rows.items()}, "")
+    else:
+        click.echo(status_text(rows))
+    bad = any(rec["stale"] or rec.get("state") in BAD_VALUE_STATES
+              for view in rows.values() for rec in view.values.values())
+    return 1 if bad else 0
 
 
-def status_text(node: str | None, prefix: str) -> str:
-    rows = status_rows(node, prefix)
-    lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<12} {'LAST OP':<8} DETAILS / ERROR"]
-    for node_name, values in rows.items():
-        for model_key, rec in values.items():
+def status_text(rows: dict[str, NodeStatuses]) -> str:
+    lines = [f"{'NODE':<8} {'KEY':<50} {'STATE':<20} {'LAST OP':<8} DETAILS / ERROR"]
+    notes = []
+    for node_name, view in rows.items():
+        if view.agent.known and not view.agent.up:
+            notes.append(f"{node_name}: agent {view.agent.describe()}: its statuses are the "
+                         "last it published (stale), not current")
+        for model_key, rec in view.values.items():
             extra = rec.get("error") or ", ".join(rec.get("details") or ())
-            lines.append(f"{node_name:<8} {model_key:<50} {rec['state']:<12} "
+            state = f"{rec['state']} (stale)" if rec["stale"] else rec["state"]
+            lines.append(f"{node_name:<8} {model_key:<50} {state:<20} "
                          f"{rec.get('last_op', ''):<8} {extra}")
-    return "\n".join(lines) if len(lines) > 1 else "no statuses found"
+    if len(lines) == 1:
+        return "no statuses found"
+    return "\n".join(lines + notes)
 
 
 def refuse_other_node_on_leaf(client: KvStoreClient, node: str | None) -> None:
@@ -176,21 +214,42 @@ def refuse_other_node_on_leaf(client: KvStoreClient, node: str | None) -> None:
          f" (a non-leaf node) instead", 2)
 
 
-def status_rows(node: str | None, prefix: str) -> dict[str, dict[str, dict[str, Any]]]:
+@dataclass
+class NodeStatuses:
+    """One node's statuses (each record with "stale": its agent is down) and its agent."""
+
+    agent: AgentLiveness
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def status_rows(node: str | None, prefix: str,
+                states: frozenset[str] | None = None) -> dict[str, NodeStatuses]:
     scan = status_prefix(node) if node else STATUS
 
-    def action(client: KvStoreClient) -> dict[str, Value]:
+    def action(client: KvStoreClient) -> tuple[dict[str, Value], dict[str, Value]]:
         refuse_other_node_on_leaf(client, node)
-        return client.dump(prefix=scan)
+        dump = client.dump(prefix=scan)
+        names = {key[len(STATUS):].partition("/")[0] for key in dump}
+        return dump, client.get([agent_key(name) for name in sorted(names)])
 
-    dump: dict[str, Value] = run_client(action)
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    dump, agents = run_client(action)
+    now = time.time()
+    rows: dict[str, NodeStatuses] = {}
     for key, value in sorted(dump.items()):
         node_name, _, model_key = key[len(STATUS):].partition("/")
         record = decode_status(value.value)
         if record is None or not model_key.startswith(prefix):
             continue
-        rows.setdefault(node_name, {})[model_key] = record
+        if states is not None and record.get("state") not in states:
+            continue
+        view = rows.get(node_name)
+        if view is None:
+            found = agents.get(agent_key(node_name))
+            liveness = agent_liveness(decode_status(found.value) if found else None,
+                                      found.ttl_ms if found else None, now)
+            view = rows[node_name] = NodeStatuses(liveness)
+        # No record at all (a 0.4.0 agent without --http published none): no way to tell.
+        view.values[model_key] = {**record, "stale": view.agent.known and not view.agent.up}
     return rows
 
 

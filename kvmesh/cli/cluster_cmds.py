@@ -1,15 +1,21 @@
-"""`kvmesh cluster up|status|down`: a local cluster of real processes (see kvmesh/cluster.py)."""
+"""`kvmesh cluster up|status|down`: a local cluster of real processes (see kvmesh/cluster.py);
+`kvmesh cluster health`: any cluster's health, read from the mesh (kvmesh/agent/health.py)."""
 
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from kvmesh import cluster, netlab
 from kvmesh.cli.common import KvGroup, cli_context, fail
+from kvstore import KvStoreClient, Value
+
+if TYPE_CHECKING:
+    from kvmesh.agent.health import NodeHealth
 
 run_dir_option = click.option(
     "--run-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -63,7 +69,8 @@ def cluster_up(nodes: int, topology: str, vpp_emulator: bool, no_netns: bool,
 @cluster_group.command("status")
 @run_dir_option
 def cluster_status(run_dir: Path) -> None:
-    """Where every node listens and whether its processes are alive."""
+    """Where every node listens, the version it runs (asked of the node: "0.4.0?" for one that
+    does not say, "?" for one that does not answer) and whether its processes are alive."""
     try:
         data = cluster.status(run_dir)
     except OSError as exc:  # an unsafe run dir (kvstore/safefs.py)
@@ -74,13 +81,74 @@ def cluster_status(run_dir: Path) -> None:
     if not data["nodes"]:
         click.echo(f"no cluster in {run_dir}")
         return
-    click.echo(f"{'NODE':<6} {'ROLE':<5} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
+    click.echo(f"{'NODE':<6} {'ROLE':<5} {'VERSION':<12} {'CMD URL':<24} {'HTTP':<18} "
+               f"{'NETNS':<12} PROCESSES")
     for name, info in data["nodes"].items():  # type: ignore[attr-defined]
         procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
                          for role, p in info["processes"].items())
         role = "leaf" if info["leaf"] else "full"
-        click.echo(f"{name:<6} {role:<5} {info['cmd_url']:<24} {info['http'] or '-':<18} "
+        click.echo(f"{name:<6} {role:<5} {info['version']:<12} {info['cmd_url']:<24} "
+                   f"{info['http'] or '-':<18} "
                    f"{info['netns'] or '-':<12} {procs}")
+
+
+@cluster_group.command("health")
+def cluster_health() -> None:
+    """One line per node, read from the mesh (any non-leaf node: --url): its agent up or down,
+    devices, values per state, the oldest FAILED value with its error, its version. Exit 1
+    when a node is down, has no agent, a device FAILED or DISCONNECTED, or a value FAILED or
+    INVALID; 0 when all is well (docs/operator.md, "Cluster health")."""
+    import sys
+    import time
+
+    from kvmesh.agent.health import MEMBER, cluster_health
+    from kvmesh.agent.keys import NODE, STATUS
+    from kvmesh.cli.common import run_client
+
+    def action(client: KvStoreClient) -> dict[str, Value]:
+        info = client.node_info()
+        if info.leaf_filters is not None:
+            fail(f"{info.name} is a leaf node: it holds only its own share of the mesh; ask a "
+                 "non-leaf node (--url)", 2)
+        kvs: dict[str, Value] = {}
+        for prefix in (NODE, STATUS, MEMBER):
+            kvs.update(client.dump(prefix=prefix))
+        return kvs
+
+    nodes = cluster_health(run_client(action), time.time())
+    if cli_context().as_json:
+        click.echo(json.dumps({"healthy": all(n.healthy for n in nodes),
+                               "nodes": [n.as_json() for n in nodes]}, indent=2))
+    elif not nodes:
+        click.echo("no node found in the mesh (no node/, status/ or member/ keys)")
+    else:
+        click.echo(health_table(nodes))
+    sys.exit(0 if nodes and all(n.healthy for n in nodes) else 1)
+
+
+def health_table(nodes: list[NodeHealth]) -> str:
+    import time
+
+    from kvmesh.agent.liveness import format_age
+
+    now = time.time()
+    rows = [("NODE", "AGENT", "DEVICES", "VALUES", "OLDEST FAILED", "VERSION")]
+    for n in nodes:
+        devices = " ".join(f"{d}:{s}" for d, s in sorted(n.devices.items())) or "-"
+        values = " ".join(f"{s}:{c}" for s, c in sorted(n.values.items())) or "-"
+        failed = "-"
+        if n.oldest_failed is not None:
+            key, record = n.oldest_failed
+            since = record.get("time")
+            age = f" ({format_age(now - since)} ago)" if isinstance(since, int | float) else ""
+            failed = f"{key}{age}: {record.get('error') or 'no error message'}"
+        agent = n.agent.describe(now)
+        if n.agent.known and not n.agent.up and n.values:
+            values += " (stale)"
+        rows.append((n.name, agent, devices, values, failed, n.version))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)),
+                                row[5]]) for row in rows)
 
 
 @cluster_group.command("down")

@@ -79,7 +79,21 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
                        token_file: str | None, read_token_file: str | None = None,
                        public_reads: bool = False) -> list[str]:
     """Check the REST API's TLS/token options (exit 2 with one line when unusable: a bad file,
-    or a non-loopback --http without TLS and token); the agent's arguments for them."""
+    or a non-loopback --http without TLS); the agent's arguments for them."""
+    from kvmesh.agent.http_security import HttpConfigError
+
+    try:
+        return check_http_security(parse_http(http), cert, key, token_file, read_token_file,
+                                   public_reads)
+    except HttpConfigError as exc:
+        fail(str(exc), code=2)
+
+
+def check_http_security(address: tuple[str, int] | None, cert: str | None, key: str | None,
+                        token_file: str | None, read_token_file: str | None = None,
+                        public_reads: bool = False) -> list[str]:
+    """`http_security_args` raising HttpConfigError instead of exiting (`address`: the
+    parsed --http)."""
     from kvmesh.agent.http_security import (
         HttpConfigError,
         check_bind,
@@ -88,21 +102,17 @@ def http_security_args(http: str | None, cert: str | None, key: str | None,
     )
     from kvmesh.entry import openssl_left_out
 
-    address = parse_http(http)
-    try:
-        if address is None and (cert or key or token_file or read_token_file or public_reads):
-            raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
-                                  "--http-read-token-file/--http-public-reads need --http")
-        if cert is not None and openssl_left_out():
-            # This process (a KvStore node) has no ssl: the certificate is loaded elsewhere.
-            check_in_child(cert, key, token_file, read_token_file, public_reads,
-                           address[0] if address is not None else None)
-        else:
-            security = load_security(cert, key, token_file, read_token_file, public_reads)
-            if address is not None:
-                check_bind(address[0], security)
-    except HttpConfigError as exc:
-        fail(str(exc), code=2)
+    if address is None and (cert or key or token_file or read_token_file or public_reads):
+        raise HttpConfigError("--http-cert/--http-key/--http-token-file/"
+                              "--http-read-token-file/--http-public-reads need --http")
+    if cert is not None and openssl_left_out():
+        # This process (a KvStore node) has no ssl: the certificate is loaded elsewhere.
+        check_in_child(cert, key, token_file, read_token_file, public_reads,
+                       address[0] if address is not None else None)
+    else:
+        security = load_security(cert, key, token_file, read_token_file, public_reads)
+        if address is not None:
+            check_bind(address[0], security)
     args: list[str] = []
     for flag, given in (("--http-cert", cert), ("--http-key", key),
                         ("--http-token-file", token_file),
@@ -126,8 +136,9 @@ def agent_options(fn: Any) -> Any:
                      "DATA_DIR/agent]."),
         click.option("--vpp-socket", default=None, help="Enable the VPP southbound on PATH."),
         click.option("--http", default=None, help="Serve the REST API on ADDR:PORT (loopback "
-                     "unless --http-cert, --http-key and --http-token-file are given); every "
-                     "request needs a bearer token (docs/security.md)."),
+                     "unless --http-cert and --http-key are given); every request needs a "
+                     "bearer token: the agent's, or a member's whose hash is in the mesh "
+                     "(docs/security.md)."),
         click.option("--http-cert", default=None, type=click.Path(dir_okay=False),
                      help="TLS certificate (PEM) of the REST API."),
         click.option("--http-key", default=None, type=click.Path(dir_okay=False),

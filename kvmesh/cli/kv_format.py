@@ -24,7 +24,11 @@ def ttl_text(ttl_ms: int) -> str:
     return "inf" if ttl_ms == TTL_INFINITY else f"{ttl_ms}ms"
 
 
-def value_json(value: Value, *, with_value: bool = True) -> dict[str, Any]:
+def value_json(value: Value, *, with_value: bool = True,
+               decode_maps: bool = False) -> dict[str, Any]:
+    """A key-value as JSON: the value as text when it is UTF-8, else base64 (`value_b64`); with
+    `decode_maps`, a msgpack map (the mesh's configuration and status records) as a JSON
+    object under `value`."""
     out: dict[str, Any] = {
         "version": value.version,
         "originator": value.originator_id,
@@ -33,15 +37,38 @@ def value_json(value: Value, *, with_value: bool = True) -> dict[str, Any]:
         try:
             out["value"] = value.value.decode("utf-8")
         except UnicodeDecodeError:
-            out["value_b64"] = base64.b64encode(value.value).decode("ascii")
+            decoded = msgpack_map(value.value) if decode_maps else None
+            if decoded is not None:
+                out["value"] = decoded
+            else:
+                out["value_b64"] = base64.b64encode(value.value).decode("ascii")
     out["ttl_ms"] = ttl_json(value.ttl_ms)
     out["ttl_version"] = value.ttl_version
     out["hash"] = value.hash
     return out
 
 
-def key_vals_json(key_vals: Mapping[str, Value], *, with_value: bool = True) -> dict[str, Any]:
-    return {key: value_json(key_vals[key], with_value=with_value) for key in sorted(key_vals)}
+def msgpack_map(raw: bytes) -> dict[str, Any] | None:
+    """`raw` decoded as one msgpack map, JSON-ready (bytes inside as text or {"b64": ...});
+    None when it is not exactly that."""
+    import msgpack
+
+    from kvmesh.agent.jsonable import to_jsonable
+
+    try:
+        decoded = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    jsonable: dict[str, Any] = to_jsonable(decoded)
+    return jsonable
+
+
+def key_vals_json(key_vals: Mapping[str, Value], *, with_value: bool = True,
+                  decode_maps: bool = False) -> dict[str, Any]:
+    return {key: value_json(key_vals[key], with_value=with_value, decode_maps=decode_maps)
+            for key in sorted(key_vals)}
 
 
 def dumps(obj: Any) -> str:
@@ -109,9 +136,20 @@ def peers_json(peers: Mapping[str, PeerSpec]) -> dict[str, Any]:
             "state": state_name(spec.state),
             "state_since_ms": spec.state_since_ms,
             "flaps": spec.flaps,
+            "protocol": spec.protocol,
+            "version": spec.version,
+            "refused": spec.refused,
         }
         for name, spec in sorted(peers.items())
     }
+
+
+def peer_version(spec: PeerSpec) -> str:
+    """The peer's version as its last sync said: "0.4.0?" for a peer that said none (protocol
+    1 and no version), "-" before any sync."""
+    if spec.protocol is None:
+        return "-"
+    return spec.version or "0.4.0?"
 
 
 def peers_table(peers: Mapping[str, PeerSpec]) -> str:
@@ -120,15 +158,18 @@ def peers_table(peers: Mapping[str, PeerSpec]) -> str:
     for name, spec in sorted(peers.items()):
         since = spec.state_since_ms or 0
         elapsed = f"{max(0, now_ms - since) / 1000:.1f}s" if since else "-"
-        rows.append(
-            [name, state_name(spec.state), elapsed, str(spec.flaps), spec.cmd_url, spec.pub_url]
-        )
-    return table(["Peer", "State", "In state", "Flaps", "Cmd URL", "Pub URL"], rows)
+        rows.append([name, state_name(spec.state), elapsed, str(spec.flaps), peer_version(spec),
+                     spec.cmd_url, spec.pub_url])
+    text = table(["Peer", "State", "In state", "Flaps", "Version", "Cmd URL", "Pub URL"], rows)
+    # A refused peering says why (docs/compatibility.md, "Protocol versions").
+    refusals = [f"{name} REFUSED: {spec.refused}" for name, spec in sorted(peers.items())
+                if spec.refused]
+    return "\n".join([text, *refusals])
 
 
 def publication_json(publication: Publication) -> dict[str, Any]:
     return {
-        "key_vals": key_vals_json(publication.key_vals or {}),
+        "key_vals": key_vals_json(publication.key_vals or {}, decode_maps=True),
         "expired_keys": sorted(publication.expired_keys or []),
         "node_ids": list(publication.node_ids or []),
     }

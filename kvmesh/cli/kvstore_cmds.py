@@ -7,11 +7,9 @@ request refused), 2 for invalid arguments or configuration. Every network call h
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -26,22 +24,17 @@ from kvmesh.cli.common import (
     client_for,
     emit,
     fail,
-    http_security_args,
     run_client,
 )
 from kvstore import (
+    DEFAULT_DATA_ROOT,
     I64_MAX,
-    KEY_FILE_ENV,
-    SERVER_KEY_ENV,
+    LOG_LEVELS,
     TTL_INFINITY,
-    CurveError,
     KvStoreClient,
     KvStoreError,
-    NodeConfig,
-    NodeSecurity,
     ServiceNotifier,
     Value,
-    non_loopback,
     record_identity,
     store_signature,
 )
@@ -51,7 +44,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # `key erase` TTL: short, but above the default flood threshold (500 ms) so the shortened TTL
 # still reaches every node instead of expiring only locally.
 ERASE_TTL_MS = 1000
-DEFAULT_DATA_ROOT = "/var/lib/kvmesh"
 
 
 # -- node -------------------------------------------------------------------------------------
@@ -63,7 +55,14 @@ def node_group() -> None:
 
 
 @node_group.command("run")
-@click.option("--name", required=True, help="Node id (originator id and flood-path id).")
+@click.option("--config", "config_path", type=click.Path(), default=None,
+              help="TOML file of the node's whole configuration, its agent's included "
+              "(docs/kvstore.md, \"The configuration file\"); the options below override it. "
+              "SIGHUP re-reads it.")
+@click.option("--check", is_flag=True, help="Print the effective configuration (TOML, each "
+              "value's source: default, file or flag) and exit: 0, or 1 with the error.")
+@click.option("--name", default=None, help="Node id (originator id and flood-path id) [the "
+              "file's name].")
 @click.option("--cmd-url", default=None, help="ROUTER command socket [tcp://127.0.0.1:60002].")
 @click.option("--pub-url", default=None, help="PUB socket [tcp://127.0.0.1:60001].")
 @click.option(
@@ -71,14 +70,7 @@ def node_group() -> None:
     "peers",
     multiple=True,
     metavar="NAME=CMD_URL[,PUB_URL]",
-    help="Peer to flood to and sync with (repeatable).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="TOML file of tuning knobs (see docs/kvstore.md).",
+    help="Peer to flood to and sync with (repeatable; added to the file's [peers]).",
 )
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False),
               help=f"Directory of the node's durable store [{DEFAULT_DATA_ROOT}/NAME].")
@@ -102,94 +94,48 @@ def node_group() -> None:
 @click.option("--insecure", is_flag=True, help="Plaintext, no authentication: only when every "
               "bound and peer address is loopback.")
 @click.option("--insecure-any-address", is_flag=True, help="Plaintext on any address (warns).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
+              help="The node's log level [info].")
 @agent_options
-def node_run(
-    name: str,
-    cmd_url: str | None,
-    pub_url: str | None,
-    peers: Sequence[str],
-    config_path: str | None,
-    data_dir: str | None,
-    ephemeral: bool,
-    discard_corrupt_state: bool,
-    leaf: bool,
-    key_prefix_filters: Sequence[str],
-    originator_filters: Sequence[str],
-    agent: bool,
-    node_key_file: str | None,
-    authorized_keys: str | None,
-    insecure: bool,
-    insecure_any_address: bool,
-    linux_netns: str | None,
-    linux: bool,
-    linux_state_dir: str | None,
-    vpp_socket: str | None,
-    http: str | None,
-    http_cert: str | None,
-    http_key: str | None,
-    http_token_file: str | None,
-    http_read_token_file: str | None,
-    http_public_reads: bool,
-    downstream_resync_s: float,
-    assume_current: bool,
-) -> None:
-    """Run a node in the foreground until SIGTERM/SIGINT (exit code 0)."""
-    from kvstore import ConfigError, load_config, parse_peer, run_node
+def node_run(config_path: str | None, check: bool, peers: Sequence[str],
+             **options: Any) -> None:
+    """Run a node in the foreground until SIGTERM/SIGINT (exit code 0); SIGHUP re-reads --config."""
+    from kvmesh.node_config import (
+        Reloader,
+        agent_args,
+        build_run_config,
+        flag_values,
+        node_security,
+        use_node_key_for_agent,
+    )
+    from kvstore import ConfigError, run_node
 
-    agent_args: list[str] = []
-    for flag, given in (("--linux-netns", linux_netns), ("--vpp-socket", vpp_socket),
-                        ("--http", http), ("--linux-state-dir", linux_state_dir)):
-        if given is not None:
-            agent_args += [flag, given]
-    for flag, on in (("--linux", linux), ("--assume-current", assume_current)):
-        if on:
-            agent_args.append(flag)
-    agent_args += ["--downstream-resync-s", str(downstream_resync_s)]
-    if not agent and len(agent_args) > 2:
-        fail("agent options (--linux, --linux-netns, --linux-state-dir, --vpp-socket, --http, "
-             "--assume-current) need --agent", code=2)
-    # Also rejects a bad --http ADDR:PORT, before anything starts.
-    agent_args += http_security_args(http, http_cert, http_key, http_token_file,
-                                     http_read_token_file, http_public_reads)
-
+    ctx = click.get_current_context()
+    given = {option: value for option, value in options.items()
+             if ctx.get_parameter_source(option) == click.core.ParameterSource.COMMANDLINE}
     try:
-        config = load_config(config_path)
-        peer_map = dict(config.peers)
-        for text in peers:
-            peer_name, address = parse_peer(text)
-            peer_map[peer_name] = address
-        if ephemeral and data_dir is not None:
-            raise ValueError("--ephemeral and --data-dir exclude each other")
-        if ephemeral:
-            data_dir = ""
-        elif data_dir is None and not config.data_dir:
-            data_dir = str(Path(DEFAULT_DATA_ROOT) / name)
-        config = config.with_overrides(
-            name=name, cmd_url=cmd_url, pub_url=pub_url, peers=peer_map, data_dir=data_dir,
-            discard_corrupt_state=discard_corrupt_state or None,
-            **leaf_overrides(config, name, leaf, agent, key_prefix_filters, originator_filters),
-        )
-    except (ConfigError, ValueError) as exc:
-        fail(str(exc), code=2)
-    if linux_state_dir is None and config.data_dir:
-        # The agent's durable state lives with the node's (kept by `cluster down`).
-        agent_args += ["--linux-state-dir", str(Path(config.data_dir) / "agent")]
-    security = node_security(config, node_key_file, authorized_keys, insecure,
-                             insecure_any_address)
+        flags = flag_values(given, tuple(peers))
+        run = build_run_config(config_path, flags)
+        security = node_security(run)
+        args = agent_args(run) if run.agent["enabled"] else []
+    except ConfigError as exc:
+        fail(str(exc), code=1 if check else 2)
+    if check:
+        click.echo(run.render(), nl=False)
+        sys.exit(0)
+    config = run.node
+    reload = Reloader(run, flags)
     # systemd's Type=notify (kvstore/sdnotify.py): READY=1 once the node answers and its agent
     # has started, WATCHDOG=1 from the event loop, STOPPING=1 on SIGTERM; no-ops outside systemd.
     notifier = ServiceNotifier.from_env()
-    if not agent:
-        sys.exit(run_node(config, security,
+    if not run.agent["enabled"]:
+        sys.exit(run_node(config, security, on_hangup=reload,
+                          log_level=run.effective["log_level"],
                           on_ready=lambda node: notifier.serving(node.stop, ready=True)))
     from kvmesh.agent.supervisor import AgentSupervisor
 
-    if security is not None and node_key_file is not None:
-        # The agent authenticates with this node's own key: an operator bound to this node
-        # (kvstore.curve.NodeSecurity), the one client that may write status/<name>/.
-        os.environ[KEY_FILE_ENV] = node_key_file
-        os.environ[SERVER_KEY_ENV] = node_key_file
-    supervisor = AgentSupervisor(config.name, config.cmd_url, agent_args,
+    use_node_key_for_agent(run)
+    supervisor = AgentSupervisor(config.name, config.cmd_url, args,
                                  on_started=notifier.ready if notifier.enabled else None)
 
     def on_ready(node: Any) -> None:
@@ -198,52 +144,11 @@ def node_run(
         supervisor.start(node.cmd_url)
 
     try:
-        code = run_node(config, security, on_ready=on_ready)
+        code = run_node(config, security, on_ready=on_ready, on_hangup=reload,
+                        log_level=run.effective["log_level"])
     finally:
         supervisor.stop()
     sys.exit(code)
-
-
-def leaf_overrides(config: NodeConfig, name: str, leaf: bool, agent: bool,
-                   prefixes: Sequence[str], originators: Sequence[str]) -> dict[str, Any]:
-    """The leaf settings of `node run`: flags win over the file; a leaf running its agent
-    without filters keeps what the agent needs (docs/kvstore.md, "Leaf nodes")."""
-    is_leaf = leaf or config.leaf
-    key_prefixes = tuple(prefixes) or config.key_prefix_filters
-    key_originators = tuple(originators) or config.key_originator_filters
-    if is_leaf and agent and not key_prefixes and not key_originators:
-        from kvmesh.agent.keys import agent_leaf_prefixes
-
-        key_prefixes = agent_leaf_prefixes(name)
-    return {"leaf": is_leaf, "key_prefix_filters": key_prefixes,
-            "key_originator_filters": key_originators}
-
-
-def node_security(config: NodeConfig, key_file: str | None, authorized_keys: str | None,
-                  insecure: bool, insecure_any_address: bool) -> NodeSecurity | None:
-    """The node's CurveZMQ setup from its options, or None for plaintext (checked here: plaintext
-    only on loopback unless forced); a usage problem exits 2 with one line."""
-    plaintext = insecure or insecure_any_address
-    if plaintext and (key_file or authorized_keys):
-        fail("node run: --insecure and --key-file/--authorized-keys exclude each other", code=2)
-    if plaintext:
-        urls = [config.cmd_url, config.pub_url, *(p.cmd_url for p in config.peers.values())]
-        remote = non_loopback(urls)
-        if remote and not insecure_any_address:
-            fail(f"node run: --insecure is for loopback only ({', '.join(remote)} is not); "
-                 "run secured (--key-file, --authorized-keys) or force --insecure-any-address",
-                 code=2)
-        if remote:
-            click.echo(f"warning: node {config.name} runs PLAINTEXT and unauthenticated on "
-                       f"{', '.join(remote)}: anyone who reaches it can write", err=True)
-        return None
-    if not key_file or not authorized_keys:
-        fail("node run: give --key-file FILE --authorized-keys DIR (secured; see "
-             "docs/security.md), or --insecure for a loopback-only plaintext node", code=2)
-    try:
-        return NodeSecurity(key_file, authorized_keys, config.name)
-    except CurveError as exc:
-        fail(f"node run: {exc}", code=2)
 
 
 # -- key --------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from kvmesh.agent.keys import STATUS, agent_key
 from kvmesh.agent.status import decode_status
 from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
+from kvstore.version import PROTOCOL_VERSION, __version__
 from tests.kvstore.conftest import Mesh, Node, free_port
 from tests.netns import Netns, netns_available, temporary_netns
 from tests.util import wait_until
@@ -270,6 +271,12 @@ def test_rest_endpoints_and_bad_parameters(cluster: Cluster) -> None:
     assert families["kvmesh_kvstore_up"].samples[0].value == 1
     assert "kvmesh_recon_successes" in names
     assert any(n.startswith("kvmesh_kvstore") for n in names)
+    # Info metrics: the versions of the node and of the agent (docs/compatibility.md).
+    for family in ("kvmesh_kvstore_build_info", "kvmesh_agent_build_info"):
+        (sample,) = families[family].samples
+        assert sample.value == 1
+        assert (sample.labels["version"], sample.labels["protocol"]) == (
+            __version__, str(PROTOCOL_VERSION))
     for bad in ("/scheduler/txn-history?seq-num=x", "/scheduler/txn-history?since=yesterday",
                 "/scheduler/txn-history?format=xml", "/scheduler/key-timeline",
                 "/scheduler/dump?view=ALL", "/scheduler/graph?format=png",
@@ -287,6 +294,7 @@ def test_agent_announces_itself_in_the_mesh(cluster: Cluster) -> None:
         wait_until(lambda: client.get([agent_key("n2")]).get(agent_key("n2")), timeout=20)
         record = decode_status(client.get([agent_key("n2")])[agent_key("n2")].value)
     assert record is not None and record["http"] == f"127.0.0.1:{cluster.agent.http_port}"
+    assert (record["version"], record["protocol"]) == (__version__, PROTOCOL_VERSION)
     # Device state is published too (RECONCILING first, then KNOWN).
     def device_state() -> str | None:
         with KvStoreClient(cluster.n1.cmd_url) as client:

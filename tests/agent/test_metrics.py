@@ -121,7 +121,7 @@ def test_a_scrape_without_the_kvstore_says_so() -> None:
 
 
 def test_kvstore_families_take_kind_and_help_from_the_declarations() -> None:
-    from kvmesh.agent.metrics import kvstore_families
+    from kvmesh.agent.metrics import in_base_units, kvstore_families
     from kvstore import stats
     from kvstore.batch_sizes import count_batch
 
@@ -132,13 +132,23 @@ def test_kvstore_families_take_kind_and_help_from_the_declarations() -> None:
     parsed = {f.name: f for f in text_string_to_metric_families(
         render(kvstore_families(counters)))}
     kinds = {name: family.type for name, family in parsed.items()}
+    # Every declared fixed counter is there, 0 when the node has not reported it yet.
+    assert parsed["kvmesh_kvstore_peer_silent"].samples[0].value == 0
+    assert parsed["kvmesh_kvstore_sent_key_vals"].samples[0].value == 12
+    assert parsed["kvmesh_kvstore_uptime_seconds"].samples[0].value == 0.005
+    kinds = {name: kind for name, kind in kinds.items()
+             if name not in {in_base_units(metric_name("kvmesh", stat), 0)[0]
+                             for stat in stats.STATS}
+             or name in {"kvmesh_kvstore_num_keys", "kvmesh_kvstore_sent_key_vals",
+                         "kvmesh_kvstore_uptime_seconds",
+                         "kvmesh_kvstore_full_sync_duration_seconds_last"}}
     assert kinds == {
         "kvmesh_kvstore_num_keys": "gauge",
         "kvmesh_kvstore_sent_key_vals": "counter",
-        "kvmesh_kvstore_uptime_ms": "gauge",
+        "kvmesh_kvstore_uptime_seconds": "gauge",  # in seconds: Prometheus's base unit
         "kvmesh_kvstore_num_peers_INITIALIZED": "gauge",
         "kvmesh_kvstore_errors_TOO_LARGE": "counter",
-        "kvmesh_kvstore_full_sync_duration_ms_last": "gauge",
+        "kvmesh_kvstore_full_sync_duration_seconds_last": "gauge",
         "kvmesh_kvstore_from_a_newer_node": "unknown",
     }  # and the batch size counters are the histogram's, not families of their own
     assert parsed["kvmesh_kvstore_num_keys"].documentation == stats.NUM_KEYS.help
@@ -146,12 +156,12 @@ def test_kvstore_families_take_kind_and_help_from_the_declarations() -> None:
 
 
 def test_every_declared_kvstore_counter_becomes_a_family_of_its_kind() -> None:
-    from kvmesh.agent.metrics import kvstore_families
+    from kvmesh.agent.metrics import in_base_units, kvstore_families
     from kvstore import stats
 
     families = {f.name: f for f in kvstore_families(dict.fromkeys(stats.STATS, 1))}
     for name, stat in stats.STATS.items():
-        family = families.get(metric_name("kvmesh", name))
+        family = families.get(in_base_units(metric_name("kvmesh", name), 1)[0])
         if stat.kind is stats.Kind.HISTOGRAM:
             assert family is None
         else:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from kvstore import wire
@@ -171,6 +172,9 @@ def test_counters_signature_compare(mesh: Mesh) -> None:
     assert "only-b" in text and "(missing)" in text
 
 
+MAP = msgpack.packb({"type": "bridge", "mtu": 1400, "raw": b"\xff"}, use_bin_type=True)
+
+
 def test_snoop_prints_the_stream(node: Node) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvmesh", "--url", node.cmd_url, "--json", "snoop",
@@ -189,6 +193,9 @@ def test_snoop_prints_the_stream(node: Node) -> None:
 
             def seen() -> bool:
                 version = next(versions)
+                client.set({"snoop/map": make_value(MAP, version=version, originator_id="t"),
+                            "snoop/bin": make_value(b"\xff\x00", version=version,
+                                                    originator_id="t")})
                 client.set({"snoop/k": make_value(b"v", version=version, originator_id="t")})
                 client.set({"other/k": make_value(b"v", version=version, originator_id="t")})
                 return any("snoop/k" in line for line in lines)
@@ -202,6 +209,11 @@ def test_snoop_prints_the_stream(node: Node) -> None:
     assert set(publication) == {"key_vals", "expired_keys", "node_ids"}
     assert publication["node_ids"] == ["cli-node"]
     assert "other/k" not in "".join(lines)  # prefix filter
+    # Values decoded: a msgpack map as JSON (not base64 msgpack), other bytes base64.
+    both = json.loads(next(line for line in lines if "snoop/map" in line))["key_vals"]
+    assert both["snoop/map"]["value"] == {"type": "bridge", "mtu": 1400, "raw": {"b64": "/w=="}}
+    assert "value_b64" not in both["snoop/map"]
+    assert both["snoop/bin"]["value_b64"] == "/wA="
 
 
 def test_snoop_duration_ends_it(node: Node) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmesh.cli.kvstore_cmds import leaf_overrides
+from kvmesh.node_config import build_run_config
 from kvstore import wire
 from kvstore.config import ConfigError, NodeConfig, load_config
 from kvstore.db import KvStoreDb
@@ -258,13 +258,15 @@ def test_leaf_configuration_from_toml_and_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="takes one"):
         load_config(path).with_overrides(name="x")
     # `node run --agent --leaf` without filters keeps what the agent needs; flags win.
-    base = NodeConfig(name="n1")
-    agent = leaf_overrides(base, "n1", True, True, (), ())
-    assert agent["key_prefix_filters"] == (
+    def filters(**flags: object) -> tuple[str, ...]:
+        run = build_run_config(None, {"name": "n1", "ephemeral": True, **flags})
+        return run.node.key_prefix_filters
+
+    assert filters(leaf=True, **{"agent.enabled": True}) == (
         "config/n1/", "status/n1/", "node/n1/", "revision/n1/")
-    given = leaf_overrides(base, "n1", True, True, ("config/n1/",), ())
-    assert given["key_prefix_filters"] == ("config/n1/",)
-    assert leaf_overrides(base, "n1", False, True, (), ())["key_prefix_filters"] == ()
+    assert filters(leaf=True, key_prefix_filters=("config/n1/",),
+                   **{"agent.enabled": True}) == ("config/n1/",)
+    assert filters(**{"agent.enabled": True}) == ()
 
 
 def test_a_rate_limited_release_sends_a_leaf_only_its_share_with_wire_ttls() -> None:

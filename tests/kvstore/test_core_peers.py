@@ -231,3 +231,69 @@ def test_anti_entropy_rejects_bad_config() -> None:
         AntiEntropyTimer(0, random.Random())
     with pytest.raises(ValueError):
         AntiEntropyTimer(10, random.Random(), jitter=1.5)
+
+
+# ---------------------------------------------------------------- liveness (dead or silent peers)
+
+
+def test_a_silent_peer_is_probed_then_marked_down_and_is_not_synced_until_it_answers() -> None:
+    t = table(dead_after_ms=900)  # probes after 300 ms without news
+    t.add("a", 0)
+    t.start_syncs(0)
+    t.sync_succeeded("a", t["a"].sync_id, 10)
+    t.heard_from("a", 10)
+    assert [p.name for p in t.keepalives_due(309)] == []
+    assert [p.name for p in t.keepalives_due(310)] == ["a"]
+    assert t.keepalives_due(311) == []  # one probe per interval, answered or not
+    t.heard_from("a", 400)  # the probe's answer
+    assert t.mark_silent(1299) == [] and t["a"].state == INITIALIZED
+    assert [p.name for p in t.keepalives_due(700)] == ["a"]
+    assert [p.name for p in t.mark_silent(1300)] == ["a"]  # 900 ms without news
+    peer = t["a"]
+    assert (peer.state, peer.down, peer.flaps, peer.state_since_ms) == (IDLE, True, 1, 1300)
+    assert t.mark_silent(5000) == []  # marked once
+    assert t.flood_targets(["k"]) == []
+    assert t.start_syncs(100_000) == []  # a down peer is probed, not synced
+    assert [p.name for p in t.keepalives_due(100_000)] == ["a"]
+    assert t.down_count() == 1
+    assert t.heard_from("a", 100_001) is True  # it is back: synced at once, whatever the backoff
+    assert not peer.down and t.down_count() == 0
+    assert [p.name for p in t.start_syncs(100_001)] == ["a"]
+    assert t.heard_from("a", 100_002) is False
+
+
+def test_a_peer_that_never_answers_is_marked_down_mid_sync_and_liveness_can_be_off() -> None:
+    t = table(dead_after_ms=900)
+    t.add("a", 0)
+    assert [p.name for p in t.start_syncs(0)] == ["a"]
+    t.flood_targets(["k"])  # remembered for the sync in flight
+    assert [p.name for p in t.mark_silent(900)] == ["a"]
+    assert t["a"].state == IDLE and t["a"].pending_keys == set()
+    assert t.initial_sync_done()  # readiness is not held hostage by a dead peer
+    off = table()
+    off.add("a", 0)
+    assert off.keepalives_due(10**9) == [] and off.mark_silent(10**9) == []
+    with pytest.raises(ValueError):
+        table(dead_after_ms=-1)
+
+
+def test_a_peer_readded_with_a_new_address_gets_the_full_time_again() -> None:
+    t = table(dead_after_ms=900)
+    t.add("a", 0, spec="tcp://x:1")
+    t.mark_silent(900)
+    assert t["a"].down
+    t.add("a", 1000, spec="tcp://x:2")
+    assert not t["a"].down and t.mark_silent(1899) == []
+    assert [p.name for p in t.start_syncs(1000)] == ["a"]
+
+
+def test_the_liveness_limit_changes_live_and_off_brings_the_down_back() -> None:
+    t = table(dead_after_ms=900)
+    t.add("a", 0)
+    t.mark_silent(900)
+    assert t["a"].down and t.start_syncs(10**6) == []
+    t.set_dead_after(3000)
+    assert t.keepalive_ms == 1000
+    t.set_dead_after(0)
+    assert not t["a"].down and t.keepalives_due(10**7) == []
+    assert [p.name for p in t.start_syncs(10**6)] == ["a"]

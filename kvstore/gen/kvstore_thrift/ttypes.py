@@ -670,6 +670,9 @@ class DigestParams(object):
      - node_ids
      - filters
      - sender_id
+     - protocol
+     - min_protocol
+     - version
 
     """
 
@@ -677,13 +680,19 @@ class DigestParams(object):
         'node_ids',
         'filters',
         'sender_id',
+        'protocol',
+        'min_protocol',
+        'version',
     )
 
 
-    def __init__(self, node_ids=None, filters=None, sender_id=None,):
+    def __init__(self, node_ids=None, filters=None, sender_id=None, protocol=None, min_protocol=None, version=None,):
         self.node_ids = node_ids
         self.filters = filters
         self.sender_id = sender_id
+        self.protocol = protocol
+        self.min_protocol = min_protocol
+        self.version = version
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -715,6 +724,21 @@ class DigestParams(object):
                     self.sender_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.min_protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRING:
+                    self.version = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -739,6 +763,18 @@ class DigestParams(object):
         if self.sender_id is not None:
             oprot.writeFieldBegin('sender_id', TType.STRING, 3)
             oprot.writeString(self.sender_id.encode('utf-8') if sys.version_info[0] == 2 else self.sender_id)
+            oprot.writeFieldEnd()
+        if self.protocol is not None:
+            oprot.writeFieldBegin('protocol', TType.I32, 4)
+            oprot.writeI32(self.protocol)
+            oprot.writeFieldEnd()
+        if self.min_protocol is not None:
+            oprot.writeFieldBegin('min_protocol', TType.I32, 5)
+            oprot.writeI32(self.min_protocol)
+            oprot.writeFieldEnd()
+        if self.version is not None:
+            oprot.writeFieldBegin('version', TType.STRING, 6)
+            oprot.writeString(self.version.encode('utf-8') if sys.version_info[0] == 2 else self.version)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -774,6 +810,9 @@ class PeerSpec(object):
      - state_since_ms
      - flaps
      - filters
+     - protocol
+     - version
+     - refused
 
     """
 
@@ -784,16 +823,22 @@ class PeerSpec(object):
         'state_since_ms',
         'flaps',
         'filters',
+        'protocol',
+        'version',
+        'refused',
     )
 
 
-    def __init__(self, cmd_url=None, pub_url="", state=    0, state_since_ms=0, flaps=0, filters=None,):
+    def __init__(self, cmd_url=None, pub_url="", state=    0, state_since_ms=0, flaps=0, filters=None, protocol=None, version=None, refused=None,):
         self.cmd_url = cmd_url
         self.pub_url = pub_url
         self.state = state
         self.state_since_ms = state_since_ms
         self.flaps = flaps
         self.filters = filters
+        self.protocol = protocol
+        self.version = version
+        self.refused = refused
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -835,6 +880,21 @@ class PeerSpec(object):
                     self.filters.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I32:
+                    self.protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.version = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.STRING:
+                    self.refused = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -868,6 +928,18 @@ class PeerSpec(object):
         if self.filters is not None:
             oprot.writeFieldBegin('filters', TType.STRUCT, 6)
             self.filters.write(oprot)
+            oprot.writeFieldEnd()
+        if self.protocol is not None:
+            oprot.writeFieldBegin('protocol', TType.I32, 7)
+            oprot.writeI32(self.protocol)
+            oprot.writeFieldEnd()
+        if self.version is not None:
+            oprot.writeFieldBegin('version', TType.STRING, 8)
+            oprot.writeString(self.version.encode('utf-8') if sys.version_info[0] == 2 else self.version)
+            oprot.writeFieldEnd()
+        if self.refused is not None:
+            oprot.writeFieldBegin('refused', TType.STRING, 9)
+            oprot.writeString(self.refused.encode('utf-8') if sys.version_info[0] == 2 else self.refused)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1351,18 +1423,27 @@ class DigestReply(object):
     Attributes:
      - digests
      - filters
+     - protocol
+     - min_protocol
+     - version
 
     """
 
     __slots__ = (
         'digests',
         'filters',
+        'protocol',
+        'min_protocol',
+        'version',
     )
 
 
-    def __init__(self, digests=None, filters=None,):
+    def __init__(self, digests=None, filters=None, protocol=None, min_protocol=None, version=None,):
         self.digests = digests
         self.filters = filters
+        self.protocol = protocol
+        self.min_protocol = min_protocol
+        self.version = version
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1390,6 +1471,21 @@ class DigestReply(object):
                     self.filters.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.min_protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.version = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1411,6 +1507,18 @@ class DigestReply(object):
         if self.filters is not None:
             oprot.writeFieldBegin('filters', TType.STRUCT, 2)
             self.filters.write(oprot)
+            oprot.writeFieldEnd()
+        if self.protocol is not None:
+            oprot.writeFieldBegin('protocol', TType.I32, 3)
+            oprot.writeI32(self.protocol)
+            oprot.writeFieldEnd()
+        if self.min_protocol is not None:
+            oprot.writeFieldBegin('min_protocol', TType.I32, 4)
+            oprot.writeI32(self.min_protocol)
+            oprot.writeFieldEnd()
+        if self.version is not None:
+            oprot.writeFieldBegin('version', TType.STRING, 5)
+            oprot.writeString(self.version.encode('utf-8') if sys.version_info[0] == 2 else self.version)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1449,6 +1557,9 @@ class NodeInfo(object):
      - digest
      - store_state
      - leaf_filters
+     - version
+     - protocol
+     - min_protocol
 
     """
 
@@ -1462,10 +1573,13 @@ class NodeInfo(object):
         'digest',
         'store_state',
         'leaf_filters',
+        'version',
+        'protocol',
+        'min_protocol',
     )
 
 
-    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0, store_state=None, leaf_filters=None,):
+    def __init__(self, name=None, cmd_url=None, pub_url=None, initial_sync_done=False, num_keys=0, uptime_ms=0, digest=0, store_state=None, leaf_filters=None, version=None, protocol=None, min_protocol=None,):
         self.name = name
         self.cmd_url = cmd_url
         self.pub_url = pub_url
@@ -1475,6 +1589,9 @@ class NodeInfo(object):
         self.digest = digest
         self.store_state = store_state
         self.leaf_filters = leaf_filters
+        self.version = version
+        self.protocol = protocol
+        self.min_protocol = min_protocol
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1531,6 +1648,21 @@ class NodeInfo(object):
                     self.leaf_filters.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.STRING:
+                    self.version = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.I32:
+                    self.protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.I32:
+                    self.min_protocol = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1576,6 +1708,18 @@ class NodeInfo(object):
         if self.leaf_filters is not None:
             oprot.writeFieldBegin('leaf_filters', TType.STRUCT, 9)
             self.leaf_filters.write(oprot)
+            oprot.writeFieldEnd()
+        if self.version is not None:
+            oprot.writeFieldBegin('version', TType.STRING, 10)
+            oprot.writeString(self.version.encode('utf-8') if sys.version_info[0] == 2 else self.version)
+            oprot.writeFieldEnd()
+        if self.protocol is not None:
+            oprot.writeFieldBegin('protocol', TType.I32, 11)
+            oprot.writeI32(self.protocol)
+            oprot.writeFieldEnd()
+        if self.min_protocol is not None:
+            oprot.writeFieldBegin('min_protocol', TType.I32, 12)
+            oprot.writeI32(self.min_protocol)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1901,6 +2045,9 @@ DigestParams.thrift_spec = (
     (1, TType.LIST, 'node_ids', (TType.I32, None, False), None, ),  # 1
     (2, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 2
     (3, TType.STRING, 'sender_id', 'UTF8', None, ),  # 3
+    (4, TType.I32, 'protocol', None, None, ),  # 4
+    (5, TType.I32, 'min_protocol', None, None, ),  # 5
+    (6, TType.STRING, 'version', 'UTF8', None, ),  # 6
 )
 all_structs.append(PeerSpec)
 PeerSpec.thrift_spec = (
@@ -1911,6 +2058,9 @@ PeerSpec.thrift_spec = (
     (4, TType.I64, 'state_since_ms', None, 0, ),  # 4
     (5, TType.I32, 'flaps', None, 0, ),  # 5
     (6, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 6
+    (7, TType.I32, 'protocol', None, None, ),  # 7
+    (8, TType.STRING, 'version', 'UTF8', None, ),  # 8
+    (9, TType.STRING, 'refused', 'UTF8', None, ),  # 9
 )
 all_structs.append(PeerAddParams)
 PeerAddParams.thrift_spec = (
@@ -1947,6 +2097,9 @@ DigestReply.thrift_spec = (
     None,  # 0
     (1, TType.MAP, 'digests', (TType.I32, None, TType.I64, None, False), None, ),  # 1
     (2, TType.STRUCT, 'filters', [KeyFilters, None], None, ),  # 2
+    (3, TType.I32, 'protocol', None, None, ),  # 3
+    (4, TType.I32, 'min_protocol', None, None, ),  # 4
+    (5, TType.STRING, 'version', 'UTF8', None, ),  # 5
 )
 all_structs.append(NodeInfo)
 NodeInfo.thrift_spec = (
@@ -1960,6 +2113,9 @@ NodeInfo.thrift_spec = (
     (7, TType.I64, 'digest', None, 0, ),  # 7
     (8, TType.STRING, 'store_state', 'UTF8', None, ),  # 8
     (9, TType.STRUCT, 'leaf_filters', [KeyFilters, None], None, ),  # 9
+    (10, TType.STRING, 'version', 'UTF8', None, ),  # 10
+    (11, TType.I32, 'protocol', None, None, ),  # 11
+    (12, TType.I32, 'min_protocol', None, None, ),  # 12
 )
 all_structs.append(Error)
 Error.thrift_spec = (
