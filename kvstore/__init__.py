@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from kvstore.gen.kvstore_thrift.ttypes import NodeInfo, PeerSpec, PeerState, Publication
     from kvstore.node import KvStoreNode, run_node
     from kvstore.node_ports import free_tcp_port
+    from kvstore.sdnotify import ServiceNotifier
     from kvstore.signature import record_identity, store_signature
     from kvstore.storage import DB_FILE
     from kvstore.store_state import StoreState, store_is_current, why_not_current
@@ -100,6 +101,7 @@ _SURFACE: dict[str, tuple[str, ...]] = {
     "kvstore.gen.kvstore_thrift.ttypes": ("NodeInfo", "PeerSpec", "PeerState", "Publication"),
     "kvstore.node": ("KvStoreNode", "run_node"),
     "kvstore.node_ports": ("free_tcp_port",),
+    "kvstore.sdnotify": ("ServiceNotifier",),
     "kvstore.signature": ("record_identity", "store_signature"),
     "kvstore.storage": ("DB_FILE",),
     "kvstore.store_state": ("StoreState", "store_is_current", "why_not_current"),
@@ -151,6 +153,7 @@ __all__ = [
     "PeerSpec",
     "PeerState",
     "Publication",
+    "ServiceNotifier",
     "StoreState",
     "Subscription",
     "Value",

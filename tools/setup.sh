@@ -15,6 +15,7 @@ command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for th
 # The console's browser tests (tests/browser): Debian's chromium, driven by Playwright (whose
 # own browser download cannot work here).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)  # `verify` of the systemd unit (tests)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # promtool checks packaging/'s alerting rules and a live agent's /metrics (tests/test_packaging.py).
 # Debian ships it only in the server's package: ~19 MB, ~30 s to install (measured); without its

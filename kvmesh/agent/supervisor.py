@@ -15,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from kvmesh.agent.keys import NODE
 from kvstore import KvStoreClient, KvStoreError
 
 log = logging.getLogger("kvmesh.agent.supervisor")
@@ -47,14 +48,24 @@ def local_url(bound_url: str) -> str:
     return bound_url
 
 
+# The agent options that make it announce itself under node/<name>/ (a device's state, its REST
+# address): without any, it has nothing to announce, and it counts as started once spawned.
+ANNOUNCING_OPTIONS = ("--linux", "--linux-netns", "--vpp-socket", "--http")
+
+
 class AgentSupervisor:
+    """`on_started` is called once, from the supervisor's thread, when the first agent has
+    started: it announced itself (a new record under `node/<name>/`) since it was spawned."""
+
     def __init__(self, node_name: str, node_url: str, agent_args: Sequence[str],
-                 backoff: tuple[float, float] = (0.5, 30.0), stop_timeout: float = 20.0) -> None:
+                 backoff: tuple[float, float] = (0.5, 30.0), stop_timeout: float = 20.0,
+                 on_started: Callable[[], None] | None = None) -> None:
         self.node_name = node_name
         self.node_url = local_url(node_url)
         self.agent_args = list(agent_args)
         self.backoff = backoff
         self.stop_timeout = stop_timeout
+        self.on_started = on_started
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
@@ -93,12 +104,39 @@ class AgentSupervisor:
         except KvStoreError:
             return False
 
+    def _announcements(self) -> dict[str, tuple[int, str, int | None]] | None:
+        """What the agent has announced under node/<name>/ (identity of each record), or None
+        when the node does not answer."""
+        try:
+            with KvStoreClient(self.node_url, timeout_s=1.0) as client:
+                values = client.hash_dump(f"{NODE}{self.node_name}/")
+        except KvStoreError:
+            return None
+        return {k: (v.version, v.originator_id, v.hash) for k, v in values.items()}
+
+    def _report_started(self, before: dict[str, tuple[int, str, int | None]] | None,
+                        proc: subprocess.Popen[bytes]) -> None:
+        """Call `on_started` once the agent spawned as `proc` has announced itself."""
+        if self.on_started is None:
+            return
+        if any(arg in ANNOUNCING_OPTIONS for arg in self.agent_args):
+            while not self._stop.is_set() and proc.poll() is None:
+                now, earlier = self._announcements() or {}, before or {}
+                if any(earlier.get(key) != identity for key, identity in now.items()):
+                    break  # a record made or changed since the spawn (not one expiring)
+                self._stop.wait(0.1)
+            else:
+                return  # stopped, or the agent died first: its restart tries again
+        callback, self.on_started = self.on_started, None
+        callback()
+
     def _run(self) -> None:
         while not self._stop.is_set() and not self._node_ready():
             self._stop.wait(0.1)
         delay = self.backoff[0]
         while not self._stop.is_set():
             started = time.monotonic()
+            before = self._announcements() if self.on_started is not None else None
             # The agent inherits stdout/stderr: its log lines go where the node's go. Its own
             # session keeps a terminal's Ctrl-C away from it (the supervisor stops it, in order);
             # the parent-death signal stops it if the node is killed outright.
@@ -106,6 +144,7 @@ class AgentSupervisor:
             self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, env=env,
                                           start_new_session=True, preexec_fn=_die_with_parent)
             log.info("agent started (pid %d)", self._proc.pid)
+            self._report_started(before, self._proc)
             code = self._proc.wait()
             if self._stop.is_set():
                 return

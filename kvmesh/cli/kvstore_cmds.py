@@ -34,6 +34,7 @@ from kvstore import (
     TTL_INFINITY,
     KvStoreClient,
     KvStoreError,
+    ServiceNotifier,
     Value,
     record_identity,
     store_signature,
@@ -125,18 +126,27 @@ def node_run(config_path: str | None, check: bool, peers: Sequence[str],
         sys.exit(0)
     config = run.node
     reload = Reloader(run, flags)
+    # systemd's Type=notify (kvstore/sdnotify.py): READY=1 once the node answers and its agent
+    # has started, WATCHDOG=1 from the event loop, STOPPING=1 on SIGTERM; no-ops outside systemd.
+    notifier = ServiceNotifier.from_env()
     if not run.agent["enabled"]:
         sys.exit(run_node(config, security, on_hangup=reload,
-                          log_level=run.effective["log_level"]))
+                          log_level=run.effective["log_level"],
+                          on_ready=lambda node: notifier.serving(node.stop, ready=True)))
     from kvmesh.agent.supervisor import AgentSupervisor
 
     use_node_key_for_agent(run)
-    supervisor = AgentSupervisor(config.name, config.cmd_url, args)
-    try:
+    supervisor = AgentSupervisor(config.name, config.cmd_url, args,
+                                 on_started=notifier.ready if notifier.enabled else None)
+
+    def on_ready(node: Any) -> None:
+        notifier.serving(node.stop)
         # Started once bound: the agent dials the bound address (a `*` port resolved).
-        code = run_node(config, security,
-                        on_ready=lambda node: supervisor.start(node.cmd_url),
-                        on_hangup=reload, log_level=run.effective["log_level"])
+        supervisor.start(node.cmd_url)
+
+    try:
+        code = run_node(config, security, on_ready=on_ready, on_hangup=reload,
+                        log_level=run.effective["log_level"])
     finally:
         supervisor.stop()
     sys.exit(code)
