@@ -24,7 +24,7 @@ as the agent's shell applies the scheduler's: `kvstore.node`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,17 +259,32 @@ class MemberView:
         return out
 
 
-def drop_own_record(sender: str | None, key_vals: MutableMapping[str, Any]) -> bool:
-    """A node never vouches for itself: remove, in place, `sender`'s own `member/<sender>` from
-    what that peer sent (a flood, a sync reply or a sync's finalize); True if there was one.
+def drop_readmissions(held: Callable[[str], bytes | None],
+                      key_vals: MutableMapping[str, Any]) -> list[str]:
+    """Removal is final: remove, in place, every `member/<name>` record of `key_vals` (what a
+    peer or client sent: a flood, a sync reply, a KEY_SET) that would make active again a member
+    this node holds as removed (`held(key)`: the value bytes it holds). Returns those keys.
 
-    Without it, a removed node that reaches a node which missed the removal (down at the time,
-    restarted with its old records, so still accepting the removed key) could flood a newer,
-    "active" version of its own record there, and that node would relay it to everyone. An
-    operator's change to X's record reaches every node by paths other than X."""
-    if sender is None:
-        return False
-    return key_vals.pop(member_key(sender), None) is not None
+    Without it, a removed node that reached a node which missed the removal (down at the time,
+    so still accepting the removed key) could flood a newer, "active" version of its own record
+    there, and every node would take it by version. A name once removed stays removed; a new key
+    for a member is `kvmesh member rotate`, a removed host comes back under a new name."""
+    dropped = []
+    for key in [k for k in key_vals if k.startswith(MEMBER_PREFIX)]:
+        name = name_of(key)
+        held_raw = held(key)
+        if name is None or not held_raw:
+            continue
+        try:
+            if decode_member(name, held_raw).active:
+                continue
+            incoming = key_vals[key].value
+            if incoming and decode_member(name, incoming).active:
+                del key_vals[key]
+                dropped.append(key)
+        except MemberError:
+            continue  # not a record this node judges: the merge keeps the usual rules
+    return dropped
 
 
 @dataclass(frozen=True)
@@ -333,7 +348,7 @@ __all__ = [
     "check_key",
     "check_name",
     "decode_member",
-    "drop_own_record",
+    "drop_readmissions",
     "encode_member",
     "is_z85_key",
     "key_fingerprint",

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from kvstore import stats, wire
-from kvstore.authz import INSECURE_IDENTITY, PEER, Identity, authorize
+from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
 from kvstore.config import ConfigError, NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
@@ -55,7 +55,7 @@ from kvstore.gen.kvstore_thrift.ttypes import (
     Value,
 )
 from kvstore.malloc import return_large_buffers
-from kvstore.membership import drop_own_record
+from kvstore.membership import drop_readmissions
 from kvstore.node_conns import (
     FD_RESERVE,
     HEARTBEAT_IVL_MS,
@@ -531,17 +531,21 @@ class KvStoreNode:
         return True
 
     def _dropped_own_record(self, identity: Identity | None, request: Request) -> bool:
-        """Drop a peer's own `member/<peer>` from its KEY_SET (`membership.drop_own_record`);
-        True if it was there (the set is then no longer the bytes received: never forwarded as
-        they are)."""
+        """Drop from a KEY_SET the `member/` records that would re-admit a member this node holds
+        as removed (`membership.drop_readmissions`); True if any (the set is then no longer the
+        bytes received: never forwarded as they are)."""
         params = request.key_set
-        if (identity is None or identity.role != PEER or params is None
-                or params.key_vals is None):
+        if identity is None or params is None or params.key_vals is None:
             return False
-        if not drop_own_record(identity.node, params.key_vals):
-            return False
-        self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
-        return True
+        now = monotonic_ms()
+
+        def held(key: str) -> bytes | None:
+            value = self.db.get([key], now).get(key)
+            return value.value if value is not None else None
+
+        dropped = drop_readmissions(held, params.key_vals)
+        self.counters[stats.MEMBER_READMISSION_DROPPED] += len(dropped)
+        return bool(dropped)
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
         self.counters[stats.MALFORMED_REQUESTS] += 1

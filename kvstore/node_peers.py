@@ -38,7 +38,7 @@ from kvstore.filters import KeyFilter
 from kvstore.flood import FloodProtocol, Path, Send
 from kvstore.forward import Received
 from kvstore.gen.kvstore_thrift.ttypes import Command, PeerSpec, PeerState, Request, Value
-from kvstore.membership import drop_own_record
+from kvstore.membership import drop_readmissions
 from kvstore.node_sync import ProtocolRefused, SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.protocol import INCOMPATIBLE_PROTOCOL
@@ -558,9 +558,14 @@ class Peering:
         log.error("peer %s refused: %s; retry in ~%d ms", link.name, why, backoff)
         self.update_initial_sync()
 
+    def _held_bytes(self, key: str) -> bytes | None:
+        value = self.db.get([key], monotonic_ms()).get(key)
+        return value.value if value is not None else None
+
     def _merge_reply(self, link: PeerLink, key_vals: WireKeyVals, now: int) -> None:
-        if self.security is not None and drop_own_record(link.name, key_vals):
-            self.counters[stats.MEMBER_OWN_RECORD_DROPPED] += 1
+        if self.security is not None:
+            self.counters[stats.MEMBER_READMISSION_DROPPED] += len(
+                drop_readmissions(self._held_bytes, key_vals))
         result = self.db.merge_decoded(key_vals, now)
         self.counters[stats.FULL_SYNC_RECEIVED_KEY_VALS] += len(key_vals)
         # No divergence resync here: this sync is what repairs it.

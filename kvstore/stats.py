@@ -420,11 +420,10 @@ MEMBERS_REMOVED = gauge(
     "kvstore.members.removed", "Removed member records this node holds (their keys refused).")
 MEMBERS_INVALID = gauge(
     "kvstore.members.invalid", "member/ records this node cannot decode (ignored).")
-MEMBER_OWN_RECORD_DROPPED = counter(
-    "kvstore.members.own_record_dropped",
-    "A peer's own member/<peer> record dropped from what it sent (a flood, a sync reply): a "
-    "node never vouches for itself. Normal when it relays an operator's change of its record, "
-    "which reaches this node by another path.")
+MEMBER_READMISSION_DROPPED = counter(
+    "kvstore.members.readmission_dropped",
+    "member/<name> records dropped from what a peer or client sent because they would make a "
+    "member this node holds as removed active again (removal is final).")
 MEMBER_PEER_CHANGES = counter(
     "kvstore.members.peer_changes",
     "Peers added or removed because member records name (or stopped naming) them.")

@@ -192,7 +192,7 @@ def test_the_deploy_guide_as_written(fleet: Fleet) -> None:
     # h2's old key is refused, even by h3, whose authorized-keys/peer/ still lists it.
     old = fleet.run(Block("h3", f'kvmesh --url tcp://$H3:60002 --key-file {old_h2_secret} '
                                 '--server-key /etc/kvmesh/keys/h3.key key get member/h1', 0))
-    assert old.returncode != 0
+    assert old.returncode != 0, old.stdout
     # h4, removed, is refused by the node it joined through.
     refused = fleet.run(Block("h4", 'kvmesh --url tcp://$H3:60002 --key-file '
                                     '/etc/kvmesh/keys/h4.key_secret --server-key '

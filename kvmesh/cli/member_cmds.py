@@ -112,9 +112,12 @@ def member_add(name: str, key_file: str, address: str | None, peers: Sequence[st
 
     def action(client: KvStoreClient) -> tuple[int, str]:
         value, existing = _current(client, name)
+        if existing is not None and not existing.active:
+            fail(f"member add {name}: {name} was removed, and removal is final: admit the host "
+                 "under a new name (a new key for a member: kvmesh member rotate)")
         if existing is not None and existing.key != key and existing.active:
             fail(f"member add {name}: {name} is already a member with another key "
-                 f"({existing.fingerprint}); remove it first")
+                 f"({existing.fingerprint}); to give it a new key: kvmesh member rotate")
         view = _view(client)
         for other in view.active():
             if other.name != name and other.key == key:

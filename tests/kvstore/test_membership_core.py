@@ -30,7 +30,7 @@ from kvstore.membership import (
     MemberError,
     MemberView,
     decode_member,
-    drop_own_record,
+    drop_readmissions,
     encode_member,
     key_fingerprint,
     key_table,
@@ -222,8 +222,18 @@ def test_the_zap_decision_is_the_key_tables() -> None:
     assert len(table.accepted) == 3  # h2 (directory), h4 (record), own
 
 
-def test_a_node_never_vouches_for_itself() -> None:
-    sent = {member_key("h4"): 1, member_key("h5"): 2, "config/h4/x": 3}
-    assert drop_own_record("h4", sent)
-    assert sent == {member_key("h5"): 2, "config/h4/x": 3}
-    assert not drop_own_record("h4", sent) and not drop_own_record(None, sent)
+def test_removal_is_final_a_record_re_admitting_a_removed_member_is_dropped() -> None:
+    gone, kept = member("h4", state=REMOVED), member("h5")
+    held = {member_key("h4"): encode_member(gone), member_key("h5"): encode_member(kept)}
+    again = dataclasses.replace(gone, state=ACTIVE)
+    moved = dataclasses.replace(kept, cmd_url="tcp://10.0.0.9:7000")
+    sent = {member_key("h4"): Value(value=encode_member(again), version=9),
+            member_key("h5"): Value(value=encode_member(moved), version=2),
+            member_key("h6"): Value(value=encode_member(member("h6")), version=1),
+            "config/h4/x": Value(value=b"x", version=1)}
+    assert drop_readmissions(held.get, sent) == [member_key("h4")]
+    # An active member's update, a new member and other keys merge as usual.
+    assert set(sent) == {member_key("h5"), member_key("h6"), "config/h4/x"}
+    # A newer "removed" record of a removed member is no re-admission.
+    again_removed = {member_key("h4"): Value(value=encode_member(gone), version=10)}
+    assert drop_readmissions(held.get, again_removed) == []

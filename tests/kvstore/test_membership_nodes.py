@@ -5,6 +5,7 @@ restart; only an operator writes `member/`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,8 +20,9 @@ import pytest
 from kvmesh import launch
 from kvmesh.launch import KVMESH, NodeSpec
 from kvstore.client import KvStoreError, KvStoreRequestError, make_value
+from kvstore.curve import load_public_key
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, PeerState, Request
-from kvstore.membership import REMOVED, decode_member, member_key
+from kvstore.membership import ACTIVE, REMOVED, Member, decode_member, encode_member, member_key
 from tests.kvstore.conftest import REPO, TEST_CONFIG, Mesh, Node, free_port
 from tests.util import wait_until
 
@@ -212,21 +214,27 @@ def test_only_an_operator_writes_members_and_bad_input_writes_nothing(
         with h1.client(key=key_name) as c, pytest.raises(KvStoreRequestError, match=reason):
             c.set({member_key("h9"): record})
     assert counter(h1, "kvstore.auth.refused.member_write") == 2
-    # A peer never vouches for itself: its own record in its flood is dropped, the rest merged
-    # (what stops a removed node re-admitting itself through a node that missed the removal).
-    own = member_key("h2")
-    assert flood_as(h1, "h2", own, b"forged", 7, ["h2"]) is None
+    # Removal is final: a flood making a removed member active again is dropped, the rest of
+    # it merged (what stops a removed node re-admitting itself through a node that missed the
+    # removal, and relayed by it).
+    gone = Member(name="h9", key=load_public_key(str(mesh.keyring.public("rd"))).decode(),
+                  role="peer",
+                  cmd_url="tcp://127.0.0.1:1", pub_url="", peers=(), added_by="op",
+                  added_at=1, state=REMOVED)
     with h1.client() as c:
-        assert c.get([own]) == {}
-    assert counter(h1, "kvstore.members.own_record_dropped") == 1
+        c.set({member_key("h9"): make_value(encode_member(gone), version=5,
+                                            originator_id="kvmesh-member")})
+    again = encode_member(dataclasses.replace(gone, state=ACTIVE))
     request = Request(cmd=Command.KEY_SET, key_set=KeySetParams(
-        key_vals={own: make_value(b"forged", version=7, originator_id="h2"),
+        key_vals={member_key("h9"): make_value(again, version=7, originator_id="x"),
                   "x/ok": make_value(b"v", version=1, originator_id="h2")},
         solicit_response=True, node_ids=["h2"]))
     with h1.client(key="h2") as c:
         c.request(request)
     with h1.client() as c:
-        assert set(c.get([own, "x/ok"])) == {"x/ok"}
+        held = c.get([member_key("h9"), "x/ok"])
+    assert held[member_key("h9")].version == 5 and "x/ok" in held
+    assert counter(h1, "kvstore.members.readmission_dropped") == 1
 
     garbage = tmp_path / "bad.key"
     garbage.write_text("not a key\n")
