@@ -102,29 +102,39 @@ def test_keep_alives_stop_while_the_event_loop_is_blocked(
     assert messages[-1].startswith("STOPPING=1")
 
 
-@pytest.mark.process
-def test_node_with_agent_notifies_ready_watchdog_and_stopping(
-        receiver: tuple[socket.socket, str], tmp_path: Path) -> None:
-    sock, name = receiver
+def rest_listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def run_until_stopped(sock: socket.socket, name: str, tmp_path: Path, run: int) -> None:
+    """One life of a node with its agent under a fake systemd: READY=1 only once the node answers
+    and the agent has started (its REST API listens), WATCHDOG=1 all along, STOPPING=1 at
+    SIGTERM, exit 0."""
     cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+    http_port = free_tcp_port()
     env = {**os.environ, "NOTIFY_SOCKET": name, "WATCHDOG_USEC": "400000"}
-    log = (tmp_path / "node.log").open("wb")
+    log = (tmp_path / f"node-{run}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvmesh", "node", "run", "--name", "sd1", "--cmd-url", cmd_url,
-         "--pub-url", f"tcp://127.0.0.1:{free_tcp_port()}", "--insecure", "--ephemeral",
-         "--agent", "--http", f"127.0.0.1:{free_tcp_port()}"],
+         "--pub-url", f"tcp://127.0.0.1:{free_tcp_port()}", "--insecure",
+         "--data-dir", str(tmp_path / "data"), "--agent", "--http", f"127.0.0.1:{http_port}"],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         before_ready: list[str] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while (message := recv(sock, max(0.0, deadline - time.monotonic()))) is not None:
             if message.startswith("READY=1"):
                 break
             before_ready.append(message)
-        assert message is not None and message.startswith("READY=1"), "no READY=1 within 30 s"
-        # At READY=1 the node answers and its agent has announced itself through it.
+        assert message is not None and message.startswith("READY=1"), "no READY=1 within 60 s"
+        # At READY=1 the node answers and its agent has started: its REST API listens.
+        assert rest_listens(http_port)
         with KvStoreClient(cmd_url, timeout_s=5) as client:
-            assert "node/sd1/agent" in client.dump(prefix="node/sd1/")
+            assert client.node_info().name == "sd1"
         assert all(m == "WATCHDOG=1" for m in before_ready)
         keep_alives = [recv(sock, 2.0) for _ in range(5)]
         assert keep_alives == ["WATCHDOG=1"] * 5
@@ -139,6 +149,15 @@ def test_node_with_agent_notifies_ready_watchdog_and_stopping(
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.mark.process
+def test_node_with_agent_notifies_ready_watchdog_and_stopping(
+        receiver: tuple[socket.socket, str], tmp_path: Path) -> None:
+    sock, name = receiver
+    run_until_stopped(sock, name, tmp_path, 1)
+    # Restarted on its durable store (what systemd's Restart= does): READY=1 again.
+    run_until_stopped(sock, name, tmp_path, 2)
 
 
 @pytest.mark.process

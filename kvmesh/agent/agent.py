@@ -225,9 +225,11 @@ class StopDeadline:
 
 
 def run_agent(config: AgentConfig, stop: threading.Event,
-              deadline: StopDeadline | None = None) -> int:
+              deadline: StopDeadline | None = None,
+              on_started: Callable[[], None] | None = None) -> int:
     """Run an agent until `stop` is set (or the agent fails); returns the exit code. Whatever
-    ends it, the process is gone within `deadline` after (`StopDeadline`)."""
+    ends it, the process is gone within `deadline` after (`StopDeadline`). `on_started`: called
+    once the agent has started (its southbounds registered, its REST API bound)."""
     deadline = deadline or StopDeadline()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -239,6 +241,8 @@ def run_agent(config: AgentConfig, stop: threading.Event,
         deadline.arm()
         agent.stop()
         return 1
+    if on_started is not None:
+        on_started()
     while not stop.wait(0.2):
         if agent.wait_stopped(0):
             deadline.arm()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -17,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from kvmesh.agent.keys import NODE
 from kvstore import KvStoreClient, KvStoreError
 
 log = logging.getLogger("kvmesh.agent.supervisor")
@@ -25,12 +25,26 @@ log = logging.getLogger("kvmesh.agent.supervisor")
 # Set for the agent to the node's pid: the agent stops once the node is no longer its parent, in
 # case the parent-death signal does not reach it (`kvmesh.agent.agent.run_agent`).
 PARENT_PID_ENV = "KVMESH_AGENT_PARENT_PID"
+# Set for the agent, when the supervisor wants to know, to a pipe's write end: the agent writes one
+# byte there once started (southbounds registered, REST API bound), then closes it.
+STARTED_FD_ENV = "KVMESH_AGENT_STARTED_FD"
 
 
 def parent_pid_from_env() -> int | None:
     """The node's pid the supervisor gave its agent (PARENT_PID_ENV), or None."""
     raw = os.environ.get(PARENT_PID_ENV, "")
     return int(raw) if raw.isdigit() else None
+
+
+def tell_supervisor_started() -> None:
+    """In the agent, once started: one byte to the supervisor's pipe (STARTED_FD_ENV), if any."""
+    raw = os.environ.pop(STARTED_FD_ENV, "")
+    if raw.isdigit():
+        try:
+            os.write(int(raw), b"1")
+            os.close(int(raw))
+        except OSError:
+            pass  # the supervisor is gone: nobody to tell
 
 
 def _die_with_parent() -> None:
@@ -48,14 +62,9 @@ def local_url(bound_url: str) -> str:
     return bound_url
 
 
-# The agent options that make it announce itself under node/<name>/ (a device's state, its REST
-# address): without any, it has nothing to announce, and it counts as started once spawned.
-ANNOUNCING_OPTIONS = ("--linux", "--linux-netns", "--vpp-socket", "--http")
-
-
 class AgentSupervisor:
     """`on_started` is called once, from the supervisor's thread, when the first agent has
-    started: it announced itself (a new record under `node/<name>/`) since it was spawned."""
+    started (it says so through a pipe: `tell_supervisor_started`)."""
 
     def __init__(self, node_name: str, node_url: str, agent_args: Sequence[str],
                  backoff: tuple[float, float] = (0.5, 30.0), stop_timeout: float = 20.0,
@@ -104,31 +113,19 @@ class AgentSupervisor:
         except KvStoreError:
             return False
 
-    def _announcements(self) -> dict[str, tuple[int, str, int | None]] | None:
-        """What the agent has announced under node/<name>/ (identity of each record), or None
-        when the node does not answer."""
+    def _report_started(self, started_fd: int, proc: subprocess.Popen[bytes]) -> None:
+        """Call `on_started` once the agent spawned as `proc` writes to `started_fd` (an end of
+        file instead: it died first, and its restart tries again)."""
         try:
-            with KvStoreClient(self.node_url, timeout_s=1.0) as client:
-                values = client.hash_dump(f"{NODE}{self.node_name}/")
-        except KvStoreError:
-            return None
-        return {k: (v.version, v.originator_id, v.hash) for k, v in values.items()}
-
-    def _report_started(self, before: dict[str, tuple[int, str, int | None]] | None,
-                        proc: subprocess.Popen[bytes]) -> None:
-        """Call `on_started` once the agent spawned as `proc` has announced itself."""
-        if self.on_started is None:
-            return
-        if any(arg in ANNOUNCING_OPTIONS for arg in self.agent_args):
             while not self._stop.is_set() and proc.poll() is None:
-                now, earlier = self._announcements() or {}, before or {}
-                if any(earlier.get(key) != identity for key, identity in now.items()):
-                    break  # a record made or changed since the spawn (not one expiring)
-                self._stop.wait(0.1)
-            else:
-                return  # stopped, or the agent died first: its restart tries again
-        callback, self.on_started = self.on_started, None
-        callback()
+                readable, _, _ = select.select([started_fd], [], [], 0.2)
+                if readable:
+                    if os.read(started_fd, 1) and self.on_started is not None:
+                        callback, self.on_started = self.on_started, None
+                        callback()
+                    return
+        finally:
+            os.close(started_fd)
 
     def _run(self) -> None:
         while not self._stop.is_set() and not self._node_ready():
@@ -136,15 +133,23 @@ class AgentSupervisor:
         delay = self.backoff[0]
         while not self._stop.is_set():
             started = time.monotonic()
-            before = self._announcements() if self.on_started is not None else None
             # The agent inherits stdout/stderr: its log lines go where the node's go. Its own
             # session keeps a terminal's Ctrl-C away from it (the supervisor stops it, in order);
             # the parent-death signal stops it if the node is killed outright.
             env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
-            self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True, preexec_fn=_die_with_parent)
+            started_r, started_w = os.pipe() if self.on_started is not None else (-1, -1)
+            if started_w >= 0:
+                env[STARTED_FD_ENV] = str(started_w)
+            try:
+                self._proc = subprocess.Popen(
+                    self.command(), stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                    preexec_fn=_die_with_parent, pass_fds=(started_w,) if started_w >= 0 else ())
+            finally:
+                if started_w >= 0:
+                    os.close(started_w)
             log.info("agent started (pid %d)", self._proc.pid)
-            self._report_started(before, self._proc)
+            if started_r >= 0:
+                self._report_started(started_r, self._proc)
             code = self._proc.wait()
             if self._stop.is_set():
                 return

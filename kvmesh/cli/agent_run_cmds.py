@@ -15,7 +15,7 @@ import threading
 import click
 
 from kvmesh.agent.keys import validate_node_name
-from kvmesh.agent.supervisor import parent_pid_from_env
+from kvmesh.agent.supervisor import parent_pid_from_env, tell_supervisor_started
 from kvmesh.cli.common import (
     KvGroup,
     agent_options,
@@ -69,7 +69,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    sys.exit(run_agent(settings, stop, deadline))
+    sys.exit(run_agent(settings, stop, deadline, on_started=tell_supervisor_started))
 
 
 def register(group: click.Group) -> None:
