@@ -143,6 +143,7 @@ class KvStoreNode:
         self._expiry_handle: asyncio.TimerHandle | None = None
         self._expiry_at: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._readmissions: list[str] = []  # of the request being handled
         self._started_ms = monotonic_ms()
         self._stopped = asyncio.Event()
         # None: plaintext (insecure mode, every connection is INSECURE_IDENTITY).
@@ -534,6 +535,7 @@ class KvStoreNode:
         """Drop from a KEY_SET the `member/` records that would re-admit a member this node holds
         as removed (`membership.drop_readmissions`); True if any (the set is then no longer the
         bytes received: never forwarded as they are)."""
+        self._readmissions = []
         params = request.key_set
         if identity is None or params is None or params.key_vals is None:
             return False
@@ -545,6 +547,7 @@ class KvStoreNode:
 
         dropped = drop_readmissions(held, params.key_vals)
         self.counters[stats.MEMBER_READMISSION_DROPPED] += len(dropped)
+        self._readmissions = dropped  # the solicited reply names them (_cmd_key_set)
         return bool(dropped)
 
     def _reply_error(self, envelope: list[bytes], code: str, message: str) -> None:
@@ -639,6 +642,9 @@ class KvStoreNode:
             no_merge[key] = NoMergeReason.EXPIRED_IN_TRANSIT
         for key in intake.refused:  # a leaf: not its share (counted, not an error)
             no_merge[key] = NoMergeReason.NO_MATCHED_KEY
+        for key in self._readmissions:  # dropped before the merge: removal is final
+            no_merge[key] = NoMergeReason.MEMBER_REMOVED
+        self._readmissions = []
         reply = wire.encode(Response(no_merge_reasons=no_merge))
         if storage is not None and storage.durability == "sync":
             # Acknowledgement means durable. With no change of its own, the reply still waits

@@ -58,6 +58,9 @@ class NoMergeReason:
     INVALID_HASH = "INVALID_HASH"  # hash present but not an i64
     # Valid, but the store already holds something at least as good.
     OLD_VERSION = "OLD_VERSION"  # lower version than the stored one
+    # A member/<name> record making a member this node holds as removed active again: dropped
+    # before the merge (removal is final, kvstore.membership.drop_readmissions).
+    MEMBER_REMOVED = "MEMBER_REMOVED"
     # Not this leaf's to keep: its filters do not match (docs/kvstore.md, "Leaf nodes").
     NO_MATCHED_KEY = "NO_MATCHED_KEY"
     LOWER_ORIGINATOR = "LOWER_ORIGINATOR"  # same version, lower originator id

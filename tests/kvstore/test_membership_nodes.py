@@ -217,23 +217,23 @@ def test_only_an_operator_writes_members_and_bad_input_writes_nothing(
     # Removal is final: a flood making a removed member active again is dropped, the rest of
     # it merged (what stops a removed node re-admitting itself through a node that missed the
     # removal, and relayed by it).
-    gone = Member(name="h9", key=load_public_key(str(mesh.keyring.public("rd"))).decode(),
+    gone = Member(name="hx", key=load_public_key(str(mesh.keyring.public("rd"))).decode(),
                   role="peer",
                   cmd_url="tcp://127.0.0.1:1", pub_url="", peers=(), added_by="op",
                   added_at=1, state=REMOVED)
     with h1.client() as c:
-        c.set({member_key("h9"): make_value(encode_member(gone), version=5,
+        c.set({member_key("hx"): make_value(encode_member(gone), version=5,
                                             originator_id="kvmesh-member")})
     again = encode_member(dataclasses.replace(gone, state=ACTIVE))
     request = Request(cmd=Command.KEY_SET, key_set=KeySetParams(
-        key_vals={member_key("h9"): make_value(again, version=7, originator_id="x"),
+        key_vals={member_key("hx"): make_value(again, version=7, originator_id="x"),
                   "x/ok": make_value(b"v", version=1, originator_id="h2")},
         solicit_response=True, node_ids=["h2"]))
     with h1.client(key="h2") as c:
         c.request(request)
     with h1.client() as c:
-        held = c.get([member_key("h9"), "x/ok"])
-    assert held[member_key("h9")].version == 5 and "x/ok" in held
+        held = c.get([member_key("hx"), "x/ok"])
+    assert held[member_key("hx")].version == 5 and "x/ok" in held
     assert counter(h1, "kvstore.members.readmission_dropped") == 1
 
     garbage = tmp_path / "bad.key"
