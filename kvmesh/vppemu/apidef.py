@@ -42,6 +42,9 @@ API_FILES = (
     "vxlan",
     "memif",
     "bond",
+    "tunnel_types",
+    "ipsec_types",
+    "ipsec",
     # plugins
     "acl_types",
     "acl",

@@ -33,6 +33,7 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     acl_handlers,
     bond_handlers,
     handlers_l2l3,
+    ipsec_handlers,
     nat44_handlers,
 )
 from kvmesh.vppemu import errors as E

@@ -22,6 +22,7 @@ from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.nat44 import Nat44
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -302,6 +303,7 @@ class Dataplane:
         self.acl = AclTable()
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -475,6 +477,7 @@ class Dataplane:
         self.acl.forget_interface(idx)
         self.nat44.forget_interface(idx)
         self.bonds.forget_interface(idx)
+        self.ipsec.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -1050,5 +1053,6 @@ class Dataplane:
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
             "bonds": self.bonds.snapshot(),
+            "ipsec": self.ipsec.snapshot(),
             "nat44": self.nat44.snapshot(),
         }
