@@ -16,6 +16,8 @@ from southbound.vpp.models import (
     VppInterface,
     VppRoute,
     acl,
+    ipsec_sa,
+    ipsec_spd,
     l2fib,
     nat44_global,
     nat44_interface,
@@ -45,4 +47,6 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_interface.MODEL,
     nat44_pool.MODEL,
     nat44_static.MODEL,
+    ipsec_sa.MODEL,
+    ipsec_spd.MODEL,
 ))

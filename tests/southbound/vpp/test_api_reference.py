@@ -101,6 +101,17 @@ SCENARIO: dict[str, Any] = {
                                                      "vni": 100, "encap_vrf": 0}},
     "vpp/interface/mif1": {"type": "memif", "memif": {"socket": "/run/vpp/kvt-memif.sock",
                                                       "id": 0, "master": True}},
+    "vpp/ipsec/sa/10": {"spi": 1001, "crypto_alg": "aes-gcm-128", "crypto_key": "ab" * 16,
+                        "salt": 7, "anti_replay": True,
+                        "tunnel": {"src": "10.0.0.1", "dst": "10.0.0.9"}},
+    "vpp/ipsec/sa/20": {"spi": 1002, "protocol": "ah", "integ_alg": "sha-256-128",
+                        "integ_key": "cd" * 20, "inbound": True, "udp_encap": True},
+    "vpp/ipsec/spd/1": {"policies": [
+        {"priority": 10, "direction": "outbound", "action": "protect", "sa": 10,
+         "remote_addresses": ["10.9.0.0", "10.9.255.255"], "protocol": "tcp"},
+        {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
+        {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
+        "interfaces": ["lo1"]},
 }
 
 
@@ -140,6 +151,7 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert state["bridge_domains"] == []
         assert state["acl"] == {"acls": [], "interfaces": {}}
         assert state["nat44"]["enabled"] is False
+        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
     finally:
         plugin.close()
         scheduler.close()
