@@ -45,6 +45,8 @@ API_FILES = (
     "tunnel_types",
     "ipsec_types",
     "ipsec",
+    "sr_types",
+    "sr",
     # plugins
     "acl_types",
     "acl",

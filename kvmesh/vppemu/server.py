@@ -35,6 +35,7 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     handlers_l2l3,
     ipsec_handlers,
     nat44_handlers,
+    srv6_handlers,
 )
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.apidef import (

@@ -24,6 +24,7 @@ from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.srv6 import Srv6
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -304,6 +305,7 @@ class Dataplane:
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
         self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.srv6 = Srv6(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -478,6 +480,7 @@ class Dataplane:
         self.nat44.forget_interface(idx)
         self.bonds.forget_interface(idx)
         self.ipsec.forget_interface(idx)
+        self.srv6.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -1054,5 +1057,6 @@ class Dataplane:
             "acl": self.acl.snapshot(),
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
+            "srv6": self.srv6.snapshot(),
             "nat44": self.nat44.snapshot(),
         }
