@@ -27,6 +27,9 @@ from southbound.vpp.models import (
     normalize_bd,
     normalize_interface,
     normalize_route,
+    srv6_localsid,
+    srv6_policy,
+    srv6_steering,
     vrf,
     xconnect,
 )
@@ -49,4 +52,7 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_static.MODEL,
     ipsec_sa.MODEL,
     ipsec_spd.MODEL,
+    srv6_localsid.MODEL,
+    srv6_policy.MODEL,
+    srv6_steering.MODEL,
 ))

@@ -590,6 +590,32 @@ def run_ipsec(emulator: EmulatorProcess, raw: bool) -> float:
         client.disconnect()
 
 
+SRV6_LOCALSIDS = 1000
+
+
+def srv6_localsids(count: int) -> dict[str, Any]:
+    """`count` End.DT4 local SIDs fc00::<i> into table 0."""
+    return {f"vpp/srv6/localsid/fc00::{i + 1:x}": {"behavior": "end.dt4"} for i in range(count)}
+
+
+def run_srv6(emulator: EmulatorProcess, raw: bool) -> float:
+    """SRV6_LOCALSIDS local SIDs in one transaction, or the same sr_localsid_add_del calls."""
+    if not raw:
+        return _scheduler_txn(emulator, {}, srv6_localsids(SRV6_LOCALSIDS))
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        start = time.perf_counter()
+        for i in range(SRV6_LOCALSIDS):
+            _checked(api.sr_localsid_add_del(
+                is_del=False, localsid=f"fc00::{i + 1:x}", end_psp=False, behavior=9,
+                sw_if_index=0, vlan_index=0, fib_table=0, nh_addr="0.0.0.0"))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
 def measure_pairs(runs: int, pairs: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """For each name -> run(emulator, raw): the scheduler's and raw vpp_papi's seconds and their
     per-run ratios (same emulator, back to back, alternating which goes first)."""
@@ -615,9 +641,10 @@ def measure_pairs(runs: int, pairs: dict[str, Any]) -> dict[str, dict[str, list[
 
 
 def measure_policy(runs: int) -> dict[str, Any]:
-    """`ipsec_sa_1000_s` (and `srv6_localsid_1000_s`) with their raw vpp_papi baselines and
+    """`ipsec_sa_1000_s` and `srv6_localsid_1000_s` with their raw vpp_papi baselines and
     ratios (target <= 1.3)."""
-    measured = measure_pairs(runs, {"ipsec_sa_1000": run_ipsec})
+    measured = measure_pairs(runs, {"ipsec_sa_1000": run_ipsec,
+                                    "srv6_localsid_1000": run_srv6})
     med = statistics.median
     result: dict[str, Any] = {}
     for name, rows in measured.items():
@@ -630,7 +657,8 @@ def measure_policy(runs: int) -> dict[str, Any]:
 
 def policy_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
-    for name, what in (("ipsec_sa_1000", "1000 IPsec SAs, one txn"),):
+    for name, what in (("ipsec_sa_1000", "1000 IPsec SAs, one txn"),
+                       ("srv6_localsid_1000", "1000 SRv6 local SIDs, one txn")):
         if f"{name}_s" in result:
             rows += [(f"{name}_s ({what})", result[f"{name}_s"]),
                      ("  raw vpp_papi, same 1000 calls (s)", result[f"{name}_raw_papi_s"]),

@@ -112,6 +112,13 @@ SCENARIO: dict[str, Any] = {
         {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
         {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
         "interfaces": ["lo1"]},
+    "vpp/srv6/localsid/fc00::1": {"behavior": "end.dt4", "table": 10},
+    "vpp/srv6/localsid/fc00::2": {"behavior": "end.x", "interface": "lo1",
+                                  "next_hop": "fd00::2"},
+    "vpp/srv6/policy/fc00:b::1": {"segment_lists": [{"segments": ["fc00::a", "fc00::b"]},
+                                                    {"segments": ["fc00::c"], "weight": 2}]},
+    "vpp/srv6/steering/to-b": {"bsid": "fc00:b::1", "prefix": "10.8.0.0/16", "table": 10},
+    "vpp/srv6/steering/l2": {"bsid": "fc00:b::1", "interface": "tap1"},
 }
 
 
@@ -152,6 +159,8 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert state["acl"] == {"acls": [], "interfaces": {}}
         assert state["nat44"]["enabled"] is False
         assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+        assert state["srv6"] == {"localsids": [], "policies": {}, "steerings": 0,
+                                 "encap_source": "::"}
     finally:
         plugin.close()
         scheduler.close()
