@@ -5,7 +5,14 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from kvmesh.vppemu.handlers import Details, HandlerContext, Result, address_fields, handles
+from kvmesh.vppemu.handlers import (
+    Details,
+    HandlerContext,
+    Result,
+    address_fields,
+    decode_address,
+    handles,
+)
 from kvmesh.vppemu.ipsec import (
     FLAG_UDP_ENCAP,
     FLAG_USE_ANTI_REPLAY,
@@ -18,13 +25,6 @@ ANY = 0xFFFFFFFF
 KEY_DATA = 128
 
 
-def _address(raw: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """ip_address_decode: af 1 is IPv6, anything else IPv4."""
-    if int(raw.af) == 1:
-        return ipaddress.IPv6Address(bytes(raw.un.ip6))
-    return ipaddress.IPv4Address(bytes(raw.un.ip4)[:4])
-
-
 def _key(raw: Any) -> bytes:
     return bytes(raw.data)[:min(int(raw.length), KEY_DATA)]
 
@@ -33,7 +33,7 @@ def _key(raw: Any) -> bytes:
 def ipsec_sad_entry_add_v2(ctx: HandlerContext, msg: Any) -> Result:
     e = msg.entry
     t = e.tunnel
-    tunnel = Tunnel(_address(t.src), _address(t.dst), int(t.table_id),
+    tunnel = Tunnel(decode_address(t.src), decode_address(t.dst), int(t.table_id),
                     int(t.encap_decap_flags), int(t.mode), int(t.flags), int(t.dscp),
                     int(t.hop_limit))
     sa = SecurityAssociation(
@@ -111,8 +111,8 @@ def ipsec_spd_entry_add_del_v2(ctx: HandlerContext, msg: Any) -> Result:
     policy = Policy(
         spd_id=e.spd_id, priority=e.priority, is_outbound=bool(e.is_outbound), sa_id=e.sa_id,
         action=int(e.policy), protocol=e.protocol,
-        remote=(_address(e.remote_address_start), _address(e.remote_address_stop)),
-        local=(_address(e.local_address_start), _address(e.local_address_stop)),
+        remote=(decode_address(e.remote_address_start), decode_address(e.remote_address_stop)),
+        local=(decode_address(e.local_address_start), decode_address(e.local_address_stop)),
         remote_ports=(e.remote_port_start, e.remote_port_stop),
         local_ports=(e.local_port_start, e.local_port_stop))
     return {"stat_index": ctx.dataplane.ipsec.add_del_policy(policy, bool(msg.is_add))}

@@ -5,17 +5,17 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from kvmesh.vppemu.handlers import Details, HandlerContext, Result, address_fields, handles
+from kvmesh.vppemu.handlers import (
+    Details,
+    HandlerContext,
+    Result,
+    address_fields,
+    decode_address,
+    handles,
+)
 from kvmesh.vppemu.srv6 import IP6, LOOKUP_TABLE, LocalSid
 
 MAX_SIDS = 16
-
-
-def _address(raw: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """ip_address_decode: af 1 is IPv6, anything else IPv4."""
-    if int(raw.af) == 1:
-        return ipaddress.IPv6Address(bytes(raw.un.ip6))
-    return ipaddress.IPv4Address(bytes(raw.un.ip4)[:4])
 
 
 def _segments(sids: Any) -> list[ipaddress.IPv6Address]:
@@ -24,7 +24,7 @@ def _segments(sids: Any) -> list[ipaddress.IPv6Address]:
 
 @handles("sr_localsid_add_del")
 def sr_localsid_add_del(ctx: HandlerContext, msg: Any) -> Result:
-    next_hop = _address(msg.nh_addr)
+    next_hop = decode_address(msg.nh_addr)
     ctx.dataplane.srv6.add_del_localsid(bool(msg.is_del), LocalSid(
         IP6(bytes(msg.localsid)), bool(msg.end_psp), int(msg.behavior), msg.sw_if_index,
         msg.vlan_index, msg.fib_table, None if next_hop.packed == bytes(4) else next_hop))
@@ -93,7 +93,7 @@ def sr_steering_add_del(ctx: HandlerContext, msg: Any) -> Result:
     traffic_type = int(msg.traffic_type)
     if traffic_type == 2:
         ctx.dataplane.interface(msg.sw_if_index)  # VALIDATE_SW_IF_INDEX
-    address = _address(msg.prefix.address)
+    address = decode_address(msg.prefix.address)
     prefix = ipaddress.ip_network((address, min(msg.prefix.len, address.max_prefixlen)),
                                   strict=False)
     ctx.dataplane.srv6.steer(bool(msg.is_del), IP6(bytes(msg.bsid_addr)), traffic_type,

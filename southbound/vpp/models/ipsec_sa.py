@@ -32,7 +32,7 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 from southbound.vpp.context import Context
 from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError, is_retriable
 from southbound.vpp.ipsec_api import CRYPTO_ALGS, REPLAY_WINDOW, UDP_PORT, IpsecApi
-from southbound.vpp.models import MAX_U32, MAX_VRF, memoized
+from southbound.vpp.models import MAX_U32, MAX_VRF, _ip, memoized
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.nat44_api import same_canonical
 
@@ -52,13 +52,6 @@ def _hex_key(raw: Any) -> str:
     if len(text) > 2 * KEY_MAX:
         raise ValueError(f"must be at most {KEY_MAX} bytes ({2 * KEY_MAX} hex digits)")
     return text.lower()
-
-
-def _ip(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise ValueError(f"must be an IP address, got {text!r}") from None
 
 
 KeyMaterial = Annotated[str, BeforeValidator(_hex_key), Field(

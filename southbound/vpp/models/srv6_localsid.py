@@ -28,7 +28,7 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import VppApiError, is_retriable
-from southbound.vpp.models import MAX_U32, MAX_VRF, VppName, memoized
+from southbound.vpp.models import MAX_U32, MAX_VRF, VppName, _ip, memoized
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.nat44_api import same_canonical
 from southbound.vpp.srv6_api import Srv6Api
@@ -39,13 +39,6 @@ WITH_INTERFACE = ("end.x", "end.dx2", "end.dx4", "end.dx6")
 WITH_TABLE = {"end.t": True, "end.dt4": False, "end.dt6": True}  # behavior -> is_ip6
 ANY = 0xFFFFFFFF
 NO_SUCH_LOCALSID = -2  # sr_cli_localsid's own code for deleting a missing SID
-
-
-def _ip(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise ValueError(f"must be an IP address, got {text!r}") from None
 
 
 class VppSrv6LocalSid(StrictModel):
@@ -86,15 +79,8 @@ class VppSrv6LocalSid(StrictModel):
 
 
 def localsid_address(key: str) -> str | None:
-    """The SID of the key, canonical (None unless an IPv6 address written canonically)."""
-    if not key.startswith(PREFIX):
-        return None
-    tail = key[len(PREFIX):]
-    try:
-        address = ipaddress.IPv6Address(tail)
-    except ValueError:
-        return None
-    return tail if str(address) == tail else None
+    """The SID of the key (None unless an IPv6 address written canonically)."""
+    return keys.ip6_key_tail(key, PREFIX)
 
 
 @memoized

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, Field, model_validator
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
+from southbound.vpp import keys
 from southbound.vpp.context import Context
 from southbound.vpp.errors import VppApiError, is_retriable
 from southbound.vpp.models import MAX_U32, MAX_VRF, memoized
@@ -69,13 +70,8 @@ class VppSrv6Policy(StrictModel):
 
 
 def policy_bsid(key: str) -> str | None:
-    if not key.startswith(PREFIX):
-        return None
-    tail = key[len(PREFIX):]
-    try:
-        return tail if str(ipaddress.IPv6Address(tail)) == tail else None
-    except ValueError:
-        return None
+    """The BSID of the key (None unless an IPv6 address written canonically)."""
+    return keys.ip6_key_tail(key, PREFIX)
 
 
 @memoized
