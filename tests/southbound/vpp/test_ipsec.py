@@ -8,7 +8,10 @@ import logging
 
 import pytest
 
+from kvmesh.agent.counters import AgentCounters
+from kvmesh.agent.http_api import dispatch
 from kvmesh.agent.jsonable import to_jsonable
+from kvmesh.agent.rest_backend import RestBackend
 from scheduler import InvalidValueError, TransactionError, ValueState
 from southbound.vpp.models.ipsec_sa import check_sa
 from tests.southbound.vpp.plugin_helpers import calls
@@ -119,6 +122,18 @@ def test_sas_and_spds_kvmesh_did_not_create_are_obtained_and_kept(vpp):
     assert [d.spd_id for d in vpp.papi.api.ipsec_spds_dump()] == [9]
 
 
+def rest_views(sched) -> list[str]:
+    """What the agent's REST API (and so `kvmesh history`, `kvmesh values`) answers."""
+    backend = RestBackend(sched, AgentCounters(), None, None, None)  # type: ignore[arg-type]
+    targets = ["/scheduler/txn-history", "/scheduler/txn-history?format=text",
+               "/scheduler/status", "/scheduler/graph-snapshot",
+               "/scheduler/key-timeline?key=vpp/ipsec/sa/10",
+               *(f"/scheduler/dump?view={view}" for view in ("cached", "NB", "SB"))]
+    answers = [dispatch(backend, "GET", target) for target in targets]
+    assert [a.status for a in answers] == [200] * len(targets)
+    return [a.body.decode() for a in answers]
+
+
 def test_key_material_is_never_shown(vpp, caplog):
     caplog.set_level(logging.DEBUG)
     secrets = {CIPHER, CIPHER.upper(), HMAC}
@@ -145,6 +160,7 @@ def test_key_material_is_never_shown(vpp, caplog):
         json.dumps(to_jsonable([sched.dump(view=view) for view in ("cached", "NB", "SB")])),
         json.dumps(to_jsonable(sched.get_value_statuses())),
         caplog.text,
+        *rest_views(sched),
     ]
     for text in shown:
         assert not [s for s in secrets if s in text or s.lower() in text]
