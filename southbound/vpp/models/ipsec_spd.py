@@ -17,8 +17,10 @@
   address says IPv6), unset ports are 0-65535, protocol 0 is any.
 - Read back by `ipsec_spds_dump`, `ipsec_spd_dump` per SPD and `ipsec_spd_interface_dump`.
   VPP names an interface's SPD by its pool index, which no message maps to an SPD id: kvmesh
-  takes the n-th SPD of `ipsec_spds_dump` (VPP's pool order) as index n, which holds unless
-  an SPD with a lower index was deleted and not replaced. SPDs the desired state does not name
+  learns the index of an SPD when it binds an interface to it (reading
+  `ipsec_spd_interface_dump` after), and otherwise takes the n-th SPD of `ipsec_spds_dump`
+  (VPP's pool order) as index n, which holds unless an SPD with a lower index was deleted and
+  not replaced. SPDs the desired state does not name
   are reported with an unknown origin: OBTAINED, never changed or deleted.
 """
 
@@ -225,6 +227,9 @@ class SpdState:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.api = IpsecApi(ctx.api.conn)
+        # SPD id -> VPP's pool index, learnt when kvmesh binds an interface (VPP shows an
+        # interface's SPD by index only): exact where known, the dump's order elsewhere.
+        self.indexes: dict[int, int] = {}
 
     # -------------------------------------------------------------- the SPD
     def spd_descriptor(self) -> Descriptor:
@@ -275,7 +280,9 @@ class SpdState:
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         numbers = self.api.spd_ids()
-        by_index = dict(enumerate(numbers))  # see the module's doc: VPP names SPDs by index
+        self.indexes = {n: i for n, i in self.indexes.items() if n in numbers}
+        by_index = {i: n for i, n in enumerate(numbers) if n not in self.indexes}
+        by_index.update((i, n) for n, i in self.indexes.items())  # learnt: exact
         bound: dict[int, list[str]] = {}
         names = self.ctx.names_by_index  # refreshed: interfaces are retrieved first
         for sw_if_index, index in self.api.interface_spd_indexes().items():
@@ -328,7 +335,11 @@ class SpdState:
         )
 
     def bind(self, key: str, value: Any) -> None:
-        self.api.interface_spd(self.ctx.sw_if_index(value["interface"]), value["spd"], True)
+        sw_if_index = self.ctx.sw_if_index(value["interface"])
+        self.api.interface_spd(sw_if_index, value["spd"], True)
+        index = self.api.interface_spd_indexes().get(sw_if_index)
+        if index is not None:
+            self.indexes[value["spd"]] = index
 
     def unbind(self, key: str, value: Any, metadata: Any) -> None:
         try:

@@ -109,6 +109,21 @@ def test_a_new_key_recreates_the_sa_around_its_policies(vpp):
         "ipsec_spd_entry_add_del_v2": 2, "ipsec_spd_add_del": 0}
 
 
+def test_an_spds_interfaces_read_back_across_a_hole_in_vpps_pool(vpp):
+    """VPP shows an interface's SPD by pool index; with SPD 1 (index 0) gone, SPD 3 keeps index
+    2 while it is second in the dump."""
+    vpp.commit({"vpp/interface/up": LOOP, "vpp/ipsec/spd/1": {}, "vpp/ipsec/spd/2": {},
+                "vpp/ipsec/spd/3": {}})
+    vpp.commit({"vpp/ipsec/spd/1": None, "vpp/ipsec/spd/3": {"interfaces": ["up"]}})
+    (bound,) = vpp.papi.api.ipsec_spd_interface_dump(spd_index_valid=0)
+    assert bound.spd_index == 2
+    before = vpp.control.counters()
+    vpp.scheduler.resync({}, kind="downstream")
+    assert calls(vpp, before, "ipsec_interface_add_del_spd") == {
+        "ipsec_interface_add_del_spd": 0}
+    assert vpp.state("vpp/ipsec/spd/3/interface/up") is CONFIGURED
+
+
 def test_sas_and_spds_kvmesh_did_not_create_are_obtained_and_kept(vpp):
     vpp.papi.api.ipsec_sad_entry_add_v2(entry={
         "sad_id": 99, "spi": 9, "protocol": 50, "tunnel": {"src": "0.0.0.0", "dst": "0.0.0.0"}})
