@@ -8,6 +8,9 @@ A model module (e.g. ``southbound/linux/models/neighbor.py``) defines, in one pl
 * ``check(model_key, value)``: validate a value against the key and return the canonical spec
   the descriptor works with (raises ``FieldsInvalidError``),
 * ``descriptors(context)``: the scheduler descriptors that apply it, with their dependencies,
+* optionally ``conflicts(values)``: values that are each valid but that the plane would refuse
+  together (two sub-interfaces with one VLAN on one parent), found in a node's whole desired
+  state before anything is applied,
 
 and exposes them as one ``MODEL = ModelSpec(...)``. Each plane lists its model modules once in a
 ``ModelRegistry`` (``southbound.linux.registry``, ``southbound.vpp.registry``); the plugin
@@ -19,7 +22,7 @@ Adding a model is one new module, one registry line and its tests.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -45,6 +48,8 @@ class ModelSpec(Generic[ContextT]):
     check: Callable[[str, Any], object]  # (model key, value) -> canonical spec
     descriptors: Callable[[ContextT], Sequence[Descriptor]] | None = None
     examples: Sequence[tuple[str, Any]] = field(default_factory=tuple)  # (model key, value)
+    # (a node's desired values: model key -> value) -> {model key: why it conflicts}
+    conflicts: Callable[[Mapping[str, Any]], dict[str, str]] | None = None
 
     @property
     def description(self) -> str:
@@ -78,6 +83,16 @@ class ModelRegistry(Generic[ContextT]):
             if model.matches(model_key):
                 return model
         return None
+
+    def conflicts(self, values: Mapping[str, Any]) -> dict[str, str]:
+        """Values of a node's desired state that the plane would refuse together."""
+        found: dict[str, str] = {}
+        for model in self.models:
+            if model.conflicts is not None:
+                mine = {k: v for k, v in values.items() if model.matches(k)}
+                if mine:
+                    found.update(model.conflicts(mine))
+        return found
 
     def descriptors(self, context: ContextT) -> list[Descriptor]:
         """Every descriptor of every model, in registration order."""

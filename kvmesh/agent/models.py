@@ -29,6 +29,7 @@ class ModelError(ValueError):
 
 Model = ModelSpec[Any]
 MODELS: tuple[Model, ...] = (*LINUX_MODELS, *VPP_MODELS)
+REGISTRIES = (LINUX_MODELS, VPP_MODELS)
 BY_NAME = {model.name: model for model in MODELS}
 
 
@@ -51,13 +52,17 @@ def validate_model(model_key: str, value: Any) -> None:
 
 
 def invalid_values(values: Mapping[str, Any]) -> dict[str, ModelError]:
-    """Every model key of `values` whose value does not validate, with its error."""
+    """Every model key of `values` (one node's desired state) whose value does not validate,
+    or that conflicts with another value of it as the plane would refuse, with its error."""
     errors: dict[str, ModelError] = {}
     for model_key, value in values.items():
         try:
             validate_model(model_key, value)
         except ModelError as exc:
             errors[model_key] = exc
+    for registry in REGISTRIES:
+        for model_key, why in registry.conflicts(values).items():
+            errors.setdefault(model_key, ModelError(f"{model_key}: {why}", {"(value)": why}))
     return errors
 
 

@@ -43,15 +43,18 @@ API_FILES = (
     "memif",
     "bond",
     "tunnel_types",
+    "ipip",
     "ipsec_types",
     "ipsec",
     "sr_types",
     "sr",
     # plugins
+    "gre",
     "acl_types",
     "acl",
     "nat_types",
     "nat44_ed",
+    "lcp",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

@@ -61,8 +61,12 @@ ACL_IN_USE_INBOUND = -142
 ACL_IN_USE_OUTBOUND = -143
 # nat44-ed's `fail_if_enabled`/`fail_if_disabled` return 1 (not a VNET error) as the retval.
 NAT_PLUGIN_STATE = 1
+
+# tunnels (gre plugin, vnet/ipip)
+FEATURE_DISABLED = -30
+INVALID_SESSION_ID = -148
+INVALID_PROTOCOL = -153
 # ipsec
 SYSCALL_ERROR_2 = -12
-INVALID_PROTOCOL = -153
 INVALID_ALGORITHM = -154
 KEY_LENGTH = -156

@@ -34,8 +34,10 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     bond_handlers,
     handlers_l2l3,
     ipsec_handlers,
+    lcp_handlers,
     nat44_handlers,
     srv6_handlers,
+    tunnel_handlers,
 )
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.apidef import (
@@ -134,6 +136,7 @@ class Emulator:
         if self._restart_task is not None:
             self._restart_task.cancel()
         await self._close_api()
+        self.dataplane.lcp.destroy_all()
         if self._control_server is not None:
             self._control_server.close()
             self._control_server = None
@@ -152,6 +155,7 @@ class Emulator:
     async def restart(self, downtime: float) -> None:
         """A VPP restart: connections drop, the socket goes away for `downtime`, state is lost."""
         await self._close_api()
+        self.dataplane.lcp.destroy_all()  # a VPP's host taps go with its process
         self.dataplane = Dataplane(self._host_check)
         self.counters["restarts"] += 1
         if downtime > 0:
@@ -257,6 +261,10 @@ class Emulator:
             if isinstance(result, list):
                 for details_name, fields in result:
                     client.send(self.api.encode(details_name, fields))
+                if self.api.services.get(info.name, {}).get("stream_msg"):
+                    # A cursor get ends with its reply: retval 0, all sent (cursor ~0).
+                    self._reply(client, info, msg.context, 0, {"cursor": 0xFFFFFFFF},
+                                force=True)
             else:
                 self._reply(client, info, msg.context, 0, result)
         self._publish(self.dataplane.pop_events())

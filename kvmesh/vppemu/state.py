@@ -23,8 +23,10 @@ from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.ipsec import Ipsec
+from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
 from kvmesh.vppemu.srv6 import Srv6
+from kvmesh.vppemu.tunnels import Tunnels
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -304,6 +306,8 @@ class Dataplane:
         self.acl = AclTable()
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
+        self.tunnels = Tunnels(self)
+        self.lcp = LinuxCp(self)
         self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
         self.srv6 = Srv6(self)
 
@@ -332,6 +336,15 @@ class Dataplane:
         return self._add_interface(kind, name, dev_type,
                                    mac if mac and any(mac) else _random_mac(self._rng),
                                    DEFAULT_MTU, instance=instance)
+
+    def add_l3_interface(self, kind: str, name: str, dev_type: str, mtu: int,
+                         instance: int = 0) -> Interface:
+        """A new interface that is not ethernet (an L3 tunnel): no MAC, no hardware MTU to set."""
+        return self._add_interface(kind, name, dev_type, bytes(6), mtu, instance=instance)
+
+    def delete_tunnel(self, sw_if_index: int) -> None:
+        self.tunnels.remove(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
@@ -479,6 +492,7 @@ class Dataplane:
         self.acl.forget_interface(idx)
         self.nat44.forget_interface(idx)
         self.bonds.forget_interface(idx)
+        self.lcp.forget_interface(idx)
         self.ipsec.forget_interface(idx)
         self.srv6.forget_interface(idx)
         del self.interfaces[idx]
@@ -507,6 +521,9 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
+        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+            # hw_interface_set_mtu: no ethernet interface behind it
+            raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise ApiError(E.INVALID_VALUE, f"MTU {mtu} outside {MIN_MTU}..{MAX_MTU}")
         if mtu == iface.mtu:
@@ -852,6 +869,13 @@ class Dataplane:
         if any(i.sub and i.sub.parent == parent.sw_if_index and i.sub.sub_id == sub_id
                for i in self.interfaces.values()):
             raise ApiError(E.VLAN_ALREADY_EXISTS, f"{parent.name}.{sub_id} already exists")
+        match = (flags, outer, inner)
+        if any(i.sub and i.sub.parent == parent.sw_if_index
+               and (i.sub.flags, i.sub.outer_vlan, i.sub.inner_vlan) == match
+               for i in self.interfaces.values()):
+            # ethernet_sw_interface_add_del: "vlan is already in use"; vnet_create_sub_interface
+            # answers UNSPECIFIED.
+            raise ApiError(E.UNSPECIFIED, f"{parent.name}: vlan {outer}/{inner} is already in use")
         iface = self._add_interface(
             "sub", f"{parent.name}.{sub_id}", parent.dev_type, parent.mac, parent.mtu
         )

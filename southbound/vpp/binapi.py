@@ -414,6 +414,86 @@ class VppApi:
             for d in self.conn.dump("vxlan_tunnel_v2_dump", sw_if_index=ANY_INDEX)
         }
 
+    def gre_add_del(self, t: TunnelSpec, is_add: bool) -> int:
+        reply = self.conn.call("gre_tunnel_add_del", is_add=is_add, tunnel={
+            "type": t.kind_type, "mode": t.mode, "flags": 0, "session_id": t.session_id,
+            "instance": ANY_INDEX if t.instance is None else t.instance,
+            "outer_table_id": t.outer_vrf, "sw_if_index": ANY_INDEX, "src": t.src,
+            "dst": t.dst})
+        return int(reply.sw_if_index)
+
+    def gre_tunnels(self) -> dict[int, TunnelSpec]:
+        return {d.tunnel.sw_if_index: TunnelSpec(
+            str(d.tunnel.src), str(d.tunnel.dst), d.tunnel.outer_table_id, int(d.tunnel.mode),
+            d.tunnel.instance, int(d.tunnel.type), d.tunnel.session_id)
+            for d in self.conn.dump("gre_tunnel_dump", sw_if_index=ANY_INDEX)}
+
+    def ipip_add(self, t: TunnelSpec) -> int:
+        reply = self.conn.call("ipip_add_tunnel", tunnel={
+            "instance": ANY_INDEX if t.instance is None else t.instance, "src": t.src,
+            "dst": t.dst, "sw_if_index": ANY_INDEX, "table_id": t.outer_vrf, "flags": 0,
+            "mode": t.mode, "dscp": 0})
+        return int(reply.sw_if_index)
+
+    def ipip_delete(self, sw_if_index: int) -> None:
+        self.conn.call("ipip_del_tunnel", sw_if_index=sw_if_index)
+
+    def ipip_tunnels(self) -> dict[int, TunnelSpec]:
+        return {d.tunnel.sw_if_index: TunnelSpec(
+            str(d.tunnel.src), str(d.tunnel.dst), d.tunnel.table_id, int(d.tunnel.mode),
+            d.tunnel.instance)
+            for d in self.conn.dump("ipip_tunnel_dump", sw_if_index=ANY_INDEX)}
+
+    def lcp_pair_add(self, phy: int, host_if_name: str, host_type: int, netns: str) -> int:
+        reply = self.conn.call("lcp_itf_pair_add_del_v2", is_add=True, sw_if_index=phy,
+                               host_if_name=host_if_name, host_if_type=host_type, netns=netns)
+        return int(reply.host_sw_if_index)
+
+    def lcp_pair_delete(self, phy: int) -> None:
+        self.conn.call("lcp_itf_pair_add_del_v2", is_add=False, sw_if_index=phy)
+
+    def lcp_pairs(self) -> dict[int, LcpPairDetails]:
+        """Every Linux-CP pair by its VPP interface (the cursor get, one batch)."""
+        return {d.phy_sw_if_index: LcpPairDetails(d.host_sw_if_index, d.host_if_name,
+                                                  int(d.host_if_type), d.netns)
+                for d in self.conn.get_all("lcp_itf_pair_get_v2", sw_if_index=ANY_INDEX)}
+
+    def bond_create(self, bond_id: int | None, mode: int, lb: int, numa_only: bool, gso: bool,
+                    mac: str | None) -> int:
+        reply = self.conn.call(
+            "bond_create2",
+            mode=mode,
+            lb=lb,
+            numa_only=numa_only,
+            enable_gso=gso,
+            use_custom_mac=mac is not None,
+            mac_address=mac or bytes(6),
+            id=ANY_INDEX if bond_id is None else bond_id,
+        )
+        return int(reply.sw_if_index)
+
+    def bond_delete(self, sw_if_index: int) -> None:
+        self.conn.call("bond_delete", sw_if_index=sw_if_index)
+
+    def bond_add_member(self, member: int, bond: int, passive: bool, long_timeout: bool) -> None:
+        self.conn.call("bond_add_member", sw_if_index=member, bond_sw_if_index=bond,
+                       is_passive=passive, is_long_timeout=long_timeout)
+
+    def bond_detach_member(self, member: int) -> None:
+        self.conn.call("bond_detach_member", sw_if_index=member)
+
+    def bonds(self) -> dict[int, BondDetails]:
+        return {
+            d.sw_if_index: BondDetails(d.id, int(d.mode), int(d.lb), bool(d.numa_only))
+            for d in self.conn.dump("sw_bond_interface_dump", sw_if_index=ANY_INDEX)
+        }
+
+    def bond_members(self, bond: int) -> dict[int, BondMemberDetails]:
+        return {
+            d.sw_if_index: BondMemberDetails(bool(d.is_passive), bool(d.is_long_timeout))
+            for d in self.conn.dump("sw_member_interface_dump", sw_if_index=bond)
+        }
+
     def memif_socket_add(self, filename: str) -> int:
         """Register a memif socket file under a new id (VPP chooses it)."""
         reply = self.conn.call(
@@ -491,6 +571,41 @@ class VxlanDetails:
     dst: str
     vni: int
     encap_vrf: int
+
+
+@dataclass(frozen=True)
+class LcpPairDetails:
+    host_sw_if_index: int
+    host_if_name: str
+    host_type: int  # lcp.api lcp_itf_host_type: 0 tap, 1 tun
+    netns: str
+
+
+@dataclass(frozen=True)
+class TunnelSpec:
+    """A GRE or IPIP tunnel as the API takes and reports it."""
+
+    src: str
+    dst: str
+    outer_vrf: int
+    mode: int  # tunnel_types.api tunnel_mode: 0 p2p, 1 mp
+    instance: int | None
+    kind_type: int = 0  # GRE: gre_tunnel_type (0 l3, 1 teb, 2 erspan)
+    session_id: int = 0
+
+
+@dataclass(frozen=True)
+class BondDetails:
+    bond_id: int
+    mode: int  # bond.api bond_mode
+    lb: int  # bond.api bond_lb_algo
+    numa_only: bool
+
+
+@dataclass(frozen=True)
+class BondMemberDetails:
+    passive: bool
+    long_timeout: bool
 
 
 @dataclass(frozen=True)

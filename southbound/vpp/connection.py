@@ -27,6 +27,7 @@ from typing import Any
 from vpp_papi import VPPApiClient
 
 from southbound.vpp.errors import (
+    EAGAIN,
     VppApiError,
     VppConnectionError,
     VppError,
@@ -160,6 +161,21 @@ class VppConnection:
     def dump(self, name: str, **kwargs: Any) -> list[Any]:
         """Run a dump, return its details."""
         return list(self._invoke(name, kwargs))
+
+    def get_all(self, name: str, **kwargs: Any) -> list[Any]:
+        """Run a cursor get (a `stream_msg` service such as `lcp_itf_pair_get_v2`) to its end:
+        VPP answers EAGAIN with the cursor to go on from when it stopped half-way."""
+        cursor, details = 0, []
+        while True:
+            reply, batch = self._invoke(name, {**kwargs, "cursor": cursor})
+            details.extend(batch)
+            if reply.retval == EAGAIN and reply.cursor != 0xFFFFFFFF:
+                cursor = reply.cursor
+                continue
+            if reply.retval != 0:
+                self._count("retval_errors")
+                raise VppApiError(name, reply.retval)
+            return details
 
     def _invoke(self, name: str, kwargs: dict[str, Any]) -> Any:
         with self._lock:

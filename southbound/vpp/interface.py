@@ -209,8 +209,11 @@ class InterfaceDescriptor:
             x, y = normalize_interface(key, a), normalize_interface(key, b)
         except InvalidValueError:
             return bool(a == b)
-        for field in ("type", "enabled", "vrf", "af_packet", *interface_types.TYPES):
+        for field in ("type", "enabled", "vrf", "af_packet"):
             if x[field] != y[field]:
+                return False
+        for section in interface_types.TYPES:
+            if not interface_types.same_section(x, y, section):
                 return False
         for field in ("mtu", "mac"):
             if x[field] is not None and y[field] is not None and x[field] != y[field]:
@@ -264,8 +267,8 @@ class InterfaceDescriptor:
                 "af_packet": None,
                 **{t: None for t in interface_types.TYPES},
             }
-            if if_type == "sub_interface":
-                value["mtu"] = value["mac"] = None  # its parent's
+            if if_type == "sub_interface" or interface_types.is_l3_tunnel(if_type, section):
+                value["mtu"] = value["mac"] = None  # its parent's; an L3 tunnel has none
             if section is not None:
                 value[if_type] = section
             if idx in borrowed and borrowed[idx] in names:

@@ -12,6 +12,12 @@ and memif - what the interface descriptor does differently for each of them.
   first memif on a path registers it (VPP chooses the id), the last one removes it (see
   docs/vpp.md for why this is not a scheduler value); a path VPP already knows is reused and,
   not being kvmesh's, never removed.
+- gre, ipip: `gre_tunnel_add_del` (deleted by the same parameters) and `ipip_add_tunnel` /
+  `ipip_del_tunnel`; depend on the outer VRF's table. An unset instance matches any.
+- bond: `bond_create2` / `bond_delete` (VPP detaches its members); members are values of their
+  own (`vpp/bond/<bond>/member/<interface>`, southbound/vpp/models/bond_member.py). VPP does not
+  report a bond's GSO setting, and round-robin, active-backup and broadcast bonds have a
+  load-balance of their own: those are not compared with what VPP reports (`same_section`).
 """
 
 from __future__ import annotations
@@ -25,15 +31,23 @@ from southbound.vpp.binapi import (
     SUB_IF_EXACT_MATCH,
     SUB_IF_ONE_TAG,
     SUB_IF_TWO_TAGS,
+    BondDetails,
     InterfaceDetails,
     MemifDetails,
+    TunnelSpec,
     VxlanDetails,
 )
 from southbound.vpp.context import Context, MemifSocket
 from southbound.vpp.errors import INVALID_SW_IF_INDEX, NO_SUCH_ENTRY, VppApiError, VppError
+from southbound.vpp.models import BOND_LOAD_BALANCE, BOND_MODES
 from southbound.vpp.models.vrf import vrf_dependencies
 
-TYPES = ("sub_interface", "vxlan", "memif")
+TYPES = ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip")
+TUNNEL_MODES = ("p2p", "mp")
+GRE_TYPES = ("l3", "teb", "erspan")
+BOND_MODE_IDS = {name: number for number, name in enumerate(BOND_MODES, start=1)}
+BOND_LB_IDS = {name: number for number, name in enumerate(BOND_LOAD_BALANCE)}
+HASHED_BOND_MODES = ("xor", "lacp")  # the modes whose load_balance VPP keeps
 
 
 def type_dependencies(v: dict[str, Any]) -> list[Dependency]:
@@ -43,6 +57,9 @@ def type_dependencies(v: dict[str, Any]) -> list[Dependency]:
     if v["type"] == "vxlan":
         tunnel = v["vxlan"]
         return list(vrf_dependencies(tunnel["encap_vrf"], (":" in tunnel["src"],)))
+    if v["type"] in ("gre", "ipip"):
+        tunnel = v[v["type"]]
+        return list(vrf_dependencies(tunnel["outer_vrf"], (":" in tunnel["src"],)))
     return []
 
 
@@ -61,6 +78,14 @@ def make(ctx: Context, name: str, v: dict[str, Any]) -> int:
     if v["type"] == "vxlan":
         t = v["vxlan"]
         return api.vxlan_add_del(t["src"], t["dst"], t["vni"], t["encap_vrf"], True)
+    if v["type"] == "gre":
+        return api.gre_add_del(_tunnel_spec(v), True)
+    if v["type"] == "ipip":
+        return api.ipip_add(_tunnel_spec(v))
+    if v["type"] == "bond":
+        b = v["bond"]
+        return api.bond_create(b["id"], BOND_MODE_IDS[b["mode"]], BOND_LB_IDS[b["load_balance"]],
+                               b["numa_only"], b["gso"], v["mac"])
     memif = v["memif"]
     socket = _take_socket(ctx, name, memif["socket"])
     try:
@@ -79,6 +104,12 @@ def unmake(ctx: Context, name: str, v: dict[str, Any], sw_if_index: int) -> None
         elif v["type"] == "vxlan":
             t = v["vxlan"]
             api.vxlan_add_del(t["src"], t["dst"], t["vni"], t["encap_vrf"], False)
+        elif v["type"] == "bond":
+            api.bond_delete(sw_if_index)
+        elif v["type"] == "gre":
+            api.gre_add_del(_tunnel_spec(v), False)
+        elif v["type"] == "ipip":
+            api.ipip_delete(sw_if_index)
         else:
             api.memif_delete(sw_if_index)
     except VppApiError as exc:
@@ -86,6 +117,27 @@ def unmake(ctx: Context, name: str, v: dict[str, Any], sw_if_index: int) -> None
             raise
     if v["type"] == "memif":
         _release_socket(ctx, name, v["memif"]["socket"])
+
+
+def _tunnel_spec(v: dict[str, Any]) -> TunnelSpec:
+    t = v[v["type"]]
+    return TunnelSpec(t["src"], t["dst"], t["outer_vrf"], TUNNEL_MODES.index(t["mode"]),
+                      t["instance"], GRE_TYPES.index(t.get("type", "l3")),
+                      t.get("session_id", 0))
+
+
+def is_l3_tunnel(if_type: str, section: dict[str, Any] | None) -> bool:
+    """An IPIP or GRE-l3 tunnel: no MAC, no MTU of its own to set."""
+    return if_type == "ipip" or (if_type == "gre" and section is not None
+                                 and section["type"] == "l3")
+
+
+def _tunnel_section(kind: str, t: TunnelSpec) -> dict[str, Any]:
+    section: dict[str, Any] = {"src": t.src, "dst": t.dst, "outer_vrf": t.outer_vrf,
+                               "mode": TUNNEL_MODES[t.mode], "instance": t.instance}
+    if kind == "gre":
+        section.update(type=GRE_TYPES[t.kind_type], session_id=t.session_id)
+    return section
 
 
 def _take_socket(ctx: Context, name: str, path: str) -> MemifSocket:
@@ -120,6 +172,27 @@ def recreate(o: dict[str, Any], n: dict[str, Any]) -> bool:
     return bool(n["type"] in TYPES and o[n["type"]] != n[n["type"]])
 
 
+def same_section(x: dict[str, Any], y: dict[str, Any], section: str) -> bool:
+    """Whether two values' sections agree as far as VPP reports them (drift detection): a
+    bond's GSO is not reported, the load-balance of a round-robin, active-backup or broadcast
+    bond is VPP's own, and an unset id matches any."""
+    left, right = x[section], y[section]
+    if left is None or right is None:
+        return bool(left == right)
+    if section in ("gre", "ipip"):
+        ignored_tunnel = {"instance"} if left["instance"] is None or \
+            right["instance"] is None else set()
+        return all(left[k] == right[k] for k in left if k not in ignored_tunnel)
+    if section != "bond":
+        return bool(left == right)
+    ignored = {"gso"}
+    if left["mode"] not in HASHED_BOND_MODES:
+        ignored.add("load_balance")
+    if left["id"] is None or right["id"] is None:
+        ignored.add("id")
+    return all(left[k] == right[k] for k in left if k not in ignored)
+
+
 class Retrieved:
     """The dumps of the added types, read once per Retrieve."""
 
@@ -127,9 +200,17 @@ class Retrieved:
         self.ctx = ctx
         self.vxlans: dict[int, VxlanDetails] = {}
         self.memifs: dict[int, MemifDetails] = {}
+        self.bonds: dict[int, BondDetails] = {}
+        self.tunnels: dict[str, dict[int, TunnelSpec]] = {}
+        if any(d.dev_type == "GRE tunnel device" for d in details):
+            self.tunnels["gre"] = ctx.api.gre_tunnels()
+        if any(d.dev_type == "IPIP tunnel device" for d in details):
+            self.tunnels["ipip"] = ctx.api.ipip_tunnels()
         self.socket_paths: dict[int, str] = {}
         if any(d.dev_type == "VXLAN" for d in details):
             self.vxlans = ctx.api.vxlan_tunnels()
+        if any(d.dev_type == "bond" for d in details):
+            self.bonds = ctx.api.bonds()
         if any(d.dev_type == "memif" for d in details):
             self.memifs = ctx.api.memifs()
             self.socket_paths = ctx.api.memif_sockets()
@@ -141,6 +222,11 @@ class Retrieved:
             return "vxlan"
         if d.sw_if_index in self.memifs:
             return "memif"
+        if d.sw_if_index in self.bonds:
+            return "bond"
+        for kind, tunnels in self.tunnels.items():
+            if d.sw_if_index in tunnels:
+                return kind
         return None
 
     def section(self, d: InterfaceDetails, names: dict[int, str]) -> dict[str, Any] | None:
@@ -160,6 +246,16 @@ class Retrieved:
         if d.sw_if_index in self.vxlans:
             t = self.vxlans[d.sw_if_index]
             return {"src": t.src, "dst": t.dst, "vni": t.vni, "encap_vrf": t.encap_vrf}
+        for kind, tunnels in self.tunnels.items():
+            if d.sw_if_index in tunnels:
+                return _tunnel_section(kind, tunnels[d.sw_if_index])
+        if d.sw_if_index in self.bonds:
+            b = self.bonds[d.sw_if_index]
+            mode = BOND_MODES[b.mode - 1]
+            hashed = mode in HASHED_BOND_MODES and b.lb < len(BOND_LOAD_BALANCE)
+            return {"id": b.bond_id, "mode": mode,
+                    "load_balance": BOND_LOAD_BALANCE[b.lb] if hashed else "l2",
+                    "numa_only": b.numa_only, "gso": False}
         m = self.memifs[d.sw_if_index]
         return {"socket": self.socket_paths.get(m.socket_id, ""), "id": m.memif_id,
                 "master": m.master, "mode": "ethernet"}

@@ -393,6 +393,10 @@ def print_table(result: dict[str, Any], mix: dict[str, tuple[int, int]]) -> None
             f"{result['subifs_scheduler_calls']} / {result['subifs_raw_calls']}",
         ),
         *acl_nat_rows(result),
+        ("bond_members_100_s (100 members of one bond, one txn)", result["bond_members_100_s"]),
+        ("  raw vpp_papi, same 100 calls (s)", result["bond_members_100_raw_papi_s"]),
+        ("  ratio (median of runs; target <= 1.3)",
+         result["bond_members_100_ratio_vs_raw_papi"]),
         *policy_rows(result),
     ]
     _print_rows(rows)
@@ -552,6 +556,60 @@ def acl_nat_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+BOND_MEMBERS = 100
+
+
+def run_bond(emulator: EmulatorProcess, raw: bool) -> float:
+    """BOND_MEMBERS loopbacks made members of one LACP bond in one transaction (the bond and
+    the loopbacks made first, not timed), or the same bond_add_member calls made directly."""
+    loops = {f"vpp/interface/m{i}": {"type": "loopback"} for i in range(BOND_MEMBERS)}
+    if not raw:
+        setup = {"vpp/interface/bond0": {"type": "bond", "bond": {"mode": "lacp"}}, **loops}
+        members: dict[str, Any] = {f"vpp/bond/bond0/member/m{i}": {} for i in range(BOND_MEMBERS)}
+        return _scheduler_txn(emulator, setup, members)
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        bond = _checked(api.bond_create2(mode=5, lb=0, id=0xFFFFFFFF)).sw_if_index
+        indexes = [_checked(api.create_loopback(mac_address=bytes(6))).sw_if_index
+                   for _ in range(BOND_MEMBERS)]
+        start = time.perf_counter()
+        for idx in indexes:
+            _checked(api.bond_add_member(sw_if_index=idx, bond_sw_if_index=bond))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
+def measure_bond(runs: int) -> dict[str, Any]:
+    """`bond_members_100_s` with its raw vpp_papi baseline, alternating which goes first."""
+    workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), host_check=False)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    ratios: list[float] = []
+    try:
+        emulator.start()
+        run_bond(emulator, True)  # warm-up
+        run_bond(emulator, False)
+        for i in range(runs):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            measured = {raw: run_bond(emulator, raw) for raw in order}
+            for raw, seconds in measured.items():
+                times[raw].append(seconds)
+            ratios.append(measured[False] / measured[True])
+    finally:
+        emulator.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    med = statistics.median
+    return {
+        "bond_members_100_s": round(med(times[False]), 4),
+        "bond_members_100_raw_papi_s": round(med(times[True]), 4),
+        "bond_members_100_ratio_vs_raw_papi": round(med(ratios), 3),
+    }
+
+
+
 # ---------------------------------------------------------------------- issue 28: IPsec and SRv6
 IPSEC_SAS = 1000
 SA_KEY = "00112233445566778899aabbccddeeff"
@@ -692,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result, mix = measure(count, runs)
     result.update(measure_acl_nat(runs))
+    result.update(measure_bond(runs))
     result.update(measure_policy(runs))
     if args.json:
         print(json.dumps(result))

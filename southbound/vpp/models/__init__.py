@@ -55,7 +55,11 @@ from southbound.vpp import keys
 
 INTERFACE_TYPES = ("loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif")
 # The sections of the interface types that have one (each only allowed with its type).
-TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif")
+TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif", "bond", "gre", "ipip")
+TUNNEL_TYPES = ("gre", "ipip")  # L3 tunnel interfaces (a GRE teb/erspan one is ethernet)
+# Bond modes and load-balance algorithms by their VPP names (bond.api bond_mode, bond_lb_algo).
+BOND_MODES = ("round-robin", "active-backup", "xor", "broadcast", "lacp")
+BOND_LOAD_BALANCE = ("l2", "l34", "l23")
 MAX_VLAN = 4095
 MAX_VNI = 0xFFFFFF
 MAX_U32 = 0xFFFFFFFF
@@ -232,12 +236,64 @@ class MemifSection(StrictModel):
     mode: Literal["ethernet"] = Field("ethernet", description="interface mode")
 
 
+class TunnelSection(StrictModel):
+    """The endpoints of an IP tunnel and the table its packets use."""
+
+    src: Annotated[str, AfterValidator(_ip)] = Field(description="local tunnel address")
+    dst: Annotated[str, AfterValidator(_ip)] = Field(
+        description="remote tunnel address (the unspecified address for multipoint)")
+    outer_vrf: int = Field(0, ge=0, le=MAX_VRF, description="table the tunnel packets use")
+    mode: Literal["p2p", "mp"] = Field("p2p", description="point-to-point or multipoint")
+    instance: int | None = Field(None, ge=0, le=MAX_U32 - 1,
+                                 description="the interface's number (unset: VPP's)")
+
+    @model_validator(mode="after")
+    def _endpoints(self) -> TunnelSection:
+        src, dst = ipaddress.ip_address(self.src), ipaddress.ip_address(self.dst)
+        problems = {}
+        if src.version != dst.version:
+            problems["dst"] = "not of the source's address family"
+        elif src == dst:
+            problems["dst"] = "the same as the source"
+        elif self.mode == "mp" and not dst.is_unspecified:
+            problems["dst"] = "a multipoint tunnel has no destination (0.0.0.0 or ::)"
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+
+class GreSection(TunnelSection):
+    """A GRE tunnel: `l3` carries IP (a routed interface), `teb` ethernet frames (an L2
+    interface), `erspan` mirrored frames with a session id."""
+
+    type: Literal["l3", "teb", "erspan"] = Field("l3", description="what the tunnel carries")
+    session_id: int = Field(0, ge=0, le=1023, description="ERSPAN session id")
+
+
+class IpipSection(TunnelSection):
+    """An IP-in-IP tunnel (IPv4 or IPv6 in IPv4 or IPv6)."""
+
+
+class BondSection(StrictModel):
+    """A bond (link aggregation) of other interfaces: its members are
+    `vpp/bond/<bond>/member/<interface>` values."""
+
+    id: int | None = Field(None, ge=0, le=MAX_U32 - 1,
+                           description="the bond's number, BondEthernet<id> (unset: VPP's)")
+    mode: Literal["round-robin", "active-backup", "xor", "broadcast", "lacp"] = Field(
+        description="how frames are spread over (or kept off) the members")
+    load_balance: Literal["l2", "l34", "l23"] = Field(
+        "l2", description="the hash of xor and lacp bonds (the other modes have their own)")
+    numa_only: bool = Field(False, description="transmit on members of the local NUMA node")
+    gso: bool = Field(False, description="generic segmentation offload (members must have it)")
+
+
 class VppInterface(StrictModel):
     """`vpp/interface/<name>`: a VPP interface kvmesh owns. `mtu` and `mac` unset (null) leave
     VPP's choice alone."""
 
-    type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif"] = Field(
-        description="interface type")
+    type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif",
+                  "bond", "gre", "ipip"] = Field(description="interface type")
     enabled: bool = Field(True, description="administratively up")
     mtu: int | None = Field(None, ge=MIN_MTU, le=MAX_MTU, description="MTU (unset: VPP's)")
     mac: Mac | None = Field(None, description="MAC address (unset: VPP's)")
@@ -251,6 +307,9 @@ class VppInterface(StrictModel):
         None, description="required with type sub_interface")
     vxlan: VxlanSection | None = Field(None, description="required with type vxlan")
     memif: MemifSection | None = Field(None, description="required with type memif")
+    bond: BondSection | None = Field(None, description="required with type bond")
+    gre: GreSection | None = Field(None, description="required with type gre")
+    ipip: IpipSection | None = Field(None, description="required with type ipip")
 
     @classmethod
     def section_problems(cls, value: Mapping[str, Any]) -> dict[str, str]:
@@ -274,9 +333,15 @@ class VppInterface(StrictModel):
         if self.type == "af_packet" and self.af_packet is None:
             problems["af_packet"] = \
                 "required with type 'af_packet': {'host_if_name': <linux interface>}"
-        for section in ("sub_interface", "vxlan", "memif"):
+        for section in ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip"):
             if self.type == section and getattr(self, section) is None:
                 problems[section] = f"required with type '{section}'"
+        l3_tunnel = self.type == "ipip" or (self.type == "gre" and self.gre is not None
+                                            and self.gre.type == "l3")
+        if l3_tunnel:
+            for field in ("mtu", "mac"):
+                if getattr(self, field) is not None:
+                    problems[field] = "an L3 tunnel has none to set (leave it unset)"
         if self.type == "sub_interface":
             if self.sub_interface is not None and self.sub_interface.parent == name:
                 problems["sub_interface.parent"] = "an interface cannot be its own parent"
@@ -411,6 +476,40 @@ def normalize_interface(key: str, value: Any) -> dict[str, Any]:
     if model.type == "tap" and model.tap is None:
         result["tap"] = VppTapSection.model_validate({}).model_dump()
     return result
+
+
+def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
+    """Sub-interfaces VPP would refuse together: one sub-interface id twice on a parent
+    (`VNET_API_ERROR_VLAN_ALREADY_EXISTS`), or the same tags and match twice on it ("vlan is
+    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only). The
+    second, in key order, is the one refused; values that do not validate on their own are left
+    to their own errors."""
+    taken: dict[tuple[Any, ...], str] = {}
+    found: dict[str, str] = {}
+    for key in sorted(values):
+        try:
+            v = normalize_interface(key, values[key])
+        except InvalidValueError:
+            continue
+        sub = v["sub_interface"]
+        if v["type"] != "sub_interface" or sub is None:
+            continue
+        claims: list[tuple[Any, ...]] = [
+            ("sub_id", sub["parent"], sub["sub_id"]),
+            ("tags", sub["parent"], sub["outer_vlan"], sub["inner_vlan"], sub["exact_match"])]
+        for claim in claims:
+            other = taken.get(claim)
+            if other is not None:
+                what = (f"sub-interface id {sub['sub_id']}" if claim[0] == "sub_id"
+                        else f"VLAN {sub['outer_vlan']}" + (f"/{sub['inner_vlan']}"
+                                                           if sub["inner_vlan"] else ""))
+                refusal = ("VNET_API_ERROR_VLAN_ALREADY_EXISTS" if claim[0] == "sub_id"
+                           else "vlan is already in use")
+                found[key] = (f"{what} on {sub['parent']} is {other} already: VPP refuses "
+                              f"the second ({refusal})")
+                break
+            taken[claim] = key
+    return found
 
 
 @memoized

@@ -91,3 +91,16 @@ def test_vlan_tag_rewrite_reads_back_and_is_refused_as_vpp_refuses(papi):
     assert papi.api.l2_interface_vlan_tag_rewrite(sw_if_index=sub, vtr_op=9).retval == -7
     assert papi.api.l2_interface_vlan_tag_rewrite(sw_if_index=sub, vtr_op=0).retval == 0
     assert details(papi, sub).vtr_op == 0
+
+
+def test_the_same_tags_under_another_sub_id_are_refused(papi):
+    loop = papi.api.create_loopback().sw_if_index
+    one_tag_exact = 2 | 16
+    first = papi.api.create_subif(sw_if_index=loop, sub_id=1, sub_if_flags=one_tag_exact,
+                                  outer_vlan_id=40)
+    assert first.retval == 0
+    # ethernet_sw_interface_add_del: "vlan is already in use" -> UNSPECIFIED (-1)
+    assert papi.api.create_subif(sw_if_index=loop, sub_id=2, sub_if_flags=one_tag_exact,
+                                 outer_vlan_id=40).retval == -1
+    assert papi.api.create_subif(sw_if_index=loop, sub_id=1, sub_if_flags=one_tag_exact,
+                                 outer_vlan_id=41).retval == -56  # the sub id: VLAN_ALREADY_EXISTS

@@ -36,6 +36,9 @@ def test_interface_defaults_and_canonical_form():
         "sub_interface": None,
         "vxlan": None,
         "memif": None,
+        "bond": None,
+        "gre": None,
+        "ipip": None,
     }
     tap = normalize_interface("vpp/interface/t", {"type": "tap"})
     assert tap["tap"] == {"host_if_name": None, "rx_ring_size": 256, "tx_ring_size": 256}
@@ -74,7 +77,7 @@ def test_interface_errors_name_every_bad_field():
 @pytest.mark.parametrize(
     ("value", "field"),
     [
-        ({"type": "gre"}, "type"),
+        ({"type": "geneve"}, "type"),
         ({"type": "tap", "tap": {"rx_ring_size": 300}}, "tap.rx_ring_size"),
         ({"type": "tap", "tap": {"host_if_name": "a/b"}}, "tap.host_if_name"),
         ({"type": "af_packet"}, "af_packet"),
