@@ -7,6 +7,7 @@ Linux, VPP or the KvStore. See docs/scheduler.md.
 from typing import TYPE_CHECKING, Any
 
 from scheduler.api import (
+    REDACTED,
     Dependency,
     Descriptor,
     DescriptorError,
@@ -41,6 +42,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
 
 __all__ = [
+    "REDACTED",
     "Dependency",
     "Descriptor",
     "DescriptorError",

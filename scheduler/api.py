@@ -166,6 +166,9 @@ class Descriptor:
     value_comparator: Callable[[Key, Value, Value], bool] | None = None
     with_metadata: bool = False
     retrieve_dependencies: Sequence[str] = field(default_factory=tuple)
+    # The value as the scheduler shows it (transaction records and their log, key timelines,
+    # graph snapshots, dumps): e.g. key material replaced. Callbacks always get the real value.
+    redact: Callable[[Key, Value], Value] | None = None
 
     def label_of(self, key: Key) -> str:
         if self.key_label is None:
@@ -182,6 +185,15 @@ class Descriptor:
             return bool(self.value_comparator(key, a, b))
         return bool(a == b)
 
+    def shown(self, key: Key, value: Value) -> Value:
+        """``value`` as it may be shown (see ``redact``); a failing redaction hides it all."""
+        if self.redact is None or value is None:
+            return value
+        try:
+            return self.redact(key, value)
+        except Exception:
+            return REDACTED
+
     def needs_recreate(self, key: Key, old: Value, new: Value, metadata: Metadata) -> bool:
         if self.update is None:
             return True
@@ -195,6 +207,14 @@ class Descriptor:
         if self.is_retriable_failure is None:
             return True
         return bool(self.is_retriable_failure(exc))
+
+
+REDACTED = "<redacted>"
+
+
+def shown_value(descriptor: Descriptor | None, key: Key, value: Value) -> Value:
+    """``value`` of ``key`` as its descriptor lets it be shown (unchanged without one)."""
+    return value if descriptor is None else descriptor.shown(key, value)
 
 
 class ValueStatus(NamedTuple):
@@ -297,6 +317,7 @@ KeySelector = Callable[[Key], bool]
 Cancel = Callable[[], None]
 __all__ = [
     "NONEXISTENT_STATUS",
+    "REDACTED",
     "Cancel",
     "Dependency",
     "Descriptor",
@@ -319,4 +340,5 @@ __all__ = [
     "ValueOrigin",
     "ValueState",
     "ValueStatus",
+    "shown_value",
 ]

@@ -380,7 +380,8 @@ class Engine:
     def _new_record(self, txn_type: TxnType, description: str) -> TxnRecord:
         seq = self.next_seq
         self.next_seq += 1
-        return TxnRecord(seq=seq, txn_type=txn_type, start=self.clock(), description=description)
+        return TxnRecord(seq=seq, txn_type=txn_type, start=self.clock(), description=description,
+                         shown=self.registry.shown)
 
     def _order(self, values: Mapping[Key, Value]) -> list[tuple[Key, Value]]:
         """Deletes, then creates, then updates; by key within each group (deterministic)."""

@@ -6,7 +6,15 @@ import bisect
 import threading
 from collections import deque
 
-from scheduler.api import Key, Metadata, TxnOperation, Value, ValueOrigin, ValueState
+from scheduler.api import (
+    Key,
+    Metadata,
+    TxnOperation,
+    Value,
+    ValueOrigin,
+    ValueState,
+    shown_value,
+)
 from scheduler.graph import Node
 from scheduler.records import TxnRecord
 
@@ -92,7 +100,7 @@ class NodeRevision:
             "until": self.until,
             "seq": self.seq,
             "label": self.label,
-            "value": self.value,
+            "value": shown_value(self.descriptor, self.key, self.value),
             "state": self.state.name,
             "origin": self.origin.name,
             "available": self.available,

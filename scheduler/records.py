@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.api import Key, ResyncKind, TxnOperation, TxnType, Value, ValueOrigin, ValueState
 
 WIDTH = 120
+
+# (key, value) -> the value as it may be shown: the registry's, so key material stays hidden.
+Redactor = Callable[[Key, Value], Value]
+
+
+def _as_is(key: Key, value: Value) -> Value:
+    return value
 
 
 @dataclass(slots=True)
@@ -84,12 +92,13 @@ class RecordedOp:
             out.append("INVALID")
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, shown: Redactor | None = None) -> dict[str, Any]:
+        show = shown or _as_is
         return {
             "operation": self.op.value,
             "key": self.key,
-            "prev_value": self.prev_value,
-            "new_value": self.new_value,
+            "prev_value": show(self.key, self.prev_value),
+            "new_value": show(self.key, self.new_value),
             "prev_state": self.prev_state.name,
             "new_state": self.new_state.name,
             "prev_error": None if self.prev_error is None else str(self.prev_error),
@@ -125,6 +134,8 @@ class TxnRecord:
     errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)
     end: float | None = None
     revert: bool = False
+    # How values are shown (as_dict and the text forms); the records keep the real values.
+    shown: Redactor = field(default=_as_is, repr=False, compare=False)
 
     @property
     def duration(self) -> float:
@@ -149,10 +160,11 @@ class TxnRecord:
             "start": self.start,
             "end": self.end,
             "values": [
-                {"key": v.key, "value": v.value, "origin": v.origin.name} for v in self.values
+                {"key": v.key, "value": self.shown(v.key, v.value), "origin": v.origin.name}
+                for v in self.values
             ],
-            "planned": [op.as_dict() for op in self.planned],
-            "executed": [op.as_dict() for op in self.executed],
+            "planned": [op.as_dict(self.shown) for op in self.planned],
+            "executed": [op.as_dict(self.shown) for op in self.executed],
             "southbound_writes": self.southbound_writes,
             "errors": {key: [op.value, str(exc)] for key, (op, exc) in self.errors.items()},
         }
@@ -201,20 +213,21 @@ def _fmt_value(value: Value) -> str:
     return repr(value)
 
 
-def _fmt_ops(ops: list[RecordedOp], indent: str) -> list[str]:
+def _fmt_ops(ops: list[RecordedOp], indent: str, shown: Redactor) -> list[str]:
     lines: list[str] = []
     for n, op in enumerate(ops, 1):
+        prev, new = shown(op.key, op.prev_value), shown(op.key, op.new_value)
         flags = op.flags()
         suffix = f" [{' '.join(flags)}]" if flags else ""
         lines.append(f"{indent}{n}. {op.op.value}{suffix}:")
         lines.append(f"{indent}    - key: {op.key}")
         if op.op is TxnOperation.UPDATE:
-            lines.append(f"{indent}    - prev-value: {_fmt_value(op.prev_value)}")
-            lines.append(f"{indent}    - new-value: {_fmt_value(op.new_value)}")
+            lines.append(f"{indent}    - prev-value: {_fmt_value(prev)}")
+            lines.append(f"{indent}    - new-value: {_fmt_value(new)}")
         elif op.op is TxnOperation.DELETE:
-            lines.append(f"{indent}    - value: {_fmt_value(op.prev_value)}")
+            lines.append(f"{indent}    - value: {_fmt_value(prev)}")
         else:
-            lines.append(f"{indent}    - value: {_fmt_value(op.new_value)}")
+            lines.append(f"{indent}    - value: {_fmt_value(new)}")
         if op.prev_error is not None:
             lines.append(f"{indent}    - prev-error: {op.prev_error}")
         if op.error is not None:
@@ -238,14 +251,14 @@ def format_header(record: TxnRecord) -> str:
         lines.append("      - values:")
         for v in record.values:
             lines.append(f"          - key: {v.key}")
-            lines.append(f"            value: {_fmt_value(v.value)}")
+            lines.append(f"            value: {_fmt_value(record.shown(v.key, v.value))}")
             if v.origin is ValueOrigin.FROM_SB:
                 lines.append("            origin: from-SB")
     else:
         lines.append("      - values: none")
     if record.planned:
         lines.append("  * planned operations:")
-        lines.extend(_fmt_ops(record.planned, "      "))
+        lines.extend(_fmt_ops(record.planned, "      ", record.shown))
     return "\n".join(lines) + "\n"
 
 
@@ -258,7 +271,7 @@ def format_executed(record: TxnRecord) -> str:
         f"duration = {took:.6f}ms):"
     )
     if record.executed:
-        lines.extend(_fmt_ops(record.executed, "     "))
+        lines.extend(_fmt_ops(record.executed, "     ", record.shown))
     else:
         lines.append("     <none>")
     if record.errors:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from graphlib import CycleError, TopologicalSorter
 
-from scheduler.api import Descriptor, DescriptorError, Key, Metadata
+from scheduler.api import Descriptor, DescriptorError, Key, Metadata, Value, shown_value
 
 _CACHE_LIMIT = 500_000
 
@@ -131,6 +131,14 @@ class Registry:
             self._cache.clear()
         self._cache[key] = found
         return found
+
+    def shown(self, key: Key, value: Value) -> Value:
+        """``value`` of ``key`` as its descriptor lets it be shown (``Descriptor.redact``)."""
+        try:
+            descriptor = self.lookup(key)
+        except DescriptorError:
+            return value
+        return shown_value(descriptor, key, value)
 
     # -- metadata maps ---------------------------------------------------------------------
 

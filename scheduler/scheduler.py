@@ -29,6 +29,7 @@ from scheduler.api import (
     ValueOrigin,
     ValueState,
     ValueStatus,
+    shown_value,
 )
 from scheduler.dot import graph_to_dot, revisions_to_dot
 from scheduler.engine import Engine, RetryRequest, TxnOutcome
@@ -375,9 +376,11 @@ class KVScheduler:
                     continue
                 if normalized == "NB":
                     if node.origin is ValueOrigin.FROM_NB and node.nb_value is not None:
-                        out.append(DumpedValue(key, node.nb_value, node.metadata, node.origin))
+                        shown = shown_value(node.descriptor, key, node.nb_value)
+                        out.append(DumpedValue(key, shown, node.metadata, node.origin))
                 elif node.available or (state is not None and node.state is state):
-                    out.append(DumpedValue(key, node.value, node.metadata, node.origin))
+                    out.append(DumpedValue(key, shown_value(node.descriptor, key, node.value),
+                                           node.metadata, node.origin))
             return out
 
     def _dump_sb(self, descriptor: str | None, key_prefix: str | None) -> list[DumpedValue]:
@@ -400,7 +403,7 @@ class KVScheduler:
                     correlate.append((key, node.value, node.metadata))
             for key, value, metadata, origin in d.retrieve(correlate) or ():
                 if key_prefix is None or key.startswith(key_prefix):
-                    out.append(DumpedValue(key, value, metadata, origin))
+                    out.append(DumpedValue(key, d.shown(key, value), metadata, origin))
         out.sort(key=lambda item: item.key)
         return out
 

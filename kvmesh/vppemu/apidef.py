@@ -44,6 +44,10 @@ API_FILES = (
     "bond",
     "tunnel_types",
     "ipip",
+    "ipsec_types",
+    "ipsec",
+    "sr_types",
+    "sr",
     # plugins
     "gre",
     "acl_types",

@@ -67,6 +67,13 @@ def _network(prefix: Any) -> S.IPNetwork:
         raise ApiError(E.IP_PREFIX_INVALID, f"invalid prefix {addr}/{prefix.len}") from exc
 
 
+def decode_address(raw: Any) -> S.IPAddress:
+    """VPP's ip_address_decode: af 1 is IPv6, anything else IPv4 (no refusal)."""
+    if int(raw.af) == 1:
+        return ipaddress.IPv6Address(bytes(raw.un.ip6))
+    return ipaddress.IPv4Address(bytes(raw.un.ip4)[:4])
+
+
 def address_fields(addr: S.IPAddress) -> dict[str, Any]:
     if addr.version == 6:
         return {"af": 1, "un": {"ip6": addr.packed}}

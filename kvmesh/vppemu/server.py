@@ -33,8 +33,10 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     acl_handlers,
     bond_handlers,
     handlers_l2l3,
+    ipsec_handlers,
     lcp_handlers,
     nat44_handlers,
+    srv6_handlers,
     tunnel_handlers,
 )
 from kvmesh.vppemu import errors as E

@@ -22,8 +22,10 @@ from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -306,6 +308,8 @@ class Dataplane:
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
         self.lcp = LinuxCp(self)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.srv6 = Srv6(self)
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -489,6 +493,8 @@ class Dataplane:
         self.nat44.forget_interface(idx)
         self.bonds.forget_interface(idx)
         self.lcp.forget_interface(idx)
+        self.ipsec.forget_interface(idx)
+        self.srv6.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -1074,5 +1080,7 @@ class Dataplane:
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
             "bonds": self.bonds.snapshot(),
+            "ipsec": self.ipsec.snapshot(),
+            "srv6": self.srv6.snapshot(),
             "nat44": self.nat44.snapshot(),
         }

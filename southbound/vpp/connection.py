@@ -36,6 +36,19 @@ from southbound.vpp.errors import (
 
 log = logging.getLogger("southbound.vpp.connection")
 
+
+class _NoCallTrace(logging.Filter):
+    """vpp_papi logs every request with its arguments and every reply at DEBUG: IPsec keys
+    among them. Its other messages (connection trouble) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Calling ", "Return value"))
+
+
+# vpp_papi's logger for our clients: its call trace is never written, whatever the level.
+PAPI_LOG = logging.getLogger("southbound.vpp.papi")
+PAPI_LOG.addFilter(_NoCallTrace())
+
 Callback = Callable[[], None]
 EventCallback = Callable[[str, Any], None]
 
@@ -231,11 +244,13 @@ class VppConnection:
     def _open(self) -> Any:
         if self.apidir is None:
             client = VPPApiClient(
-                bootstrapapi=True, server_address=self.socket_path, read_timeout=self.read_timeout
+                bootstrapapi=True, server_address=self.socket_path, read_timeout=self.read_timeout,
+                logger=PAPI_LOG,
             )
         else:
             client = VPPApiClient(
-                apidir=self.apidir, server_address=self.socket_path, read_timeout=self.read_timeout
+                apidir=self.apidir, server_address=self.socket_path, read_timeout=self.read_timeout,
+                logger=PAPI_LOG,
             )
         try:
             client.connect(self.client_name)

@@ -14,6 +14,7 @@ its family (`0.0.0.0` or `::`) as the last component.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import NamedTuple
 
 INTERFACE_PREFIX = "vpp/interface/"
@@ -68,6 +69,17 @@ def _tail(key: str, prefix: str) -> list[str] | None:
         return None
     parts = key[len(prefix) :].split("/")
     return parts if parts[0] else None
+
+
+def ip6_key_tail(key: str, prefix: str) -> str | None:
+    """The IPv6 address ending a key (`vpp/srv6/policy/<bsid>`), if written canonically."""
+    if not key.startswith(prefix):
+        return None
+    tail = key[len(prefix) :]
+    try:
+        return tail if str(ipaddress.IPv6Address(tail)) == tail else None
+    except ValueError:
+        return None
 
 
 def interface_name(key: str) -> str | None:

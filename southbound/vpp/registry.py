@@ -18,6 +18,8 @@ from southbound.vpp.models import (
     acl,
     bond_member,
     interface_conflicts,
+    ipsec_sa,
+    ipsec_spd,
     l2fib,
     lcp,
     nat44_global,
@@ -28,6 +30,9 @@ from southbound.vpp.models import (
     normalize_bd,
     normalize_interface,
     normalize_route,
+    srv6_localsid,
+    srv6_policy,
+    srv6_steering,
     vrf,
     xconnect,
 )
@@ -50,4 +55,9 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     nat44_static.MODEL,
     bond_member.MODEL,
     lcp.MODEL,
+    ipsec_sa.MODEL,
+    ipsec_spd.MODEL,
+    srv6_localsid.MODEL,
+    srv6_policy.MODEL,
+    srv6_steering.MODEL,
 ))

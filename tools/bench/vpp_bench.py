@@ -397,7 +397,12 @@ def print_table(result: dict[str, Any], mix: dict[str, tuple[int, int]]) -> None
         ("  raw vpp_papi, same 100 calls (s)", result["bond_members_100_raw_papi_s"]),
         ("  ratio (median of runs; target <= 1.3)",
          result["bond_members_100_ratio_vs_raw_papi"]),
+        *policy_rows(result),
     ]
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, Any]]) -> None:
     width = max(len(label) for label, _ in rows)
     print(f"| {'metric'.ljust(width)} | value |")
     print(f"|{'-' * (width + 2)}|-------|")
@@ -604,12 +609,131 @@ def measure_bond(runs: int) -> dict[str, Any]:
     }
 
 
+
+# ---------------------------------------------------------------------- issue 28: IPsec and SRv6
+IPSEC_SAS = 1000
+SA_KEY = "00112233445566778899aabbccddeeff"
+
+
+def ipsec_sas(count: int) -> dict[str, Any]:
+    """`count` tunnel-mode ESP SAs (aes-gcm-128, anti-replay), one per id."""
+    return {f"vpp/ipsec/sa/{i}": {
+        "spi": 1000 + i, "crypto_alg": "aes-gcm-128", "crypto_key": SA_KEY, "salt": i,
+        "anti_replay": True,
+        "tunnel": {"src": "192.0.2.1", "dst": f"198.51.{i // 250}.{i % 250 + 1}"}}
+        for i in range(count)}
+
+
+def run_ipsec(emulator: EmulatorProcess, raw: bool) -> float:
+    """IPSEC_SAS SAs in one transaction, or the same ipsec_sad_entry_add_v2 calls made directly."""
+    if not raw:
+        return _scheduler_txn(emulator, {}, ipsec_sas(IPSEC_SAS))
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        key = {"length": 16, "data": bytes.fromhex(SA_KEY)}
+        start = time.perf_counter()
+        for i in range(IPSEC_SAS):
+            _checked(api.ipsec_sad_entry_add_v2(entry={
+                "sad_id": i, "spi": 1000 + i, "protocol": 50, "crypto_algorithm": 7,
+                "crypto_key": key, "integrity_algorithm": 0,
+                "integrity_key": {"length": 0, "data": b""}, "flags": 2 | 4,
+                "tunnel": {"src": "192.0.2.1", "dst": f"198.51.{i // 250}.{i % 250 + 1}",
+                           "table_id": 0},
+                "salt": i, "udp_src_port": 4500, "udp_dst_port": 4500,
+                "anti_replay_window_size": 64}))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
+SRV6_LOCALSIDS = 1000
+
+
+def srv6_localsids(count: int) -> dict[str, Any]:
+    """`count` End.DT4 local SIDs fc00::<i> into table 0."""
+    return {f"vpp/srv6/localsid/fc00::{i + 1:x}": {"behavior": "end.dt4"} for i in range(count)}
+
+
+def run_srv6(emulator: EmulatorProcess, raw: bool) -> float:
+    """SRV6_LOCALSIDS local SIDs in one transaction, or the same sr_localsid_add_del calls."""
+    if not raw:
+        return _scheduler_txn(emulator, {}, srv6_localsids(SRV6_LOCALSIDS))
+    emulator.control.restart()
+    client = _raw_client(emulator)
+    try:
+        api = client.api
+        start = time.perf_counter()
+        for i in range(SRV6_LOCALSIDS):
+            _checked(api.sr_localsid_add_del(
+                is_del=False, localsid=f"fc00::{i + 1:x}", end_psp=False, behavior=9,
+                sw_if_index=0, vlan_index=0, fib_table=0, nh_addr="0.0.0.0"))
+        return time.perf_counter() - start
+    finally:
+        client.disconnect()
+
+
+def measure_pairs(runs: int, pairs: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """For each name -> run(emulator, raw): the scheduler's and raw vpp_papi's seconds and their
+    per-run ratios (same emulator, back to back, alternating which goes first)."""
+    workdir = tempfile.mkdtemp(prefix="kvm-vppbench-")
+    emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), host_check=False)
+    out: dict[str, dict[str, list[float]]] = {
+        name: {"kvmesh": [], "raw": [], "ratio": []} for name in pairs}
+    try:
+        emulator.start()
+        for name, run in pairs.items():
+            run(emulator, True)  # warm-up
+            run(emulator, False)
+            for i in range(runs):
+                order = (True, False) if i % 2 == 0 else (False, True)
+                measured = {raw: run(emulator, raw) for raw in order}
+                out[name]["raw"].append(measured[True])
+                out[name]["kvmesh"].append(measured[False])
+                out[name]["ratio"].append(measured[False] / measured[True])
+    finally:
+        emulator.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def measure_policy(runs: int) -> dict[str, Any]:
+    """`ipsec_sa_1000_s` and `srv6_localsid_1000_s` with their raw vpp_papi baselines and
+    ratios (target <= 1.3)."""
+    measured = measure_pairs(runs, {"ipsec_sa_1000": run_ipsec,
+                                    "srv6_localsid_1000": run_srv6})
+    med = statistics.median
+    result: dict[str, Any] = {}
+    for name, rows in measured.items():
+        result[f"{name}_s"] = round(med(rows["kvmesh"]), 4)
+        result[f"{name}_raw_papi_s"] = round(med(rows["raw"]), 4)
+        result[f"{name}_ratio_vs_raw_papi"] = round(med(rows["ratio"]), 3)
+        result[f"{name}_ratio_per_run"] = [round(r, 3) for r in rows["ratio"]]
+    return result
+
+
+def policy_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for name, what in (("ipsec_sa_1000", "1000 IPsec SAs, one txn"),
+                       ("srv6_localsid_1000", "1000 SRv6 local SIDs, one txn")):
+        if f"{name}_s" in result:
+            rows += [(f"{name}_s ({what})", result[f"{name}_s"]),
+                     ("  raw vpp_papi, same 1000 calls (s)", result[f"{name}_raw_papi_s"]),
+                     ("  ratio (median of runs; target <= 1.3)",
+                      result[f"{name}_ratio_vs_raw_papi"]),
+                     ("  ratio per run", " ".join(str(r) for r in result[f"{name}_ratio_per_run"]))]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="200 loopbacks, 5 runs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--count", type=int, default=None, help="number of loopbacks")
     parser.add_argument("--runs", type=int, default=None, help="runs per path")
+    parser.add_argument("--only", choices=("all", "policy"), default="all",
+                        help="policy: only the IPsec/SRv6 metrics (issue 28)")
     args = parser.parse_args(argv)
     private_tempdir("kvbench")
     count = args.count or (200 if args.quick else 1000)
@@ -617,9 +741,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= count <= 65536:
         parser.error("--count must be within 1..65536")
     logging.basicConfig(level=logging.WARNING)
+    if args.only == "policy":
+        policy = measure_policy(runs)
+        if args.json:
+            print(json.dumps(policy))
+        else:
+            _print_rows(policy_rows(policy))
+        return 0
     result, mix = measure(count, runs)
     result.update(measure_acl_nat(runs))
     result.update(measure_bond(runs))
+    result.update(measure_policy(runs))
     if args.json:
         print(json.dumps(result))
     else:

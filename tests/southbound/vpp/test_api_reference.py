@@ -108,6 +108,24 @@ SCENARIO: dict[str, Any] = {
                            "addresses": ["10.77.0.1/30"]},
     "vpp/interface/ipip1": {"type": "ipip", "ipip": {"src": "fd00::1", "dst": "fd00::77",
                                                      "outer_vrf": 0}},
+    "vpp/ipsec/sa/10": {"spi": 1001, "crypto_alg": "aes-gcm-128", "crypto_key": "ab" * 16,
+                        "salt": 7, "anti_replay": True,
+                        "tunnel": {"src": "10.0.0.1", "dst": "10.0.0.9"}},
+    "vpp/ipsec/sa/20": {"spi": 1002, "protocol": "ah", "integ_alg": "sha-256-128",
+                        "integ_key": "cd" * 20, "inbound": True, "udp_encap": True},
+    "vpp/ipsec/spd/1": {"policies": [
+        {"priority": 10, "direction": "outbound", "action": "protect", "sa": 10,
+         "remote_addresses": ["10.9.0.0", "10.9.255.255"], "protocol": "tcp"},
+        {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
+        {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
+        "interfaces": ["lo1"]},
+    "vpp/srv6/localsid/fc00::1": {"behavior": "end.dt4", "table": 10},
+    "vpp/srv6/localsid/fc00::2": {"behavior": "end.x", "interface": "lo1",
+                                  "next_hop": "fd00::2"},
+    "vpp/srv6/policy/fc00:b::1": {"segment_lists": [{"segments": ["fc00::a", "fc00::b"]},
+                                                    {"segments": ["fc00::c"], "weight": 2}]},
+    "vpp/srv6/steering/to-b": {"bsid": "fc00:b::1", "prefix": "10.8.0.0/16", "table": 10},
+    "vpp/srv6/steering/l2": {"bsid": "fc00:b::1", "interface": "tap1"},
 }
 
 
@@ -148,6 +166,9 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert state["bridge_domains"] == []
         assert state["acl"] == {"acls": [], "interfaces": {}}
         assert state["nat44"]["enabled"] is False
+        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+        assert state["srv6"] == {"localsids": [], "policies": {}, "steerings": 0,
+                                 "encap_source": "::"}
     finally:
         plugin.close()
         scheduler.close()

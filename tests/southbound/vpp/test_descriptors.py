@@ -260,7 +260,7 @@ def test_downstream_resync_repairs_drift(vpp):
 
 
 READS = {"control_ping", "sw_interface_get_table", "show_version", "get_api_json",
-         "nat44_show_running_config"}
+         "nat44_show_running_config", "lcp_itf_pair_get_v2"}
 
 
 def vpp_writes(vpp) -> dict:
