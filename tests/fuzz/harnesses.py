@@ -84,6 +84,10 @@ class _FakePeering:
     def resync_diverged(self, name: str) -> None:
         self.resyncs.append(name)
 
+    def redial_unsynced(self, quiet_ms: int, only: str | None = None) -> list[str]:
+        """A membership change or a peer syncing with the node (no sockets: nothing to dial)."""
+        return []
+
     def gauges(self) -> dict[str, int]:
         return {}
 
