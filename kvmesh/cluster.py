@@ -37,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvmesh import launch, netlab
+from kvmesh import launch, netlab, rundirs
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import (
     DB_FILE,
@@ -60,14 +60,9 @@ RUN_DIR_ENV = "KVMESH_RUN_DIR"
 
 
 def default_run_dir(purpose: str = "cluster") -> Path:
-    """Where `purpose` (cluster, chaos) keeps its state, logs and keys unless told: under
-    /run/kvmesh for root, $XDG_RUNTIME_DIR/kvmesh (else ~/.local/state/kvmesh) for other users;
-    never a predictable path in a world-writable directory (docs/security.md)."""
-    if os.geteuid() == 0:
-        return Path("/run/kvmesh") / purpose
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path.home() / ".local" / "state"
-    return base / "kvmesh" / purpose
+    """Where `purpose` (cluster, chaos) keeps its state, logs and keys unless told: the user's
+    runtime base (`kvmesh.rundirs`: /run/kvmesh for root) / `purpose`."""
+    return rundirs.default_dir(purpose)
 
 
 DEFAULT_RUN_DIR = Path(os.environ[RUN_DIR_ENV]) if os.environ.get(RUN_DIR_ENV) \
@@ -412,6 +407,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = cluster_peering(names, topology, core, degree, seed)  # refuses a bad --core first
     leaves = set(names[core:]) if core is not None else set()
+    rundirs.make_base_for(run_dir)
     run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
     if existing is not None and any(_alive(p) for n in existing.nodes.values()
