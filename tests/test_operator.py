@@ -21,6 +21,8 @@ from tests.netns import netns_available
 from tests.util import wait_until
 
 pytestmark = [
+    # One cluster for the module (a module fixture): its tests run in one worker, in order.
+    pytest.mark.xdist_group("operator-cluster"),
     pytest.mark.netns,
     pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)"),
 ]
