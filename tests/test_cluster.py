@@ -13,6 +13,7 @@ import pytest
 
 from kvmesh import cluster
 from tests.netns import list_netns, netns_available
+from tests.parallel import unique_prefix
 from tests.util import wait_until
 
 
@@ -62,7 +63,7 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("KVMESH_URL", "KVMESH_KEY_FILE", "KVMESH_SERVER_KEY"):
         monkeypatch.setenv(name, "")  # restored after the test
-    prefix = f"kvc{os.getpid()}"
+    prefix = unique_prefix("kvc")
     run_dir = tmp_path / "run"
     try:
         state = cluster.up(3, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
@@ -116,7 +117,7 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
 @pytest.mark.netns
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
 def test_a_namespace_another_cluster_holds_is_a_clear_error(tmp_path: Path) -> None:
-    prefix = f"kvh{os.getpid()}"
+    prefix = unique_prefix("kvh")
     held = f"{prefix}-n2"  # as another cluster's n2 would hold it
     subprocess.run(["ip", "netns", "add", held], check=True)
     try:

@@ -18,6 +18,7 @@ from kvmesh.cli.members import announced_nodes
 from kvmesh.cli.ops_cmds import outcome
 from kvmesh.rest_client import AgentRest, Credentials, RestError
 from tests.netns import netns_available
+from tests.parallel import unique_prefix
 from tests.util import wait_until
 
 pytestmark = [
@@ -74,7 +75,7 @@ class Cli:
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     tmp = tmp_path_factory.mktemp("operator")
-    prefix = f"kvop{os.getpid()}"
+    prefix = unique_prefix("kvop")
     run_dir = tmp / "run"
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
