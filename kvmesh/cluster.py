@@ -144,6 +144,14 @@ class ClusterState:
         """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
         return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))
 
+    def rest_url(self, node: str) -> str | None:
+        """`node`'s agent REST endpoint with its scheme (https when the cluster has a REST
+        certificate: isolated clusters), or None without an agent."""
+        http = self.nodes[node].http
+        if not http:
+            return None
+        return f"{'https' if self.http_cert else 'http'}://{http}"
+
     def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
         """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
         over TLS, if it has REST credentials (isolated); else the agent's own."""
@@ -474,7 +482,7 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                 info.commands["vpp"] = vpp
                 info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
                 _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
-            where = f", agent REST on http://{info.http}" if agents else ""
+            where = f", agent REST on {state.rest_url(name)}" if agents else ""
             progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
             info.commands["node"] = node_command(name, state, agent=agents,
                                                  config_path=config_path)
@@ -512,7 +520,8 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
     for name, info in state.nodes.items():
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
-            "http": info.http, "vpp_socket": info.vpp_socket, "peers": info.peers,
+            "http": info.http, "rest_url": state.rest_url(name),
+            "vpp_socket": info.vpp_socket, "peers": info.peers,
             "leaf": info.leaf,
             "processes": {role: {"pid": pid, "alive": _alive(pid)}
                           for role, pid in info.pids.items()},

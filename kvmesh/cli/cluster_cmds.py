@@ -74,12 +74,12 @@ def cluster_status(run_dir: Path) -> None:
     if not data["nodes"]:
         click.echo(f"no cluster in {run_dir}")
         return
-    click.echo(f"{'NODE':<6} {'ROLE':<5} {'CMD URL':<24} {'HTTP':<18} {'NETNS':<12} PROCESSES")
+    click.echo(f"{'NODE':<6} {'ROLE':<5} {'CMD URL':<24} {'REST':<26} {'NETNS':<12} PROCESSES")
     for name, info in data["nodes"].items():  # type: ignore[attr-defined]
         procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
                          for role, p in info["processes"].items())
         role = "leaf" if info["leaf"] else "full"
-        click.echo(f"{name:<6} {role:<5} {info['cmd_url']:<24} {info['http'] or '-':<18} "
+        click.echo(f"{name:<6} {role:<5} {info['cmd_url']:<24} {info['rest_url'] or '-':<26} "
                    f"{info['netns'] or '-':<12} {procs}")
 
 
