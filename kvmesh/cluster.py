@@ -32,12 +32,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvmesh import launch, netlab, rundirs
+from kvmesh.cluster_state import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
+from kvmesh.cluster_state import RUN_DIR_ENV as RUN_DIR_ENV
+from kvmesh.cluster_state import STATE_FILE as STATE_FILE
+from kvmesh.cluster_state import ClusterState as ClusterState
+from kvmesh.cluster_state import NodeInfo as NodeInfo
+from kvmesh.cluster_state import default_run_dir as default_run_dir
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import (
     DB_FILE,
@@ -48,29 +53,15 @@ from kvstore import (
     KvStoreError,
     free_tcp_port,
     generate,
-    load_key_pair,
-    load_public_key,
     safefs,
 )
 
 if TYPE_CHECKING:
     from kvmesh.rest_client import AgentRest
 
-RUN_DIR_ENV = "KVMESH_RUN_DIR"
-
-
-def default_run_dir(purpose: str = "cluster") -> Path:
-    """Where `purpose` (cluster, chaos) keeps its state, logs and keys unless told: the user's
-    runtime base (`kvmesh.rundirs`: /run/kvmesh for root) / `purpose`."""
-    return rundirs.default_dir(purpose)
-
-
-DEFAULT_RUN_DIR = Path(os.environ[RUN_DIR_ENV]) if os.environ.get(RUN_DIR_ENV) \
-    else default_run_dir()
 TOPOLOGIES = ("chain", "ring", "mesh", "random")
 # Ports inside an isolated node's namespace (each namespace has its own port space).
 ISOLATED_CMD_PORT, ISOLATED_PUB_PORT, ISOLATED_HTTP_PORT = 60002, 60001, 8080
-STATE_FILE = "cluster.json"
 OPERATOR_KEY = "operator"
 
 Progress = Callable[[str], None]
@@ -80,92 +71,13 @@ class ClusterError(RuntimeError):
     pass
 
 
-@dataclass
-class NodeInfo:
-    cmd_url: str
-    pub_url: str
-    netns: str | None
-    http: str | None
-    vpp_socket: str | None = None
-    data_dir: str | None = None  # the node's durable store (kept by `down`, see `purge`)
-    pids: dict[str, int] = field(default_factory=dict)
-    peers: list[str] = field(default_factory=list)
-    # How each process was started (role -> argv), so a fault injector can restart it.
-    commands: dict[str, list[str]] = field(default_factory=dict)
-    key_file: str | None = None  # the node's secret key (None: an insecure cluster)
-    public_key: str | None = None
-    leaf: bool = False  # a KvStore leaf (`node run --leaf`): one peer, a core node
+def agent_rest(state: ClusterState, node: str, timeout_s: float = 5.0) -> AgentRest:
+    """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
+    over TLS, if it has REST credentials (isolated); else the agent's own."""
+    from kvmesh.rest_client import AgentRest
 
-
-@dataclass
-class ClusterState:
-    run_dir: str
-    topology: str
-    nodes: dict[str, NodeInfo]
-    namespaces_made: list[str] = field(default_factory=list)
-    lab: dict[str, object] | None = None  # netlab.Lab.to_json() of an isolated cluster
-    operator_key: str | None = None  # the operator's secret key file
-    # The agents' REST credentials of an isolated cluster (its agents listen off loopback):
-    # a self-signed certificate for every node address, its key, a bearer token file.
-    http_cert: str | None = None
-    http_key: str | None = None
-    http_token_file: str | None = None
-    core: int | None = None  # how many full nodes, the others leaves (None: all full)
-
-    def save(self) -> None:
-        safefs.write_replace(Path(self.run_dir) / STATE_FILE,
-                             json.dumps(asdict(self), indent=2, sort_keys=True).encode())
-
-    @classmethod
-    def load(cls, run_dir: Path) -> ClusterState | None:
-        """The state in `run_dir`; None if there is none. The run dir must be the invoking
-        user's (safefs.UnsafePathError otherwise): its pids are killed by `down`."""
-        path = run_dir / STATE_FILE
-        if not os.path.lexists(run_dir):
-            return None
-        safefs.check_private_dir(run_dir)
-        if not os.path.lexists(path):
-            return None
-        raw = json.loads(safefs.read_owned(path))
-        nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
-        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
-                   lab=raw.get("lab"), operator_key=raw.get("operator_key"),
-                   http_cert=raw.get("http_cert"), http_key=raw.get("http_key"),
-                   http_token_file=raw.get("http_token_file"), core=raw.get("core"))
-
-    def isolated_lab(self) -> netlab.Lab | None:
-        return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
-
-    def node_at(self, cmd_url: str) -> str:
-        """The node whose command socket is `cmd_url`."""
-        return next(name for name, info in self.nodes.items() if info.cmd_url == cmd_url)
-
-    def client(self, node: str, timeout_s: float = 5.0) -> KvStoreClient:
-        """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
-        return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))
-
-    def rest_url(self, node: str) -> str | None:
-        """`node`'s agent REST endpoint with its scheme (https when the cluster has a REST
-        certificate: isolated clusters), or None without an agent."""
-        http = self.nodes[node].http
-        if not http:
-            return None
-        return f"{'https' if self.http_cert else 'http'}://{http}"
-
-    def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
-        """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
-        over TLS, if it has REST credentials (isolated); else the agent's own."""
-        from kvmesh.rest_client import AgentRest
-
-        return AgentRest.at(str(self.nodes[node].http), tls=bool(self.http_cert),
-                            timeout_s=timeout_s, run_dir=Path(self.run_dir))
-
-    def curve(self, node: str) -> ClientCurve | None:
-        """The operator's keys for talking to `node` (None: insecure cluster)."""
-        info = self.nodes[node]
-        if self.operator_key is None or info.public_key is None:
-            return None
-        return ClientCurve(load_key_pair(self.operator_key), load_public_key(info.public_key))
+    return AgentRest.at(str(state.nodes[node].http), tls=bool(state.http_cert),
+                        timeout_s=timeout_s, run_dir=Path(state.run_dir))
 
 
 def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
@@ -367,11 +279,11 @@ def node_answers(url: str, curve: ClientCurve | None = None) -> bool:
 
 
 def _agent_answers(state: ClusterState, node: str) -> bool:
-    """Does the agent REST API of `node` answer (`ClusterState.agent_rest`)?"""
+    """Does the agent REST API of `node` answer (`agent_rest`)?"""
     from kvmesh.rest_client import RestError
 
     try:
-        state.agent_rest(node, timeout_s=1).request("GET", "/scheduler/stats")
+        agent_rest(state, node, timeout_s=1).request("GET", "/scheduler/stats")
     except RestError:
         return False
     return True

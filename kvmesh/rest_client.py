@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvmesh import cluster_state as cluster
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import is_loopback_host, safefs
@@ -114,8 +115,6 @@ def credentials_for(address: AgentAddress, run_dir: Path | None = None) -> Crede
 
 
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:
-    from kvmesh import cluster
-
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         # Each must be this user's and writable by nobody else (UnsafePathError, an OSError):
         # a run directory someone else made could name any file as "the token" and any

@@ -344,7 +344,7 @@ def measure_config(state: cluster.ClusterState, samples: int, hop_only: bool,
         client.close()
     if marks:
         # Read after sampling so the HTTP requests do not load the agent during samples.
-        txns = transaction_times(state.agent_rest(far, timeout_s=10))
+        txns = transaction_times(cluster.agent_rest(state, far, timeout_s=10))
         for sample in marks:
             for name, ms in split(sample, txns[sample.model_key]).items():
                 result.segments_ms[name].append(ms)
