@@ -326,7 +326,34 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
         core = None
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = cluster_peering(names, topology, core, degree, seed)  # refuses a bad --core first
-    leaves = set(names[core:]) if core is not None else set()
+    run_dir = _claim_run_dir(run_dir, isolated)
+    use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
+    _say_restored(run_dir, names, progress)
+    _auth, secrets = make_keys(run_dir, names)
+    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]),
+                         core=core)
+    config_path = _write_node_config(run_dir, node_config)
+    try:
+        lab = _make_lab(state, names, agents, progress) if isolated else None
+        leaves = set(names[core:]) if core is not None else set()
+        for name in names:
+            state.nodes[name] = _plan_node(state, name, secrets[name], peering[name],
+                                           name in leaves, lab, agents, vpp_emulator,
+                                           f"{netns_prefix}-{name}" if use_netns else None)
+        state.save()
+        for name in names:
+            _start_node(state, name, isolated, agents, config_path, timeout, progress)
+        _wait_ready(state, timeout, progress)
+    except BaseException:
+        state.save()
+        down(run_dir)
+        raise
+    return state
+
+
+def _claim_run_dir(run_dir: Path, isolated: bool) -> Path:
+    """The run dir, made private (under the runtime base's mode rule), refused while a cluster
+    started from it still runs, or for an isolated cluster without root."""
     rundirs.make_base_for(run_dir)
     run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
@@ -336,82 +363,97 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                            f"(kvmesh cluster down first)")
     if isolated and os.geteuid() != 0:
         raise ClusterError("an isolated cluster needs root (network namespaces)")
-    use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
+    return run_dir
+
+
+def _say_restored(run_dir: Path, names: list[str], progress: Progress) -> None:
     restored = [name for name in names if (run_dir / "data" / name / DB_FILE).exists()]
     if restored:
         progress(f"restoring the configuration of {', '.join(restored)} from "
                  f"{run_dir / 'data'} (kvmesh cluster down --purge starts empty)")
-    _auth, secrets = make_keys(run_dir, names)
-    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]),
-                         core=core)
-    config_path: Path | None = None
-    if node_config:
-        config_path = run_dir / "node.toml"
-        write_node_config(config_path, node_config)
-    try:
-        if isolated:
-            progress(f"isolated network for {nodes} nodes")
-            lab = netlab.create_lab(names)
-            state.lab = lab.to_json()
-            if agents:
-                cert, key, token = make_http_credentials(
-                    run_dir, [lab.address(name) for name in names])
-                state.http_cert, state.http_key = str(cert), str(key)
-                state.http_token_file = str(token)
-            state.save()
-        for name in names:
-            if isolated:  # the node's own address, fixed ports (a namespace of its own)
-                address = lab.address(name)
-                cmd_url = f"tcp://{address}:{ISOLATED_CMD_PORT}"
-                pub_url = f"tcp://{address}:{ISOLATED_PUB_PORT}"
-                http = f"{address}:{ISOLATED_HTTP_PORT}"
-                netns: str | None = lab.namespaces[name]
-            else:  # loopback, free ports
-                cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
-                pub_url = f"tcp://127.0.0.1:{free_tcp_port()}"
-                http = f"127.0.0.1:{free_tcp_port()}"
-                netns = f"{netns_prefix}-{name}" if use_netns else None
-            state.nodes[name] = NodeInfo(
-                cmd_url=cmd_url, pub_url=pub_url, netns=netns, http=http if agents else None,
-                vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
-                data_dir=str(run_dir / "data" / name),
-                key_file=str(secrets[name]),
-                public_key=str(secrets[name].with_suffix(".key")),
-                peers=peering[name], leaf=name in leaves)
-        state.save()
-        exe = [sys.executable, "-m", "kvmesh"]
-        for name, info in state.nodes.items():
-            if info.netns and not isolated:
-                progress(f"namespace {info.netns}")
-                _netns("add", info.netns)
-                state.namespaces_made.append(info.netns)
-                _exec(info.netns, "ip", "link", "set", "lo", "up")
-            if info.vpp_socket:
-                progress(f"{name}: VPP emulator on {info.vpp_socket}")
-                vpp = [*exe, "vpp-emulator", "--socket", info.vpp_socket]
-                if isolated and info.netns:
-                    vpp = ["ip", "netns", "exec", info.netns, *vpp]
-                info.commands["vpp"] = vpp
-                info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
-                _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
-            where = f", agent REST on {state.rest_url(name)}" if agents else ""
-            progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
-            info.commands["node"] = node_command(name, state, agent=agents,
-                                                 config_path=config_path)
-            info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
-            state.save()
-        for name, info in state.nodes.items():
-            _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout,
-                  f"node {name}")
-        for name, info in state.nodes.items():
-            if info.http:
-                _wait(partial(_agent_answers, state, name), timeout, f"agent of {name}")
-            progress(f"{name}: ready")
-    except BaseException:
-        state.save()
-        down(run_dir)
-        raise
-    return state
+
+
+def _write_node_config(run_dir: Path, node_config: Mapping[str, object] | None) -> Path | None:
+    if not node_config:
+        return None
+    config_path = run_dir / "node.toml"
+    write_node_config(config_path, node_config)
+    return config_path
+
+
+def _make_lab(state: ClusterState, names: list[str], agents: bool,
+              progress: Progress) -> netlab.Lab:
+    """The isolated network (and, with agents, their REST TLS credentials), recorded in the
+    state at once so that `down` removes it whatever fails next."""
+    progress(f"isolated network for {len(names)} nodes")
+    lab = netlab.create_lab(names)
+    state.lab = lab.to_json()
+    if agents:
+        cert, key, token = make_http_credentials(
+            Path(state.run_dir), [lab.address(name) for name in names])
+        state.http_cert, state.http_key = str(cert), str(key)
+        state.http_token_file = str(token)
+    state.save()
+    return lab
+
+
+def _plan_node(state: ClusterState, name: str, secret: Path, peers: list[str], leaf: bool,
+               lab: netlab.Lab | None, agents: bool, vpp_emulator: bool,
+               netns: str | None) -> NodeInfo:
+    """Where `name` listens and what it runs: in an isolated cluster, its own address and fixed
+    ports (a namespace of its own); else loopback, free ports, and `netns` for its agent."""
+    run_dir = Path(state.run_dir)
+    if lab is not None:
+        address = lab.address(name)
+        cmd_url = f"tcp://{address}:{ISOLATED_CMD_PORT}"
+        pub_url = f"tcp://{address}:{ISOLATED_PUB_PORT}"
+        http = f"{address}:{ISOLATED_HTTP_PORT}"
+        netns = lab.namespaces[name]
+    else:
+        cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+        pub_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+        http = f"127.0.0.1:{free_tcp_port()}"
+    return NodeInfo(
+        cmd_url=cmd_url, pub_url=pub_url, netns=netns, http=http if agents else None,
+        vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+        data_dir=str(run_dir / "data" / name), key_file=str(secret),
+        public_key=str(secret.with_suffix(".key")), peers=peers, leaf=leaf)
+
+
+def _start_node(state: ClusterState, name: str, isolated: bool, agents: bool,
+                config_path: Path | None, timeout: float, progress: Progress) -> None:
+    """`name`'s namespace (loopback clusters), VPP emulator and node process (which starts
+    its agent); each recorded in the state as soon as it exists."""
+    info, run_dir = state.nodes[name], Path(state.run_dir)
+    exe = [sys.executable, "-m", "kvmesh"]
+    if info.netns and not isolated:
+        progress(f"namespace {info.netns}")
+        _netns("add", info.netns)
+        state.namespaces_made.append(info.netns)
+        _exec(info.netns, "ip", "link", "set", "lo", "up")
+    if info.vpp_socket:
+        progress(f"{name}: VPP emulator on {info.vpp_socket}")
+        vpp = [*exe, "vpp-emulator", "--socket", info.vpp_socket]
+        if isolated and info.netns:
+            vpp = ["ip", "netns", "exec", info.netns, *vpp]
+        info.commands["vpp"] = vpp
+        info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
+        _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
+    where = f", agent REST on {state.rest_url(name)}" if agents else ""
+    progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
+    info.commands["node"] = node_command(name, state, agent=agents, config_path=config_path)
+    info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
+    state.save()
+
+
+def _wait_ready(state: ClusterState, timeout: float, progress: Progress) -> None:
+    """Until every node answers, then every agent."""
+    for name, info in state.nodes.items():
+        _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout, f"node {name}")
+    for name, info in state.nodes.items():
+        if info.http:
+            _wait(partial(_agent_answers, state, name), timeout, f"agent of {name}")
+        progress(f"{name}: ready")
 
 
 def respawn(state: ClusterState, name: str, role: str = "node") -> int:
