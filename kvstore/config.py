@@ -16,6 +16,9 @@ from typing import Any
 from kvstore.filters import KeyFilter, leaf_filter
 from kvstore.storage import DURABILITY_MODES
 
+# A leaf's peers: one core node, or two (dual-homed: either may be down). docs/kvstore.md.
+MAX_LEAF_PEERS = 2
+
 
 class ConfigError(ValueError):
     """Invalid configuration: the message names the file and the offending key."""
@@ -78,7 +81,8 @@ class NodeConfig:
     subscriber_queue_bytes: int = 32 * 1024 * 1024
     # Leaf node (docs/kvstore.md, "Leaf nodes"): stores, floods and syncs only the key-values
     # that start with one of key_prefix_filters OR whose originator is one of
-    # key_originator_filters (or this node), and has one peer (a leaf is never a transit node).
+    # key_originator_filters (or this node), and has at most MAX_LEAF_PEERS peers, its core
+    # uplinks (dual-homed); it never forwards a peer's flood (a leaf is never a transit node).
     leaf: bool = False
     key_prefix_filters: tuple[str, ...] = ()
     key_originator_filters: tuple[str, ...] = ()
@@ -137,11 +141,11 @@ class NodeConfig:
                 raise ConfigError(f"{source}: {list_field} needs leaf = true (--leaf)")
         if not isinstance(self.leaf, bool):
             raise ConfigError(f"{source}: leaf must be true or false")
-        if self.leaf and len(self.peers) > 1:
+        if self.leaf and len(self.peers) > MAX_LEAF_PEERS:
             raise ConfigError(
-                f"{source}: leaf node {self.name!r} has {len(self.peers)} peers; a leaf takes one"
-                " peer (a non-leaf node): it stores only its share, so it must never be a transit"
-                " node between two others"
+                f"{source}: leaf node {self.name!r} has {len(self.peers)} peers; a leaf takes at"
+                f" most {MAX_LEAF_PEERS} (non-leaf nodes: its core uplinks) and never forwards"
+                " between them: it stores only its share, so it must never be a transit node"
             )
         for peer, address in self.peers.items():
             if not peer:
