@@ -29,7 +29,7 @@ def product_modules() -> dict[str, Path]:
 def imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The product modules `module` imports anywhere in its file."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
