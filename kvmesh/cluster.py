@@ -32,12 +32,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvmesh import launch, netlab
+from kvmesh import launch, netlab, rundirs
+from kvmesh.cluster_state import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
+from kvmesh.cluster_state import RUN_DIR_ENV as RUN_DIR_ENV
+from kvmesh.cluster_state import STATE_FILE as STATE_FILE
+from kvmesh.cluster_state import ClusterState as ClusterState
+from kvmesh.cluster_state import NodeInfo as NodeInfo
+from kvmesh.cluster_state import default_run_dir as default_run_dir
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from kvstore import (
     DB_FILE,
@@ -48,34 +53,15 @@ from kvstore import (
     KvStoreError,
     free_tcp_port,
     generate,
-    load_key_pair,
-    load_public_key,
     safefs,
 )
 
 if TYPE_CHECKING:
     from kvmesh.rest_client import AgentRest
 
-RUN_DIR_ENV = "KVMESH_RUN_DIR"
-
-
-def default_run_dir(purpose: str = "cluster") -> Path:
-    """Where `purpose` (cluster, chaos) keeps its state, logs and keys unless told: under
-    /run/kvmesh for root, $XDG_RUNTIME_DIR/kvmesh (else ~/.local/state/kvmesh) for other users;
-    never a predictable path in a world-writable directory (docs/security.md)."""
-    if os.geteuid() == 0:
-        return Path("/run/kvmesh") / purpose
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path.home() / ".local" / "state"
-    return base / "kvmesh" / purpose
-
-
-DEFAULT_RUN_DIR = Path(os.environ[RUN_DIR_ENV]) if os.environ.get(RUN_DIR_ENV) \
-    else default_run_dir()
 TOPOLOGIES = ("chain", "ring", "mesh", "random")
 # Ports inside an isolated node's namespace (each namespace has its own port space).
 ISOLATED_CMD_PORT, ISOLATED_PUB_PORT, ISOLATED_HTTP_PORT = 60002, 60001, 8080
-STATE_FILE = "cluster.json"
 OPERATOR_KEY = "operator"
 
 Progress = Callable[[str], None]
@@ -85,85 +71,14 @@ class ClusterError(RuntimeError):
     pass
 
 
-@dataclass
-class NodeInfo:
-    cmd_url: str
-    pub_url: str
-    netns: str | None
-    http: str | None
-    vpp_socket: str | None = None
-    data_dir: str | None = None  # the node's durable store (kept by `down`, see `purge`)
-    pids: dict[str, int] = field(default_factory=dict)
-    peers: list[str] = field(default_factory=list)
-    # How each process was started (role -> argv), so a fault injector can restart it.
-    commands: dict[str, list[str]] = field(default_factory=dict)
-    key_file: str | None = None  # the node's secret key (None: an insecure cluster)
-    public_key: str | None = None
-    leaf: bool = False  # a KvStore leaf (`node run --leaf`): one peer, a core node
+def agent_rest(state: ClusterState, node: str, timeout_s: float = 5.0) -> AgentRest:
+    """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
+    over TLS, if it has REST credentials (isolated); else the agent's own. An answer from
+    another node's agent is refused (kvmesh.rest_client)."""
+    from kvmesh.rest_client import AgentAddress, AgentRest
 
-
-@dataclass
-class ClusterState:
-    run_dir: str
-    topology: str
-    nodes: dict[str, NodeInfo]
-    namespaces_made: list[str] = field(default_factory=list)
-    lab: dict[str, object] | None = None  # netlab.Lab.to_json() of an isolated cluster
-    operator_key: str | None = None  # the operator's secret key file
-    # The agents' REST credentials of an isolated cluster (its agents listen off loopback):
-    # a self-signed certificate for every node address, its key, a bearer token file.
-    http_cert: str | None = None
-    http_key: str | None = None
-    http_token_file: str | None = None
-    core: int | None = None  # how many full nodes, the others leaves (None: all full)
-
-    def save(self) -> None:
-        safefs.write_replace(Path(self.run_dir) / STATE_FILE,
-                             json.dumps(asdict(self), indent=2, sort_keys=True).encode())
-
-    @classmethod
-    def load(cls, run_dir: Path) -> ClusterState | None:
-        """The state in `run_dir`; None if there is none. The run dir must be the invoking
-        user's (safefs.UnsafePathError otherwise): its pids are killed by `down`."""
-        path = run_dir / STATE_FILE
-        if not os.path.lexists(run_dir):
-            return None
-        safefs.check_private_dir(run_dir)
-        if not os.path.lexists(path):
-            return None
-        raw = json.loads(safefs.read_owned(path))
-        nodes = {name: NodeInfo(**info) for name, info in raw["nodes"].items()}
-        return cls(raw["run_dir"], raw["topology"], nodes, raw.get("namespaces_made", []),
-                   lab=raw.get("lab"), operator_key=raw.get("operator_key"),
-                   http_cert=raw.get("http_cert"), http_key=raw.get("http_key"),
-                   http_token_file=raw.get("http_token_file"), core=raw.get("core"))
-
-    def isolated_lab(self) -> netlab.Lab | None:
-        return None if self.lab is None else netlab.Lab.from_json(dict(self.lab))
-
-    def node_at(self, cmd_url: str) -> str:
-        """The node whose command socket is `cmd_url`."""
-        return next(name for name, info in self.nodes.items() if info.cmd_url == cmd_url)
-
-    def client(self, node: str, timeout_s: float = 5.0) -> KvStoreClient:
-        """A client of `node` with the operator's keys (plaintext for an insecure cluster)."""
-        return KvStoreClient(self.nodes[node].cmd_url, timeout_s=timeout_s, curve=self.curve(node))
-
-    def agent_rest(self, node: str, timeout_s: float = 5.0) -> AgentRest:
-        """A client of `node`'s agent REST API with the token a CLI would find: the cluster's,
-        over TLS, if it has REST credentials (isolated); else the agent's own. An answer from
-        another node's agent is refused (kvmesh.rest_client)."""
-        from kvmesh.rest_client import AgentAddress, AgentRest
-
-        address = AgentAddress.parse(str(self.nodes[node].http), bool(self.http_cert), node=node)
-        return AgentRest(address, timeout_s=timeout_s, run_dir=Path(self.run_dir))
-
-    def curve(self, node: str) -> ClientCurve | None:
-        """The operator's keys for talking to `node` (None: insecure cluster)."""
-        info = self.nodes[node]
-        if self.operator_key is None or info.public_key is None:
-            return None
-        return ClientCurve(load_key_pair(self.operator_key), load_public_key(info.public_key))
+    address = AgentAddress.parse(str(state.nodes[node].http), bool(state.http_cert), node=node)
+    return AgentRest(address, timeout_s=timeout_s, run_dir=Path(state.run_dir))
 
 
 def make_keys(run_dir: Path, names: list[str]) -> tuple[Path, dict[str, Path]]:
@@ -392,11 +307,11 @@ def node_versions(url: str, curve: ClientCurve | None, ask: bool = True) -> dict
 
 
 def _agent_answers(state: ClusterState, node: str) -> bool:
-    """Does the agent REST API of `node` answer (`ClusterState.agent_rest`)?"""
+    """Does the agent REST API of `node` answer (`agent_rest`)?"""
     from kvmesh.rest_client import RestError
 
     try:
-        state.agent_rest(node, timeout_s=1).request("GET", "/scheduler/stats")
+        agent_rest(state, node, timeout_s=1).request("GET", "/scheduler/stats")
     except RestError:
         return False
     return True
@@ -439,7 +354,35 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
         core = None
     names = [f"n{i}" for i in range(1, nodes + 1)]
     peering = cluster_peering(names, topology, core, degree, seed)  # refuses a bad --core first
-    leaves = set(names[core:]) if core is not None else set()
+    run_dir = _claim_run_dir(run_dir, isolated)
+    use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
+    _say_restored(run_dir, names, progress)
+    _auth, secrets = make_keys(run_dir, names)
+    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]),
+                         core=core)
+    config_path = _write_node_config(run_dir, node_config)
+    try:
+        lab = _make_lab(state, names, agents, progress) if isolated else None
+        leaves = set(names[core:]) if core is not None else set()
+        for name in names:
+            state.nodes[name] = _plan_node(state, name, secrets[name], peering[name],
+                                           name in leaves, lab, agents, vpp_emulator,
+                                           f"{netns_prefix}-{name}" if use_netns else None)
+        state.save()
+        for name in names:
+            _start_node(state, name, isolated, agents, config_path, timeout, progress)
+        _wait_ready(state, timeout, progress)
+    except BaseException:
+        state.save()
+        down(run_dir)
+        raise
+    return state
+
+
+def _claim_run_dir(run_dir: Path, isolated: bool) -> Path:
+    """The run dir, made private (under the runtime base's mode rule), refused while a cluster
+    started from it still runs, or for an isolated cluster without root."""
+    rundirs.make_base_for(run_dir)
     run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
     if existing is not None and any(_alive(p) for n in existing.nodes.values()
@@ -448,82 +391,97 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
                            f"(kvmesh cluster down first)")
     if isolated and os.geteuid() != 0:
         raise ClusterError("an isolated cluster needs root (network namespaces)")
-    use_netns = (os.geteuid() == 0) if namespaces is None else namespaces
+    return run_dir
+
+
+def _say_restored(run_dir: Path, names: list[str], progress: Progress) -> None:
     restored = [name for name in names if (run_dir / "data" / name / DB_FILE).exists()]
     if restored:
         progress(f"restoring the configuration of {', '.join(restored)} from "
                  f"{run_dir / 'data'} (kvmesh cluster down --purge starts empty)")
-    _auth, secrets = make_keys(run_dir, names)
-    state = ClusterState(str(run_dir), topology, {}, operator_key=str(secrets[OPERATOR_KEY]),
-                         core=core)
-    config_path: Path | None = None
-    if node_config:
-        config_path = run_dir / "node.toml"
-        write_node_config(config_path, node_config)
-    try:
-        if isolated:
-            progress(f"isolated network for {nodes} nodes")
-            lab = netlab.create_lab(names)
-            state.lab = lab.to_json()
-            if agents:
-                cert, key, token = make_http_credentials(
-                    run_dir, [lab.address(name) for name in names])
-                state.http_cert, state.http_key = str(cert), str(key)
-                state.http_token_file = str(token)
-            state.save()
-        for name in names:
-            if isolated:  # the node's own address, fixed ports (a namespace of its own)
-                address = lab.address(name)
-                cmd_url = f"tcp://{address}:{ISOLATED_CMD_PORT}"
-                pub_url = f"tcp://{address}:{ISOLATED_PUB_PORT}"
-                http = f"{address}:{ISOLATED_HTTP_PORT}"
-                netns: str | None = lab.namespaces[name]
-            else:  # loopback, free ports
-                cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
-                pub_url = f"tcp://127.0.0.1:{free_tcp_port()}"
-                http = f"127.0.0.1:{free_tcp_port()}"
-                netns = f"{netns_prefix}-{name}" if use_netns else None
-            state.nodes[name] = NodeInfo(
-                cmd_url=cmd_url, pub_url=pub_url, netns=netns, http=http if agents else None,
-                vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
-                data_dir=str(run_dir / "data" / name),
-                key_file=str(secrets[name]),
-                public_key=str(secrets[name].with_suffix(".key")),
-                peers=peering[name], leaf=name in leaves)
-        state.save()
-        exe = [sys.executable, "-m", "kvmesh"]
-        for name, info in state.nodes.items():
-            if info.netns and not isolated:
-                progress(f"namespace {info.netns}")
-                _netns("add", info.netns)
-                state.namespaces_made.append(info.netns)
-                _exec(info.netns, "ip", "link", "set", "lo", "up")
-            if info.vpp_socket:
-                progress(f"{name}: VPP emulator on {info.vpp_socket}")
-                vpp = [*exe, "vpp-emulator", "--socket", info.vpp_socket]
-                if isolated and info.netns:
-                    vpp = ["ip", "netns", "exec", info.netns, *vpp]
-                info.commands["vpp"] = vpp
-                info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
-                _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
-            where = f", agent REST on http://{info.http}" if agents else ""
-            progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
-            info.commands["node"] = node_command(name, state, agent=agents,
-                                                 config_path=config_path)
-            info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
-            state.save()
-        for name, info in state.nodes.items():
-            _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout,
-                  f"node {name}")
-        for name, info in state.nodes.items():
-            if info.http:
-                _wait(partial(_agent_answers, state, name), timeout, f"agent of {name}")
-            progress(f"{name}: ready")
-    except BaseException:
-        state.save()
-        down(run_dir)
-        raise
-    return state
+
+
+def _write_node_config(run_dir: Path, node_config: Mapping[str, object] | None) -> Path | None:
+    if not node_config:
+        return None
+    config_path = run_dir / "node.toml"
+    write_node_config(config_path, node_config)
+    return config_path
+
+
+def _make_lab(state: ClusterState, names: list[str], agents: bool,
+              progress: Progress) -> netlab.Lab:
+    """The isolated network (and, with agents, their REST TLS credentials), recorded in the
+    state at once so that `down` removes it whatever fails next."""
+    progress(f"isolated network for {len(names)} nodes")
+    lab = netlab.create_lab(names)
+    state.lab = lab.to_json()
+    if agents:
+        cert, key, token = make_http_credentials(
+            Path(state.run_dir), [lab.address(name) for name in names])
+        state.http_cert, state.http_key = str(cert), str(key)
+        state.http_token_file = str(token)
+    state.save()
+    return lab
+
+
+def _plan_node(state: ClusterState, name: str, secret: Path, peers: list[str], leaf: bool,
+               lab: netlab.Lab | None, agents: bool, vpp_emulator: bool,
+               netns: str | None) -> NodeInfo:
+    """Where `name` listens and what it runs: in an isolated cluster, its own address and fixed
+    ports (a namespace of its own); else loopback, free ports, and `netns` for its agent."""
+    run_dir = Path(state.run_dir)
+    if lab is not None:
+        address = lab.address(name)
+        cmd_url = f"tcp://{address}:{ISOLATED_CMD_PORT}"
+        pub_url = f"tcp://{address}:{ISOLATED_PUB_PORT}"
+        http = f"{address}:{ISOLATED_HTTP_PORT}"
+        netns = lab.namespaces[name]
+    else:
+        cmd_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+        pub_url = f"tcp://127.0.0.1:{free_tcp_port()}"
+        http = f"127.0.0.1:{free_tcp_port()}"
+    return NodeInfo(
+        cmd_url=cmd_url, pub_url=pub_url, netns=netns, http=http if agents else None,
+        vpp_socket=str(run_dir / f"{name}-vpp.sock") if vpp_emulator else None,
+        data_dir=str(run_dir / "data" / name), key_file=str(secret),
+        public_key=str(secret.with_suffix(".key")), peers=peers, leaf=leaf)
+
+
+def _start_node(state: ClusterState, name: str, isolated: bool, agents: bool,
+                config_path: Path | None, timeout: float, progress: Progress) -> None:
+    """`name`'s namespace (loopback clusters), VPP emulator and node process (which starts
+    its agent); each recorded in the state as soon as it exists."""
+    info, run_dir = state.nodes[name], Path(state.run_dir)
+    exe = [sys.executable, "-m", "kvmesh"]
+    if info.netns and not isolated:
+        progress(f"namespace {info.netns}")
+        _netns("add", info.netns)
+        state.namespaces_made.append(info.netns)
+        _exec(info.netns, "ip", "link", "set", "lo", "up")
+    if info.vpp_socket:
+        progress(f"{name}: VPP emulator on {info.vpp_socket}")
+        vpp = [*exe, "vpp-emulator", "--socket", info.vpp_socket]
+        if isolated and info.netns:
+            vpp = ["ip", "netns", "exec", info.netns, *vpp]
+        info.commands["vpp"] = vpp
+        info.pids["vpp"] = _spawn(vpp, run_dir / f"{name}-vpp.log")
+        _wait(Path(info.vpp_socket).exists, timeout, f"VPP emulator of {name}")
+    where = f", agent REST on {state.rest_url(name)}" if agents else ""
+    progress(f"{name}: KvStore {'leaf' if info.leaf else 'node'} on {info.cmd_url}{where}")
+    info.commands["node"] = node_command(name, state, agent=agents, config_path=config_path)
+    info.pids["node"] = _spawn(info.commands["node"], run_dir / f"{name}.log")
+    state.save()
+
+
+def _wait_ready(state: ClusterState, timeout: float, progress: Progress) -> None:
+    """Until every node answers, then every agent."""
+    for name, info in state.nodes.items():
+        _wait(partial(node_answers, info.cmd_url, state.curve(name)), timeout, f"node {name}")
+    for name, info in state.nodes.items():
+        if info.http:
+            _wait(partial(_agent_answers, state, name), timeout, f"agent of {name}")
+        progress(f"{name}: ready")
 
 
 def respawn(state: ClusterState, name: str, role: str = "node") -> int:
@@ -546,7 +504,8 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
         node_alive = processes.get("node", {}).get("alive", False)
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
-            "http": info.http, "vpp_socket": info.vpp_socket, "peers": info.peers,
+            "http": info.http, "rest_url": state.rest_url(name),
+            "vpp_socket": info.vpp_socket, "peers": info.peers,
             "leaf": info.leaf, "processes": processes,
             **node_versions(info.cmd_url, state.curve(name) if node_alive else None,
                             ask=bool(node_alive)),

@@ -41,8 +41,11 @@ def _say(text: str) -> None:
 
 def _run(args: list[str], show: str | None = None) -> str:
     print(f"$ {show or shlex.join(args)}", flush=True)
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
-    out = (proc.stdout + proc.stderr).rstrip()
+    # One pipe for both streams: the lines show in the order the command wrote them (progress
+    # on stderr before the result on stdout; two captures printed one after the other did not).
+    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120, check=False)
+    out = proc.stdout.rstrip()
     if out:
         print(out, flush=True)
     if proc.returncode != 0:

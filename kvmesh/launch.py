@@ -81,7 +81,7 @@ class NodeSpec:
     agent: AgentOptions | None = None  # also run (and supervise) the node's agent
     netns: str | None = None  # run the process inside this network namespace
     # A KvStore leaf: with its agent, its filters default to what the agent needs
-    # (docs/kvstore.md, "Leaf nodes"); one peer, never a transit.
+    # (docs/kvstore.md, "Leaf nodes"); one or two core peers, never a transit.
     leaf: bool = False
 
     def argv(self) -> list[str]:

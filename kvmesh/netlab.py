@@ -6,21 +6,27 @@
 
 Layout: the bridge `br0` lives in a namespace of its own; each node namespace has a veth `eth0`
 whose other end is a port of that bridge, with an address from 198.18.0.0/15 (the range set aside
-for network tests, RFC 2544). Every lab takes its own /24 of that range, so labs of concurrent
-runs do not collide. The host (root namespace) gets one veth into the bridge too, with the .254
-address, so tools on the host (the launcher, the chaos checker) reach every node; the nodes reach
-each other over the bridge, never over loopback. Only veth and bridge links are used (the
-machine's kernel has no dummy/vlan links and no netem). Names include a random tag, so several
-labs (and the tests' own namespaces) coexist; `destroy_lab` removes all of it and tolerates
-pieces already gone.
+for network tests, RFC 2544). Every lab takes its own /24 of that range, so labs of concurrent runs
+do not collide: the choice (a /24 no host route uses yet) and the host address that claims it are
+made under a machine-wide lock (`/run/kvmesh-netlab.lock`, flock), else two labs made at the same
+moment could both see a /24 free and take it. The host (root namespace) gets one veth into the
+bridge too, with the .254 address, so tools on the host (the launcher, the chaos checker) reach
+every node; the nodes reach each other over the bridge, never over loopback. Only veth and bridge
+links are used (the machine's kernel has no dummy/vlan links and no netem). Names include a random
+tag, so several labs (and the tests' own namespaces) coexist; `destroy_lab` removes all of it and
+tolerates pieces already gone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import random
 import shlex
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ __all__ = ["Lab", "LabError", "attach_namespace", "create_lab", "destroy_lab", "
 RANGE_PREFIX = "198.18"
 HOST_OCTET = 254
 MAX_NODES = 200
+SUBNET_LOCK = "/run/kvmesh-netlab.lock"  # root's: a lab needs root anyway
 
 
 class LabError(RuntimeError):
@@ -68,6 +75,17 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@contextlib.contextmanager
+def _subnet_lock() -> Iterator[None]:
+    """Held from picking a /24 until the host address claims it (its route then shows)."""
+    fd = os.open(SUBNET_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _pick_subnet(rng: random.Random) -> int:
     """A /24 of 198.18.0.0/16 that no route on the host uses yet."""
     used = _ip("-4", "route", "show").stdout
@@ -83,8 +101,7 @@ def create_lab(nodes: list[str], tag: str | None = None) -> Lab:
     if not 1 <= len(nodes) <= MAX_NODES:
         raise LabError(f"a lab holds 1..{MAX_NODES} nodes, not {len(nodes)}")
     tag = tag or uuid.uuid4().hex[:6]
-    lab = Lab(tag=tag, subnet=_pick_subnet(random.Random()), bridge_ns=f"kvb-{tag}",
-              host_link=f"kvh{tag}")
+    lab = Lab(tag=tag, subnet=0, bridge_ns=f"kvb-{tag}", host_link=f"kvh{tag}")
     try:
         _ip("netns", "add", lab.bridge_ns)
         _ip("-n", lab.bridge_ns, "link", "set", "lo", "up")
@@ -93,8 +110,10 @@ def create_lab(nodes: list[str], tag: str | None = None) -> Lab:
         _ip("link", "add", lab.host_link, "type", "veth", "peer", "name", "uplink",
             "netns", lab.bridge_ns)
         _ip("-n", lab.bridge_ns, "link", "set", "uplink", "master", "br0", "up")
-        _ip("addr", "add", f"{lab.host_address}/24", "dev", lab.host_link)
-        _ip("link", "set", lab.host_link, "up")
+        with _subnet_lock():
+            lab.subnet = _pick_subnet(random.Random())
+            _ip("addr", "add", f"{lab.host_address}/24", "dev", lab.host_link)
+            _ip("link", "set", lab.host_link, "up")
         for index, node in enumerate(nodes, start=1):
             _add_namespace(lab, node, index)
     except BaseException:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvmesh import cluster_state as cluster
 from kvmesh.agent.http_token import TokenFileError, read_token, search_dirs, token_name
 from kvmesh.agent.http_wire import NODE_HEADER
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
@@ -220,8 +221,6 @@ def _operator_token(path: Path, address: AgentAddress) -> tuple[str | None, str]
 
 
 def _cluster_credentials(address: AgentAddress, run_dir: Path | None) -> Credentials | None:
-    from kvmesh import cluster
-
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         # Each must be this user's and writable by nobody else (UnsafePathError, an OSError):
         # a run directory someone else made could name any file as "the token" and any

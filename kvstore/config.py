@@ -29,6 +29,10 @@ __all__ = ["DEFAULT_DATA_ROOT", "LIVE", "LOG_LEVELS", "NODE_SCHEMA", "ConfigErro
            "PeerAddress", "load_config", "node_config", "parse_peer", "read_config_file",
            "settle_data_dir"]
 
+# A leaf's peers: one core node, or two (dual-homed: either may be down). docs/kvstore.md.
+MAX_LEAF_PEERS = 2
+
+
 # Field metadata of a setting a running node takes on SIGHUP (KvStoreNode.reconfigure applies
 # exactly these); every other field needs a restart.
 LIVE = {"live": True}
@@ -97,7 +101,8 @@ class NodeConfig:
     subscriber_queue_bytes: int = 32 * 1024 * 1024
     # Leaf node (docs/kvstore.md, "Leaf nodes"): stores, floods and syncs only the key-values
     # that start with one of key_prefix_filters OR whose originator is one of
-    # key_originator_filters (or this node), and has one peer (a leaf is never a transit node).
+    # key_originator_filters (or this node), and has at most MAX_LEAF_PEERS peers, its core
+    # uplinks (dual-homed); it never forwards a peer's flood (a leaf is never a transit node).
     leaf: bool = False
     key_prefix_filters: tuple[str, ...] = ()
     key_originator_filters: tuple[str, ...] = ()
@@ -156,11 +161,11 @@ class NodeConfig:
                 raise ConfigError(f"{source}: {list_field} needs leaf = true (--leaf)")
         if not isinstance(self.leaf, bool):
             raise ConfigError(f"{source}: leaf must be true or false")
-        if self.leaf and len(self.peers) > 1:
+        if self.leaf and len(self.peers) > MAX_LEAF_PEERS:
             raise ConfigError(
-                f"{source}: leaf node {self.name!r} has {len(self.peers)} peers; a leaf takes one"
-                " peer (a non-leaf node): it stores only its share, so it must never be a transit"
-                " node between two others"
+                f"{source}: leaf node {self.name!r} has {len(self.peers)} peers; a leaf takes at"
+                f" most {MAX_LEAF_PEERS} (non-leaf nodes: its core uplinks) and never forwards"
+                " between them: it stores only its share, so it must never be a transit node"
             )
         for peer, address in self.peers.items():
             if not peer:

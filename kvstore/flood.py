@@ -18,7 +18,8 @@ received key-value its filters do not match is left out before the merge and cou
 (`kvstore.leaf.refused_key_vals`), never an error; a solicited set learns it per key
 (NO_MATCHED_KEY). Towards a peer whose filters are known (a leaf), `wants` decides per key: it
 gets only what matches, never a forwarded publication's bytes, and finalize keys are filtered
-the same way.
+the same way. A leaf floods only what a client gave it, never what a peer flooded it: with two
+core peers (dual-homed) it must not carry floods from one to the other.
 After the merge (`merged`): a peer's publication that changed nothing is counted redundant (it
 also came by another path), and refusals showing that the sender's store and ours diverged
 (`value.diverged_from_sender`) name the peer to resync now.
@@ -302,6 +303,11 @@ class FloodProtocol:
         """What to send after merging `delta`, which came by `path` (`received`: the peer
         publications it was merged from). Writes wire TTLs into the delta's finite-TTL objects
         (never stored ones: see `KvStoreDb`)."""
+        if path and self.own_filter is not None:
+            # A leaf floods only what it was given by a client (its agent): what one of its
+            # core peers flooded it goes no further, so a dual-homed leaf never carries a flood
+            # from one core to the other (never a transit node).
+            return []
         targets = self.table.flood_targets(delta, exclude=path)
         if not targets:
             return []

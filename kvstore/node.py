@@ -38,7 +38,7 @@ import zmq
 
 from kvstore import stats, wire
 from kvstore.authz import INSECURE_IDENTITY, Identity, authorize
-from kvstore.config import ConfigError, NodeConfig
+from kvstore.config import MAX_LEAF_PEERS, ConfigError, NodeConfig
 from kvstore.curve import CurveError, NodeSecurity
 from kvstore.db import KvStoreDb
 from kvstore.filters import KeyFilter, filter_from_wire
@@ -757,19 +757,19 @@ class KvStoreNode:
         return wire.OK_RESPONSE
 
     def _check_leaf_peers(self, peers: Mapping[str, PeerSpec]) -> None:
-        """A leaf takes one peer: it stores only its share, so it must never be the transit
-        node between two others (docs/kvstore.md, "Leaf nodes")."""
+        """A leaf takes at most MAX_LEAF_PEERS peers, its core uplinks: it stores only its
+        share and never forwards between them (docs/kvstore.md, "Leaf nodes")."""
         assert self.peering is not None
         if not self.config.leaf:
             return
         names = set(self.peering.links) | set(peers)
-        if len(names) > 1:
+        if len(names) > MAX_LEAF_PEERS:
             self.counters[stats.PEER_ADD_REFUSED] += 1
             self.counters[stats.LEAF_TRANSIT_REFUSED] += 1
             raise BadArgument(
-                f"leaf node {self.name} takes one peer, would have {len(names)}"
-                f" ({', '.join(sorted(names))}): a leaf stores only its share and must never be"
-                " a transit node; nothing was added"
+                f"leaf node {self.name} takes at most {MAX_LEAF_PEERS} peers, would have"
+                f" {len(names)} ({', '.join(sorted(names))}): a leaf stores only its share and"
+                " must never be a transit node; nothing was added"
             )
 
     def _reserve_peers(self, peers: Mapping[str, PeerSpec]) -> None:

@@ -150,6 +150,11 @@ def _message(model: type[BaseModel], loc: tuple[Any, ...], error: Any) -> str:
     if kind == "literal_error":
         return f"must be one of {str(ctx.get('expected', '')).replace(' or ', ', ')}{got}"
     if kind.startswith("string_"):
+        if isinstance(error["input"], int) and not isinstance(error["input"], bool):
+            # What a YAML file gives for an unquoted MAC (YAML 1.1 reads 12:34:56:00:01:02 as
+            # a base-60 integer) or an unquoted number meant as text.
+            return (f"must be a string{got} (quote it in YAML: unquoted, 12:34:56:00:01:02 "
+                    f"reads as a number)")
         return f"must be a string{got}"
     if kind.startswith("list_"):
         return f"must be a list{got}"

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from tests.parallel import isolate_session
+
 TIERS_FILE = Path(__file__).with_name("tiers.json")
 TIER_MARKERS = ("process", "netns", "slow")
 RECORD = os.environ.get("KVMESH_RECORD_TIERS") == "1"
@@ -41,6 +43,11 @@ ALWAYS_SLOW_FILES = ("tests/test_lint.py", "tests/fuzz/", "tests/test_chaos_")
 # A KvStore counter name that kvstore/stats.py does not declare is an error in every test, in
 # this process and in the node processes the tests start (they inherit the environment).
 os.environ["KVSTORE_STRICT_COUNTERS"] = "1"
+
+# This test process apart from every other (pytest-xdist workers, another run on the machine):
+# its own runtime base (never /run/kvmesh), its own slice of ports, none of the caller's client
+# settings. Before any kvmesh module is imported: cluster.DEFAULT_RUN_DIR is computed on import.
+RUNTIME_BASE = isolate_session()
 
 
 def _load_tiers() -> dict[str, list[str]]:
@@ -54,8 +61,9 @@ TIERS = _load_tiers()
 
 
 def _base_id(nodeid: str) -> str:
-    """The test id without its parameters: parametrised cases share one classification."""
-    return nodeid.split("[", 1)[0]
+    """The test id without its parameters (parametrised cases share one classification) and
+    without the `@group` suffix `--dist loadgroup` adds to grouped tests' ids."""
+    return nodeid.split("[", 1)[0].split("@", 1)[0]
 
 
 def _markers_for(nodeid: str) -> set[str]:

@@ -26,6 +26,10 @@ if {how!r} == "raise":
     raise RuntimeError("benchmark failed")
 if {how!r} == "wait":
     time.sleep(60)
+if {how!r} == "keep":
+    from scratch import keep
+    print(keep(__import__("pathlib").Path(made)), flush=True)
+    raise RuntimeError("benchmark failed, logs kept")
 """
 
 
@@ -42,6 +46,19 @@ def test_scratch_dir_removed_when_the_run_ends(tmp_path: Path, how: str) -> None
     assert out.strip().startswith(str(tmp_path))  # it did make its directory there
     assert child.returncode == (0 if how == "return" else 1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_runs_logs_stay_where_it_says(tmp_path: Path) -> None:
+    """cluster_bench said 'logs kept in <dir>' of a dir inside its scratch dir, removed at exit:
+    `keep` moves it out first and the message names where it went."""
+    child = run_child(tmp_path, "keep")
+    out, _err = child.communicate(timeout=30)
+    assert child.returncode == 1
+    root, kept = (Path(line) for line in out.split())
+    assert not root.exists()  # the scratch dir is still removed
+    assert kept.parent.parent == tmp_path and kept.name.startswith("kvbench-")
+    assert (kept / "data").read_text() == "x" * 1000
+    assert [p.name.startswith("kvbench-failed-") for p in tmp_path.iterdir()] == [True]
 
 
 def test_scratch_dir_removed_on_sigterm(tmp_path: Path) -> None:

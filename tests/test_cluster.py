@@ -14,6 +14,7 @@ import pytest
 from kvmesh import cluster
 from kvstore.version import PROTOCOL_VERSION, __version__
 from tests.netns import list_netns, netns_available
+from tests.parallel import unique_prefix
 from tests.util import wait_until
 
 
@@ -63,7 +64,7 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("KVMESH_URL", "KVMESH_KEY_FILE", "KVMESH_SERVER_KEY"):
         monkeypatch.setenv(name, "")  # restored after the test
-    prefix = f"kvc{os.getpid()}"
+    prefix = unique_prefix("kvc")
     run_dir = tmp_path / "run"
     try:
         state = cluster.up(3, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
@@ -118,7 +119,7 @@ def test_cluster_up_configure_status_down(tmp_path: Path,
 @pytest.mark.netns
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)")
 def test_a_namespace_another_cluster_holds_is_a_clear_error(tmp_path: Path) -> None:
-    prefix = f"kvh{os.getpid()}"
+    prefix = unique_prefix("kvh")
     held = f"{prefix}-n2"  # as another cluster's n2 would hold it
     subprocess.run(["ip", "netns", "add", held], check=True)
     try:
@@ -130,3 +131,21 @@ def test_a_namespace_another_cluster_holds_is_a_clear_error(tmp_path: Path) -> N
         assert held in list_netns()
     finally:
         subprocess.run(["ip", "netns", "del", held], check=False)
+
+
+@pytest.mark.process
+def test_cluster_status_names_tls_rest_endpoints_https(tmp_path: Path) -> None:
+    """An isolated cluster's agents serve REST over TLS: status said http:// of them."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    nodes = {"n1": cluster.NodeInfo("tcp://x:1", "tcp://x:2", None, "198.18.0.1:8080"),
+             "n2": cluster.NodeInfo("tcp://x:3", "tcp://x:4", None, None)}
+    cluster.ClusterState(str(run_dir), "chain", nodes, http_cert=str(run_dir / "c.pem")).save()
+    data: dict = cluster.status(run_dir)["nodes"]  # type: ignore[assignment]
+    assert data["n1"]["rest_url"] == "https://198.18.0.1:8080"
+    assert data["n2"]["rest_url"] is None
+    table = kvmesh("cluster", "status", "--run-dir", str(run_dir)).stdout
+    assert "https://198.18.0.1:8080" in table and "http://" not in table
+    cluster.ClusterState(str(run_dir), "chain", nodes).save()  # loopback: plain HTTP
+    data = cluster.status(run_dir)["nodes"]  # type: ignore[assignment]
+    assert data["n1"]["rest_url"] == "http://198.18.0.1:8080"

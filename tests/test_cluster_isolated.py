@@ -9,7 +9,7 @@ from pathlib import Path
 import networkx
 import pytest
 
-from kvmesh import cluster
+from kvmesh import cluster, netlab
 from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import agent_leaf_prefixes, config_key, config_prefix, status_key
 from kvmesh.agent.status import decode_status
@@ -92,15 +92,24 @@ def test_isolated_cluster_talks_over_the_bridge_and_down_removes_everything(
 
 @pytest.mark.netns
 @needs_netns
-def test_isolated_cluster_that_fails_to_start_cleans_up(tmp_path: Path) -> None:
-    before = set(list_netns())
-    links_before = _lab_links()
+def test_isolated_cluster_that_fails_to_start_cleans_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[netlab.Lab] = []
+
+    def create_lab(nodes: list[str], tag: str | None = None) -> netlab.Lab:
+        made.append(real_create_lab(nodes, tag))
+        return made[-1]
+
+    real_create_lab = netlab.create_lab
+    monkeypatch.setattr(netlab, "create_lab", create_lab)
     with pytest.raises(cluster.ClusterError, match="timed out"):
         # An unknown configuration key: every node exits at once with code 2.
         cluster.up(2, "chain", run_dir=tmp_path / "run", isolated=True, agents=False,
                    timeout=3, node_config={"no_such_knob": 1})
-    assert {ns for ns in set(list_netns()) - before if ns.startswith(("kvn-", "kvb-"))} == set()
-    assert _lab_links() <= links_before
+    # This lab's pieces only: other workers' labs may come and go meanwhile.
+    (lab,) = made
+    assert {lab.bridge_ns, *lab.namespaces.values()} & set(list_netns()) == set()
+    assert lab.host_link not in _lab_links()
 
 
 @pytest.mark.netns

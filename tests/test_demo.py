@@ -25,3 +25,16 @@ def test_cluster_demo_configures_breaks_and_repairs() -> None:
     assert "configuration survived the restart" in out
     assert "processes stopped, namespaces removed" in out
     assert not [ns for ns in list_netns() if ns.startswith("kvmesh-n")]
+
+
+@pytest.mark.process
+def test_demo_shows_a_commands_lines_in_the_order_it_wrote_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvmesh resync --node n2` in the demo showed its result before its 'running...' line
+    (stdout and stderr captured apart, printed one after the other)."""
+    from kvmesh.cluster_demo import _run
+
+    script = ("import sys; print('running...', file=sys.stderr, flush=True); "
+              "print('done', flush=True)")
+    _run([sys.executable, "-c", script], show="resync")
+    assert capsys.readouterr().out == "$ resync\nrunning...\ndone\n"

@@ -15,6 +15,8 @@ from tests.netns import netns_available
 from tests.util import wait_until
 
 pytestmark = [
+    # One cluster for the module (a module fixture): its tests run in one worker, in order.
+    pytest.mark.xdist_group("faults-cluster"),
     pytest.mark.netns,
     pytest.mark.skipif(not netns_available() or shutil.which("nft") is None,
                        reason="needs root, iproute2 and nftables"),

@@ -111,3 +111,15 @@ def test_models_reference_is_generated_from_the_models() -> None:
     assert (ROOT / "docs" / "models.md").read_text() == reference(), (
         "docs/models.md is stale: python -m kvmesh.agent.models_doc > docs/models.md")
     assert "| `mtu` | integer (68..65535) or null |" in reference()
+
+
+def test_readmes_model_key_table_is_generated_from_the_registries() -> None:
+    """It listed only the first three VPP models (vpp/interface types 'loopback, tap,
+    af_packet') long after the others landed."""
+    from kvmesh.agent.models import MODELS
+    from kvmesh.agent.models_doc import readme_table, with_readme_table
+
+    readme = (ROOT / "README.md").read_text()
+    assert with_readme_table(readme) == readme, (
+        "README.md's model-key table is stale: python -m kvmesh.agent.models_doc --readme")
+    assert all(f"| `{m.shape.replace('|', chr(92) + '|')}` |" in readme_table() for m in MODELS)

@@ -18,9 +18,12 @@ from kvmesh.cli.members import announced_nodes
 from kvmesh.cli.ops_cmds import outcome
 from kvmesh.rest_client import AgentRest, Credentials, RestError
 from tests.netns import netns_available
+from tests.parallel import unique_prefix
 from tests.util import wait_until
 
 pytestmark = [
+    # One cluster for the module (a module fixture): its tests run in one worker, in order.
+    pytest.mark.xdist_group("operator-cluster"),
     pytest.mark.netns,
     pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 (ip netns)"),
 ]
@@ -72,7 +75,7 @@ class Cli:
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     tmp = tmp_path_factory.mktemp("operator")
-    prefix = f"kvop{os.getpid()}"
+    prefix = unique_prefix("kvop")
     run_dir = tmp / "run"
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, netns_prefix=prefix, timeout=90)
@@ -400,3 +403,35 @@ def test_metrics_histograms_on_a_real_node(cli: Cli) -> None:
     flood = found["kvmesh_kvstore_flood_batch_size"]
     assert flood[("kvmesh_kvstore_flood_batch_size_count", None)] >= 1
     assert "kvmesh_kvstore_flood_batch_size_le_1" not in found
+
+
+def test_values_for_a_device_the_node_lacks_are_reported_and_refused(cli: Cli) -> None:
+    """A VPP file for a node without VPP: every row UNIMPLEMENTED with no reason and `plan`
+    exiting 0. The cluster's agents drive Linux only (node/<N>/device/linux)."""
+    vpp = {"vpp/interface/lo0": {"type": "loopback"}, "vpp/bd/b1": {"bd_id": 1}}
+    path = cli.state_file({"n2": {**vpp, "linux/interface/br4": {"type": "bridge"}}})
+    said = ("node n2 has no vpp device (no node/n2/device/vpp): 2 value(s) would not apply "
+            "there: vpp/bd/b1, vpp/interface/lo0")
+    before = cli.desired("n2")  # what the module's earlier tests left
+    planned = cli.run("plan", "-f", path, "--offline")
+    assert planned.returncode == 1, planned
+    assert f"! {said}" in planned.stdout and "--allow-missing-device" in planned.stderr
+    assert cli.run("plan", "-f", path, "--offline", "--detailed-exitcode").returncode == 1
+    listed = json.loads(cli.run("--json", "plan", "-f", path, "--offline").stdout)
+    assert listed["n2"]["missing_device"] == {"vpp": ["vpp/bd/b1", "vpp/interface/lo0"]}
+    applied = cli.run("apply", "-f", path, "--no-wait")
+    assert applied.returncode == 1
+    assert applied.stderr == (f"error: {said}; nothing was written (give "
+                              "--allow-missing-device to write them anyway)\n")
+    assert cli.desired("n2") == before
+    allowed = cli.run("plan", "-f", path, "--offline", "--allow-missing-device",
+                      "--detailed-exitcode")
+    assert allowed.returncode == 2 and f"! {said}" in allowed.stdout
+    # Linux values alone are planned as before.
+    linux_only = cli.state_file({"n2": {"linux/interface/br4": {"type": "bridge"}}})
+    assert cli.run("plan", "-f", linux_only, "--offline").returncode == 0
+    applied = cli.run("apply", "-f", path, "--no-wait", "--allow-missing-device")
+    assert applied.returncode == 0, applied
+    assert set(cli.desired("n2")) == {*before, *vpp, "linux/interface/br4"}
+    for key in [*vpp, "linux/interface/br4"]:
+        assert cli.run("config", "del", "n2", key).returncode == 0

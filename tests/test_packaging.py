@@ -78,7 +78,7 @@ def live_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     run_dir = tmp_path_factory.mktemp("packaging") / "run"
     try:
         state = cluster.up(2, "chain", run_dir=run_dir, namespaces=False, timeout=90)
-        yield state.agent_rest("n1").request("GET", "/metrics").decode()
+        yield cluster.agent_rest(state, "n1").request("GET", "/metrics").decode()
     finally:
         cluster.down(run_dir)
 

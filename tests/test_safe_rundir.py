@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kvmesh import cluster
+from kvmesh import cluster, rundirs
+from kvmesh.agent.http_token import token_dir
 from kvstore import curve, safefs
 from kvstore.storage import DurableStore, StorageError
 from tests.util import wait_until
@@ -213,13 +214,39 @@ def test_logs_are_private_and_a_restore_is_announced(tmp_path: Path) -> None:
 
 
 def test_default_run_dir_is_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The suite runs with a runtime base of its own (tests/parallel.py): the override first.
+    assert cluster.default_run_dir() == Path(os.environ["KVMESH_RUNTIME_DIR"]) / "cluster"
+    assert token_dir() == Path(os.environ["KVMESH_RUNTIME_DIR"]) / "agents"
+    monkeypatch.delenv("KVMESH_RUNTIME_DIR")
     assert cluster.default_run_dir() == Path("/run/kvmesh/cluster")
+    assert token_dir() == Path("/run/kvmesh/agents")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
     assert cluster.default_run_dir("chaos") == Path("/run/user/1000/kvmesh/chaos")
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("HOME", "/home/alice")
     assert cluster.default_run_dir() == Path("/home/alice/.local/state/kvmesh/cluster")
+
+
+def test_the_runtime_base_is_0755_whichever_command_makes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster up` used to make /run/kvmesh 0700 and an agent 0755 (its token group must get
+    through): one rule now, and a base left 0700 is put right."""
+    base = tmp_path / "rt"
+    monkeypatch.setenv("KVMESH_RUNTIME_DIR", str(base))
+    old_umask = os.umask(0o077)  # a strict umask must not decide the mode either
+    try:
+        rundirs.make_base_for(cluster.default_run_dir() / "x")
+        assert stat.S_IMODE(base.stat().st_mode) == 0o755
+        base.chmod(0o700)
+        rundirs.make_base_for(token_dir())
+        assert stat.S_IMODE(base.stat().st_mode) == 0o755
+        rundirs.make_base_for(tmp_path / "elsewhere")  # not under the base: left alone
+        base.chmod(0o700)
+        rundirs.make_base_for(tmp_path / "elsewhere")
+        assert stat.S_IMODE(base.stat().st_mode) == 0o700
+    finally:
+        os.umask(old_umask)
 
 
 GROUP = 1  # a group that exists everywhere (daemon): stands in for `kvmesh`

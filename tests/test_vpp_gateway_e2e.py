@@ -109,6 +109,7 @@ def by_tag(vpp: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {i["tag"].removeprefix("kvmesh:"): i for i in vpp["interfaces"] if i["tag"]}
 
 
+@pytest.mark.xdist_group("vpp-gateway-cluster")  # the module's one cluster
 def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) -> None:
     before = gateway.vpp()
     other_node = gateway.vpp("n2")
@@ -194,6 +195,7 @@ def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) ->
     assert gateway.vpp("n2") == other_node  # the other node's VPP was never touched
 
 
+@pytest.mark.xdist_group("vpp-gateway-cluster")  # the module's one cluster
 def test_a_refused_call_is_failed_with_vpps_error_name(gateway: Gateway) -> None:
     before = gateway.vpp()
     tunnel = {"vpp/interface/vx200": {"type": "vxlan",

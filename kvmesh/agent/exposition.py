@@ -18,7 +18,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
-from kvmesh.agent.metrics import Family, HistogramFamily, MetricFamily
+from kvmesh.agent.metric_families import Family, HistogramFamily, MetricFamily
 
 
 def text(families: Iterable[Family]) -> str:

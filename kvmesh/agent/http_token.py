@@ -7,7 +7,8 @@ address) finds the token of exactly the agent it talks to, and never reads a pat
 names (a forged `node/<N>/agent` record cannot make it send a token elsewhere).
 
 The token directory is the invoking user's: `/run/kvmesh/agents` for root, else
-`$XDG_RUNTIME_DIR/kvmesh/agents` (or `~/.local/state/kvmesh/agents`). The file is born with its
+`$XDG_RUNTIME_DIR/kvmesh/agents` (or `~/.local/state/kvmesh/agents`); `agents/` under
+`$KVMESH_RUNTIME_DIR` when that is set (`kvmesh.rundirs`). The file is born with its
 final mode — 0600, or 0640 with the group `kvmesh` when that group exists — opened with
 O_CREAT|O_EXCL|O_NOFOLLOW (a planted file or symlink is replaced, never followed), and written
 only once nobody else can open it (`kvstore.safefs`: the directory and file rules of every
@@ -23,10 +24,11 @@ import os
 import secrets
 from pathlib import Path
 
+from kvmesh import rundirs
 from kvmesh.agent.proc_net import anyone_listens
 from kvstore import safefs
 
-ROOT_TOKEN_DIR = Path("/run/kvmesh/agents")
+ROOT_TOKEN_DIR = rundirs.ROOT_BASE / "agents"
 TOKEN_GROUP = "kvmesh"
 MIN_TOKEN_CHARS = 16
 
@@ -51,12 +53,9 @@ def new_token() -> str:
 
 
 def token_dir(euid: int | None = None) -> Path:
-    """The invoking user's directory for agent tokens."""
-    if (os.geteuid() if euid is None else euid) == 0:
-        return ROOT_TOKEN_DIR
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path.home() / ".local" / "state"
-    return base / "kvmesh" / "agents"
+    """The invoking user's directory for agent tokens: `<runtime base>/agents`
+    (`kvmesh.rundirs`)."""
+    return rundirs.default_dir("agents", euid)
 
 
 def search_dirs() -> list[Path]:
@@ -104,6 +103,7 @@ def write_token_file(path: Path, token: str) -> None:
     older file of that name (a killed agent's, or planted) is replaced, never followed."""
     gid = _group()
     try:
+        rundirs.make_base_for(path.parent)
         safefs.private_dir(path.parent, group=gid)
     except OSError as exc:
         raise TokenFileError(f"token directory: {exc}") from exc

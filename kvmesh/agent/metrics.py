@@ -20,8 +20,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+# The families are re-exported: they are built here (kvmesh.agent.metric_families says why they
+# live apart).
+from kvmesh.agent.metric_families import Family as Family
+from kvmesh.agent.metric_families import HistogramFamily as HistogramFamily
+from kvmesh.agent.metric_families import MetricFamily as MetricFamily
 from kvstore import stats
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
@@ -35,31 +39,6 @@ def metric_name(*parts: str) -> str:
     return name if not name[:1].isdigit() else f"_{name}"
 
 
-@dataclass
-class MetricFamily:
-    name: str
-    kind: str  # "counter" | "gauge" | "untyped"
-    help: str
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
-
-    def add(self, value: float, **labels: str) -> MetricFamily:
-        self.samples.append((labels, value))
-        return self
-
-
-@dataclass(frozen=True)
-class HistogramFamily:
-    """One histogram without labels: cumulative `buckets` (upper bound as text, e.g. "0.5" or
-    "+Inf", count), the `sum` of the observations, and `created` (epoch seconds) if known."""
-
-    name: str
-    help: str
-    buckets: list[tuple[str, float]]
-    sum: float
-    created: float | None = None
-
-
-Family = MetricFamily | HistogramFamily
 
 
 def render(families: Iterable[Family]) -> str:

@@ -1,5 +1,6 @@
 """docs/models.md, generated from the models' JSON Schema (`python -m kvmesh.agent.models_doc >
-docs/models.md`; a test fails when the file is stale)."""
+docs/models.md`), and the README's table of model keys (`python -m kvmesh.agent.models_doc
+--readme` rewrites it between its markers); a test fails when either is stale."""
 
 from __future__ import annotations
 
@@ -75,5 +76,50 @@ def reference() -> str:
     return "\n".join(out)
 
 
+README_BEGIN = ("<!-- model keys: generated from the model registries by "
+                "`python -m kvmesh.agent.models_doc --readme`; do not edit by hand -->")
+README_END = "<!-- end of model keys -->"
+
+
+def _field_summary(name: str, prop: dict[str, Any]) -> str:
+    """`"name"`, with the choices of an enumerated field: `"type": "veth"|"bridge"`."""
+    choices = prop.get("enum")
+    if choices is None and "anyOf" in prop:
+        choices = next((p["enum"] for p in prop["anyOf"] if "enum" in p), None)
+    if choices and all(isinstance(c, str) for c in choices):
+        return f'"{name}": ' + "|".join(f'"{c}"' for c in choices)
+    return f'"{name}"'
+
+
+def readme_table() -> str:
+    """The README's model-key table: one row per model of every plane, in registry order."""
+    rows = [README_BEGIN, "", "| model key | value (JSON) | docs |", "|---|---|---|"]
+    for model in MODELS:
+        properties = json_schema(model.name).get("properties", {})
+        fields = ", ".join(_field_summary(n, p) for n, p in properties.items())
+        plane = model.name.split("/", 1)[0]
+        value = f"`{{{fields}}}`".replace("|", "\\|")
+        shape = model.shape.replace("|", "\\|")
+        rows.append(f"| `{shape}` | {value} | [docs/{plane}.md](docs/{plane}.md) |")
+    rows += ["", README_END]
+    return "\n".join(rows)
+
+
+def with_readme_table(readme: str) -> str:
+    """`readme` with the text between the markers replaced by `readme_table()`."""
+    head, begin, rest = readme.partition(README_BEGIN)
+    _old, end, tail = rest.partition(README_END)
+    if not begin or not end:
+        raise ValueError(f"README.md has no {README_BEGIN!r} ... {README_END!r} block")
+    return head + readme_table() + tail
+
+
 if __name__ == "__main__":
-    print(reference(), end="")
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:] == ["--readme"]:
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        readme.write_text(with_readme_table(readme.read_text()))
+    else:
+        print(reference(), end="")

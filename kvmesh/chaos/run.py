@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvmesh import cluster, faults, netlab
+from kvmesh import cluster, faults, netlab, rundirs
 from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import config_key
 from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
@@ -382,6 +382,7 @@ def run(config: ChaosConfig, say: Callable[[str], None] = print,
         summary: dict[str, object] | None = None) -> list[RoundReport]:
     """Run the rounds; a failed check raises nothing (it is in the reports). `summary`, if
     given, is filled with the run's figures."""
+    rundirs.make_base_for(config.run_dir)
     safefs.private_dir(config.run_dir)
     run_dir = config.run_dir / f"seed{config.seed}-{time.strftime('%H%M%S')}"
     say(f"chaos: {config.command()}")

@@ -81,14 +81,14 @@ def cluster_status(run_dir: Path) -> None:
     if not data["nodes"]:
         click.echo(f"no cluster in {run_dir}")
         return
-    click.echo(f"{'NODE':<6} {'ROLE':<5} {'VERSION':<12} {'CMD URL':<24} {'HTTP':<18} "
+    click.echo(f"{'NODE':<6} {'ROLE':<5} {'VERSION':<12} {'CMD URL':<24} {'REST':<26} "
                f"{'NETNS':<12} PROCESSES")
     for name, info in data["nodes"].items():  # type: ignore[attr-defined]
         procs = " ".join(f"{role}:{p['pid']}{'' if p['alive'] else '(dead)'}"
                          for role, p in info["processes"].items())
         role = "leaf" if info["leaf"] else "full"
         click.echo(f"{name:<6} {role:<5} {info['version']:<12} {info['cmd_url']:<24} "
-                   f"{info['http'] or '-':<18} "
+                   f"{info['rest_url'] or '-':<26} "
                    f"{info['netns'] or '-':<12} {procs}")
 
 

@@ -80,7 +80,8 @@ def node_group() -> None:
 @click.option("--discard-corrupt-state", is_flag=True,
               help="Start EMPTY when the database is corrupt (it is moved aside, loudly).")
 @click.option("--leaf", is_flag=True, help="Leaf node: store, flood and sync only the keys "
-              "matching the filters below (or originated here); one peer, never a transit.")
+              "matching the filters below (or originated here); one or two core peers (--peer "
+              "twice: dual-homed), never a transit between them.")
 @click.option("--key-prefix-filter", "key_prefix_filters", multiple=True, metavar="P",
               help="Leaf: keep keys starting with P (repeatable; OR with the others). With "
               "--agent, the default is what the agent needs (config/NAME/, status/NAME/, ...).")

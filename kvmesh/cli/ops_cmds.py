@@ -22,6 +22,12 @@ from kvmesh.agent.keys import CONFIG, NODE, device_of
 from kvmesh.agent.revisions import REVISION
 from kvmesh.agent.status import decode_status
 from kvmesh.cli.common import KvCommand, KvGroup, cli_context, emit, fail, run_client
+from kvmesh.cli.devices import (
+    ALLOW_OPTION,
+    allow_missing_device_option,
+    describe,
+    missing_devices,
+)
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.settle import status_snapshot, wait_settled
 from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export_state, parse_state
@@ -193,29 +199,37 @@ class PlanUsageError(click.ClickException):
 @click.option("--offline", is_flag=True, help="Only the desired-state diff: do not ask the "
               "nodes' schedulers (otherwise a node whose scheduler cannot be asked is an error).")
 @allow_unknown_node_option
+@allow_missing_device_option
 def plan(path: str, replace: bool, detailed_exitcode: bool, offline: bool,
-         allow_unknown: bool) -> None:
+         allow_unknown: bool, allow_missing_device: bool) -> None:
     """What applying FILE would change; read-only (nothing is written anywhere). Exit 1 on an
-    error (a bad file, an unknown node, a node or scheduler that cannot be asked)."""
+    error (a bad file, an unknown node, a node or scheduler that cannot be asked, values for a
+    plane a node has no device of unless --allow-missing-device)."""
     wanted = read_state_file(path, code=1)
     refuse_invalid(wanted)
 
-    def action(client: KvStoreClient) -> tuple[dict[str, NodeDiff], dict[str, Any]]:
+    def action(client: KvStoreClient) -> tuple[dict[str, NodeDiff], dict[str, Any], Any]:
         refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
-        return diffs, {} if offline else scheduler_plans(client, diffs)
+        return (diffs, {} if offline else scheduler_plans(client, diffs),
+                missing_devices(client, diffs))
 
-    diffs, plans = run_client(action)
+    diffs, plans, missing = run_client(action)
     changed = any(not d.empty for d in diffs.values())
     as_json = {node: {"added": sorted(d.added), "changed": {
         k: [{"path": c.path, "old": c.old, "new": c.new} for c in changes]
         for k, (_o, _n, changes) in d.changed.items()}, "removed": sorted(d.removed),
-        "scheduler": plans.get(node)} for node, d in diffs.items()}
-    emit(as_json, plan_text(diffs, plans) if changed else "no changes")
+        "scheduler": plans.get(node), "missing_device": missing.get(node, {})}
+        for node, d in diffs.items()}
+    text = plan_text(diffs, plans) if changed else "no changes"
+    emit(as_json, "\n".join([text, *(f"! {line}" for line in describe(missing))]))
     unasked = sorted(node for node, found in plans.items() if "error" in found)
     if unasked:
         fail(f"the scheduler of {', '.join(unasked)} could not be asked (see above; --offline "
              f"plans without asking)")
+    if missing and not allow_missing_device:
+        fail(f"values for a device the node does not have (see above); give {ALLOW_OPTION} "
+             f"to plan them anyway")
     sys.exit(2 if changed and detailed_exitcode else 0)
 
 
@@ -287,8 +301,9 @@ def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
               help="Roll back unless `kvmesh confirm` runs within S seconds (held by the "
                    "nodes' agents).")
 @allow_unknown_node_option
+@allow_missing_device_option
 def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
-          confirm_s: float | None, allow_unknown: bool) -> None:
+          confirm_s: float | None, allow_unknown: bool, allow_missing_device: bool) -> None:
     """Make the desired state of the file's nodes what FILE declares (one revision per
     changed node; see `kvmesh config history`)."""
     wanted = read_state_file(path)
@@ -298,6 +313,10 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
     def action(client: KvStoreClient) -> Any:
         refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
+        missing = {} if allow_missing_device else missing_devices(client, diffs)
+        if missing:
+            fail("; ".join(describe(missing)) + f"; nothing was written (give {ALLOW_OPTION} "
+                 "to write them anyway)")
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}
         revs = write_batches(client, diffs, path, confirm_s)

@@ -31,7 +31,7 @@ from southbound.linux.fields import sort_addresses
 from southbound.linux.records import Link
 
 if TYPE_CHECKING:
-    from southbound.linux.models.interface import InterfaceSpec
+    from southbound.linux.interface_spec import InterfaceSpec
 
 log = logging.getLogger(__name__)
 

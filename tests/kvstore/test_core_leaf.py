@@ -255,7 +255,10 @@ def test_leaf_configuration_from_toml_and_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs leaf = true"):
         load_config(path)
     path.write_text('leaf = true\n[peers]\na = "tcp://127.0.0.1:1"\nb = "tcp://127.0.0.1:2"\n')
-    with pytest.raises(ConfigError, match="takes one"):
+    assert load_config(path).leaf  # dual-homed: two core peers
+    path.write_text('leaf = true\n[peers]\na = "tcp://127.0.0.1:1"\nb = "tcp://127.0.0.1:2"\n'
+                    'c = "tcp://127.0.0.1:3"\n')
+    with pytest.raises(ConfigError, match="takes at most 2"):
         load_config(path).with_overrides(name="x")
     # `node run --agent --leaf` without filters keeps what the agent needs; flags win.
     def filters(**flags: object) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ originates), and it converges after partitions and restarts, keeping only its sh
 from __future__ import annotations
 
 import sqlite3
+from functools import partial
 from pathlib import Path
 
 from kvstore import wire
@@ -61,26 +62,75 @@ def _counters(node: Node) -> dict[str, int]:
         return client.counters()
 
 
-def test_a_leaf_is_never_the_middle_of_a_chain(mesh: Mesh) -> None:
-    a, c = mesh.allocate("a"), mesh.allocate("c")
+def test_a_leaf_takes_at_most_two_peers(mesh: Mesh) -> None:
+    a, c, d = mesh.allocate("a"), mesh.allocate("c"), mesh.allocate("d")
     leaf = _leaf(mesh)
-    mesh.start(leaf, peers=[a, c], wait=False)
+    mesh.start(leaf, peers=[a, c, d], wait=False)
     assert leaf.proc is not None
     assert leaf.proc.wait(timeout=30) == 2
-    assert "takes one peer" in leaf.log() and "transit" in leaf.log()
-    # Started with one peer, a second one is refused at PEER_ADD (nothing added).
+    assert "takes at most 2" in leaf.log() and "transit" in leaf.log()
+    # Started with two peers (dual-homed), a third one is refused at PEER_ADD (nothing added).
     leaf.peers.clear()
-    mesh.start(leaf, peers=[a])
+    mesh.start(leaf, peers=[a, c])
     mesh.start(a, peers=[leaf])
     with leaf.client() as client:
         try:
-            client.add_peer("c", c.cmd_url)
+            client.add_peer("d", d.cmd_url)
         except KvStoreRequestError as exc:
             assert exc.code == "BAD_ARGUMENT" and "never be a transit node" in str(exc)
         else:
-            raise AssertionError("a leaf accepted a second peer")
-        assert set(client.peers()) == {"a"}
+            raise AssertionError("a leaf accepted a third peer")
+        assert set(client.peers()) == {"a", "c"}
     assert _counters(leaf)["kvstore.leaf.transit_refused"] == 1
+
+
+def _synced(node: Node, peer: str) -> bool:
+    with node.client() as client:
+        return client.peers()[peer].state == PeerState.INITIALIZED
+
+
+def _holds(node: Node, key: str) -> bool:
+    with node.client() as client:
+        return key in client.get([key])
+
+
+def test_a_dual_homed_leaf_keeps_its_share_with_either_core_down(mesh: Mesh) -> None:
+    """A leaf with two core peers floods and syncs with both, never carries a flood from one to
+    the other, and keeps getting its share while either core is down."""
+    a, b = mesh.allocate("a"), mesh.allocate("b")  # two cores, not peered with each other
+    leaf = _leaf(mesh)
+    mesh.start(a, peers=[leaf], wait=False)
+    mesh.start(b, peers=[leaf], wait=False)
+    mesh.start(leaf, peers=[a, b])
+    mesh.wait_ready(a)
+    mesh.wait_ready(b)
+    for node, peers in ((a, ["leaf"]), (b, ["leaf"]), (leaf, ["a", "b"])):
+        for peer in peers:  # every sync done: only floods move keys from here
+            wait_until(partial(_synced, node, peer), timeout=20,
+                       message=f"{node.name} synced with {peer}")
+    # What the leaf's agent sets on it goes to both cores.
+    with leaf.client() as client:
+        client.set({"status/leaf/up": make_value(b"1", version=1, originator_id="leaf")})
+    wait_until(lambda: _holds(a, "status/leaf/up") and _holds(b, "status/leaf/up"),
+               timeout=20, message="the leaf flooded both cores")
+    # A share key flooded by a reaches the leaf and stops there: a marker the leaf sets after
+    # it (same socket to b, in order) arrives at b, the key from a never does.
+    with a.client() as client:
+        client.set({"config/leaf/from-a": make_value(b"x", version=1, originator_id="ops")})
+    wait_until(lambda: _holds(leaf, "config/leaf/from-a"), timeout=20, message="a -> leaf")
+    with leaf.client() as client:
+        client.set({"status/leaf/marker": make_value(b"m", version=1, originator_id="leaf")})
+    wait_until(lambda: _holds(b, "status/leaf/marker"), timeout=20, message="leaf -> b")
+    assert not _holds(b, "config/leaf/from-a"), "the leaf forwarded a's flood to b"
+    # Either core down: the other still brings the leaf its share.
+    for down, up, tag in ((a, b, "a-down"), (b, a, "b-down")):
+        down.kill()
+        with up.client() as client:
+            client.set({f"config/leaf/{tag}": make_value(b"y", version=1, originator_id="ops")})
+        wait_until(partial(_holds, leaf, f"config/leaf/{tag}"), timeout=20,
+                   message=f"share while {tag}")
+        mesh.start(down, peers=[leaf])
+        mesh.wait_ready(down)
 
 
 def test_an_edge_leaf_holds_exactly_its_share(mesh: Mesh) -> None:

@@ -76,7 +76,7 @@ def measure(state: cluster.ClusterState, runs: int, directory: Path,
     state.save()
     chromium = netlab.in_namespace(namespace, CHROMIUM, directory)
 
-    ticket = state.agent_rest("n1").json("POST", "/ui/ticket")
+    ticket = cluster.agent_rest(state, "n1").json("POST", "/ui/ticket")
     base = f"https://{state.nodes['n1'].http}"
     paints, responses, baseline, rows = [], [], [], 0
     paint_js = ("() => new Promise(done => { const find = () => { const p = performance"

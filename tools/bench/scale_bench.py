@@ -63,7 +63,7 @@ from cluster_bench import (  # noqa: E402  (tools/bench/cluster_bench.py)
     BenchError,
     converge,
     measure_config,
-    num_keys,
+    num_lasting_keys,
     on_sigterm,
     percentile,
     running_cluster,
@@ -179,7 +179,7 @@ def convergence(state: cluster.ClusterState, runs: int, tag: str) -> dict[str, f
     leaf_clients = {name: state.client(name, timeout_s=30.0) for name in leaves}
     core_clients = {name: state.client(name, timeout_s=30.0) for name in full}
     try:
-        keys_before = _sum_counter(leaf_clients, num_keys)
+        keys_before = _sum_counter(leaf_clients, num_lasting_keys)
         received_before = _sum_counter(leaf_clients, _received)
         skipped_before = _sum_counter(core_clients, _skipped)
         totals, cpu = [], []
@@ -193,7 +193,8 @@ def convergence(state: cluster.ClusterState, runs: int, tag: str) -> dict[str, f
         result = {"conv_10k_keys_s": round(statistics.median(totals), 2),
                   "conv_cpu_nodes_s": round(statistics.median(cpu), 1)}
         if leaves:
-            result["conv_leaf_keys_gained"] = _sum_counter(leaf_clients, num_keys) - keys_before
+            result["conv_leaf_keys_gained"] = \
+                _sum_counter(leaf_clients, num_lasting_keys) - keys_before
             result["conv_leaf_received_kv"] = _sum_counter(leaf_clients, _received) \
                 - received_before
             result["conv_leaf_skipped_kv"] = _sum_counter(core_clients, _skipped) \

@@ -5,6 +5,11 @@
 return, an exception, Ctrl-C (KeyboardInterrupt) or SIGTERM/SIGHUP (turned into SystemExit so
 the ``finally`` blocks and exit handlers run). A SIGKILL leaves it behind: nothing can clean
 up after that, which is why the directory name carries the pid.
+
+A failed run keeps what explains the failure: ``keep(path)`` moves ``path`` (logs, a cluster's
+run dir) out of the scratch directory into the temp dir the process started with, as
+``kvbench-failed-<pid>-XXXX``, and returns where it now is: the place to name in the error
+message (naming a path inside the scratch directory would name one removed at exit).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 _owner: int | None = None  # the process that made the scratch directory
+_outer_tempdir: str | None = None  # the temp dir before private_tempdir replaced it
 
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -33,7 +39,8 @@ def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
 
 def private_tempdir(prefix: str) -> Path:
     """Make this process's scratch directory the default temp dir; return it."""
-    global _owner
+    global _owner, _outer_tempdir
+    _outer_tempdir = tempfile.gettempdir()
     root = Path(tempfile.mkdtemp(prefix=f"{prefix}-run-{os.getpid()}-"))
     owner = _owner = os.getpid()
 
@@ -48,3 +55,14 @@ def private_tempdir(prefix: str) -> Path:
     tempfile.tempdir = str(root)
     os.environ["TMPDIR"] = str(root)
     return root
+
+
+def keep(path: Path) -> Path:
+    """Move `path` out of the scratch directory (it would be removed at exit) into the temp dir
+    the process started with; return its new place. Without a scratch directory: `path`."""
+    if _outer_tempdir is None or not path.exists():
+        return path
+    kept = Path(tempfile.mkdtemp(prefix=f"kvbench-failed-{os.getpid()}-", dir=_outer_tempdir))
+    target = kept / path.name
+    shutil.move(str(path), target)
+    return target

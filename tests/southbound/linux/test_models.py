@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,6 +98,15 @@ def test_interface_field_errors_name_the_field(value, field, fragment) -> None:
     fields = invalid_fields(parse_interface, "linux/interface/v0", value)
     assert field in fields, fields
     assert fragment in fields[field]
+
+
+def test_an_unquoted_mac_in_yaml_is_told_to_be_quoted() -> None:
+    """YAML 1.1 reads `mac: 12:34:56:00:01:02` as a base-60 integer."""
+    value = yaml.safe_load("{type: bridge, mac: 12:34:56:00:01:02}")  # as kvmesh.statefile
+    assert value["mac"] == 9783936062
+    fields = invalid_fields(parse_interface, "linux/interface/v0", value)
+    assert fields["mac"] == ("must be a string, got 9783936062 (quote it in YAML: unquoted, "
+                             "12:34:56:00:01:02 reads as a number)")
 
 
 def test_interface_errors_are_all_reported_together() -> None:

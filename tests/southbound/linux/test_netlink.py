@@ -168,6 +168,8 @@ def test_transient_errors_are_retriable() -> None:
     assert is_retriable_failure(NetlinkOperationError("x", errno.ENOBUFS))
     assert is_retriable_failure(NetlinkOperationError("x", errno.EAGAIN))
     assert not is_retriable_failure(NetlinkOperationError("x", errno.EPERM))
+    # A gateway on a link not up yet (docs/linux.md says so: retried, RETRYING meanwhile).
+    assert is_retriable_failure(NetlinkOperationError("x", errno.ENETUNREACH))
 
 
 def test_close_closes_the_event_loops_of_other_threads(ns) -> None:

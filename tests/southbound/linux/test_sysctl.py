@@ -34,6 +34,15 @@ def sysctl_write(ns: Any, name: str, value: str) -> None:
     ns.exec("sysctl", "-qw", f"{name}={value}")
 
 
+@pytest.fixture(autouse=True)
+def _not_forwarding(ns: Any) -> None:
+    """Each test's namespace starts not forwarding, as the tests assume. A new namespace copies
+    the host's IPv4 settings (net.core.devconf_inherit_init_net=0), and a host that forwards
+    (docker, another engineer's router test) made these tests fail on a shared machine."""
+    sysctl_write(ns, "net.ipv4.ip_forward", "0")
+    sysctl_write(ns, "net.ipv6.conf.all.forwarding", "0")
+
+
 def originals(state_dir: Path) -> dict[str, str]:
     files = list(state_dir.glob("sysctl-originals-*.json"))
     if not files:
