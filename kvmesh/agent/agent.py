@@ -165,8 +165,11 @@ class Agent:
         self._spawn("agent-members", MemberTokensFollower(cfg.kv_url, members).run)
         security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
                                  cfg.http_read_token_file, cfg.http_public_reads, members)
+        from kvmesh.agent.ui.console import Console
+
         self._http = HttpApi(self.rest, *address, security=security, node=cfg.node,
-                             kv_url=cfg.kv_url, max_streams=cfg.http_max_streams)
+                             kv_url=cfg.kv_url, max_streams=cfg.http_max_streams,
+                             console=Console)
         host, port = self._http.address
         if security.generated_token is not None:
             path = token_dir() / token_name(host, port)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from kvmesh.agent.http_auth import authorize
 from kvmesh.agent.http_security import HttpSecurity
@@ -31,9 +31,6 @@ from kvmesh.agent.metrics import flat_counters, render
 from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, Sink, StreamHub
 from kvmesh.agent.ui_session import Sessions, session_key
 from scheduler import ValueState
-
-if TYPE_CHECKING:
-    from kvmesh.agent.ui.console import Console
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -530,20 +527,30 @@ def stream_handler(hub: StreamHub) -> StreamHandler:
     return serve
 
 
+class ConsoleView(Protocol):
+    """The console (kvmesh.agent.ui.console.Console): pages for `/ui/...` requests."""
+
+    def dispatch(self, request: RestRequest) -> Response: ...
+
+
+# (backend, sessions, secure=, check_token=, follow=) -> the console: given by the agent, so
+# this module does not import the console (which imports this one).
+ConsoleFactory = Callable[..., ConsoleView]
+
+
 class HttpApi:
     """Serves `dispatch` until `close()` (the server, with its TLS, tokens and limits, is
     `kvmesh.agent.http_server`); `/stream` from `hub` when given."""
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
                  limits: HttpLimits | None = None, *, node: str, kv_url: str | None = None,
-                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 console: ConsoleFactory | None = None) -> None:
         backend = api
         self.sessions = Sessions(session_key(c.token for c in security.access.credentials))
-        self.console: Console | None = None
-        if kv_url is not None:  # the console reads the mesh: only beside a KvStore node
-            from kvmesh.agent.ui.console import Console
-
-            self.console = Console(api, self.sessions, secure=security.tls is not None,
+        self.console: ConsoleView | None = None
+        if console is not None and kv_url is not None:  # it reads the mesh: beside a node
+            self.console = console(api, self.sessions, secure=security.tls is not None,
                                    check_token=lambda token: authorize(
                                        security.access, f"Bearer {token}", True),
                                    follow=self._follow)

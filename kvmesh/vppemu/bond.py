@@ -17,14 +17,12 @@ deleted while a member leaves its bond.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.addrindex import InstancePool
 from kvmesh.vppemu.errors import ApiError
-
-if TYPE_CHECKING:
-    from kvmesh.vppemu.state import Dataplane
+from kvmesh.vppemu.plane import Plane
 
 MODE_ROUND_ROBIN, MODE_ACTIVE_BACKUP, MODE_XOR, MODE_BROADCAST, MODE_LACP = range(1, 6)
 LB_L2, LB_L34, LB_L23, LB_RR, LB_BC, LB_AB = range(6)
@@ -53,7 +51,7 @@ class Member:
 class Bonds:
     """The bonds of one dataplane and who is a member of which."""
 
-    def __init__(self, dataplane: Dataplane) -> None:
+    def __init__(self, dataplane: Plane) -> None:
         self._dp = dataplane
         self.bonds: dict[int, Bond] = {}  # bond sw_if_index -> bond
         self.members: dict[int, Member] = {}  # member sw_if_index -> membership

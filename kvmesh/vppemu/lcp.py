@@ -21,13 +21,10 @@ import logging
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.errors import ApiError
-
-if TYPE_CHECKING:
-    from kvmesh.vppemu.state import Dataplane
+from kvmesh.vppemu.plane import Plane
 
 log = logging.getLogger("kvmesh.vppemu.lcp")
 
@@ -53,7 +50,7 @@ def _ip(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class LinuxCp:
-    def __init__(self, dataplane: Dataplane) -> None:
+    def __init__(self, dataplane: Plane) -> None:
         self._dp = dataplane
         self.pairs: dict[int, Pair] = {}  # phy sw_if_index -> pair
 

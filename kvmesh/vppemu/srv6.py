@@ -25,12 +25,10 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmesh.vppemu.errors import ApiError
-
-if TYPE_CHECKING:
-    from kvmesh.vppemu.state import Dataplane
+from kvmesh.vppemu.plane import Plane
 
 END, X, T, D_FIRST, DX2, DX6, DX4, DT6, DT4, LAST = range(1, 11)
 STEER_L2, STEER_IPV4, STEER_IPV6 = 2, 4, 6
@@ -82,7 +80,7 @@ class Steering:
 
 
 class Srv6:
-    def __init__(self, dataplane: Dataplane) -> None:
+    def __init__(self, dataplane: Plane) -> None:
         self._dp = dataplane
         self.localsids: dict[IP6, LocalSid] = {}
         self.policies: dict[IP6, Policy] = {}

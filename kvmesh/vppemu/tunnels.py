@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.addrindex import InstancePool
 from kvmesh.vppemu.errors import ApiError
-
-if TYPE_CHECKING:
-    from kvmesh.vppemu.state import Dataplane, IPAddress
+from kvmesh.vppemu.plane import IPAddress, Plane
 
 GRE_L3, GRE_TEB, GRE_ERSPAN = range(3)
 MODE_P2P, MODE_MP = range(2)
@@ -51,7 +49,7 @@ class Tunnel:
 
 
 class Tunnels:
-    def __init__(self, dataplane: Dataplane) -> None:
+    def __init__(self, dataplane: Plane) -> None:
         self._dp = dataplane
         self.by_index: dict[int, Tunnel] = {}
         self._pools = {"gre": InstancePool(), "ipip": InstancePool()}
