@@ -30,7 +30,8 @@ NODE = "n1"
 # NAT44 interface flags (nat_types.api: NAT_IS_OUTSIDE, NAT_IS_INSIDE).
 NAT_IS_OUTSIDE, NAT_IS_INSIDE = 0x10, 0x20
 # Messages that only read VPP's state (the rest change it).
-READS = {"control_ping", "sw_interface_get_table", "nat44_show_running_config"}
+READS = {"control_ping", "sw_interface_get_table", "nat44_show_running_config",
+         "lcp_itf_pair_get_v2"}
 
 
 class Gateway:

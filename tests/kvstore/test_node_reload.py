@@ -139,7 +139,7 @@ def test_sighup_with_a_broken_file_keeps_the_running_configuration(
     reloads = 0
     for broken in ("[peers\n", "", "nmae = 'typo'\n",
                    node.head + 'leaf = true\n[peers]\na = "tcp://127.0.0.1:7"\n'
-                   'b = "tcp://127.0.0.1:8"\n'):
+                   'b = "tcp://127.0.0.1:8"\nc = "tcp://127.0.0.1:6"\n'):  # a leaf: 2 at most
         node.write(broken)
         node.hangup()
         reloads += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -139,7 +140,8 @@ def test_sas_and_spds_kvmesh_did_not_create_are_obtained_and_kept(vpp):
 
 def rest_views(sched) -> list[str]:
     """What the agent's REST API (and so `kvmesh history`, `kvmesh values`) answers."""
-    backend = RestBackend(sched, AgentCounters(), None, None, None)  # type: ignore[arg-type]
+    northbound = SimpleNamespace(config=SimpleNamespace(node="n1"))  # only its node's name
+    backend = RestBackend(sched, AgentCounters(), northbound, None, None)  # type: ignore[arg-type]
     targets = ["/scheduler/txn-history", "/scheduler/txn-history?format=text",
                "/scheduler/status", "/scheduler/graph-snapshot",
                "/scheduler/key-timeline?key=vpp/ipsec/sa/10",
