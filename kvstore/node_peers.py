@@ -170,15 +170,19 @@ class Peering:
         peer that refused this node's key accept it (a refused CurveZMQ handshake leaves the
         socket's queued request undelivered until the sync timeout)."""
         now = monotonic_ms()
-        # A peer marked down is left to the keep-alive probes (each on a fresh socket): they
-        # tell when it answers again, and count it as returned (kvstore.peer_returned).
         names = [name for name, link in self.links.items()
                  if (only is None or name == only) and self.table[name].state != INITIALIZED
-                 and not self.table[name].down and not link.answered
+                 and not link.answered
                  and (link.redialed_ms is None or now - link.redialed_ms >= REDIAL_INTERVAL_MS)
                  and (link.session is None or now - link.last_activity_ms >= quiet_ms)]
         for name in names:
             link = self.links[name]
+            if self.table[name].down:
+                # A peer marked down is probed now, on a fresh socket, rather than made anew:
+                # its answer is how it comes back (counted kvstore.peer_returned, then synced).
+                self._probe_now(link, now)
+                link.redialed_ms = now
+                continue
             self.remove(name)
             try:
                 self.add(name, link.cmd_url, link.pub_url)
@@ -382,11 +386,20 @@ class Peering:
         for peer in self.table.keepalives_due(now):
             link = self.links[peer.name]
             if peer.down:  # the last probe went unanswered: drop it with its socket
-                self._reset_socket(link)
+                self._probe_now(link, now)
+                continue
             corr = next(self._corr_ids).to_bytes(8, "big")
             if self._send(link, [corr, b"", self._probe_request]):
                 link.probes.add(corr)
                 self.counters[stats.KEEPALIVE_SENT] += 1
+
+    def _probe_now(self, link: PeerLink, now: int) -> None:
+        self._reset_socket(link)
+        self.table[link.name].last_probe_ms = now
+        corr = next(self._corr_ids).to_bytes(8, "big")
+        if self._send(link, [corr, b"", self._probe_request]):
+            link.probes.add(corr)
+            self.counters[stats.KEEPALIVE_SENT] += 1
 
     def _heard(self, link: PeerLink, now: int) -> None:
         if self.table.heard_from(link.name, now):
