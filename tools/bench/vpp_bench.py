@@ -732,8 +732,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--count", type=int, default=None, help="number of loopbacks")
     parser.add_argument("--runs", type=int, default=None, help="runs per path")
-    parser.add_argument("--only", choices=("all", "policy"), default="all",
-                        help="policy: only the IPsec/SRv6 metrics (issue 28)")
+    parser.add_argument("--only", choices=("all", "policy", "bond"), default="all",
+                        help="policy: only the IPsec/SRv6 metrics, bond: only "
+                        "bond_members_100_s (issue 28)")
     args = parser.parse_args(argv)
     private_tempdir("kvbench")
     count = args.count or (200 if args.quick else 1000)
@@ -741,6 +742,13 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= count <= 65536:
         parser.error("--count must be within 1..65536")
     logging.basicConfig(level=logging.WARNING)
+    if args.only == "bond":
+        bond = measure_bond(runs)
+        if args.json:
+            print(json.dumps(bond))
+        else:
+            _print_rows([(name, value) for name, value in bond.items()])
+        return 0
     if args.only == "policy":
         policy = measure_policy(runs)
         if args.json:
