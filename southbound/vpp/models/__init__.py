@@ -428,6 +428,15 @@ Normalizer = Callable[[str, Any], dict[str, Any]]
 MEMO_SIZE = 8192
 
 
+def same_normalized(normalize: Normalizer, key: str, a: Any, b: Any) -> bool:
+    """The value comparator of a descriptor whose values are equal when their canonical forms
+    are (a value that does not validate compares as it is)."""
+    try:
+        return bool(normalize(key, a) == normalize(key, b))
+    except InvalidValueError:
+        return bool(a == b)
+
+
 def memoized(fn: Normalizer) -> Normalizer:
     """Cache normalisation by (key, repr(value)).
 

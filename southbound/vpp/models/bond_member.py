@@ -28,7 +28,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import memoized, name_problem
+from southbound.vpp.models import memoized, name_problem, same_normalized
 
 DESCRIPTOR = "vpp-bond-member"
 KEY_RE = re.compile(r"vpp/bond/([^/]+)/member/([^/]+)")
@@ -122,10 +122,7 @@ class BondMemberDescriptor:
                            key=keys.interface_key(v["interface"])))
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_member(key, a) == normalize_member(key, b)
-        except InvalidValueError:
-            return bool(a == b)
+        return same_normalized(normalize_member, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces are retrieved first (retrieve_dependencies): their names are current.

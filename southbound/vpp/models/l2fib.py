@@ -26,7 +26,7 @@ from southbound.vpp.context import (
     Context,
 )
 from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError, is_retriable
-from southbound.vpp.models import Mac, VppName, _mac, memoized, name_problem
+from southbound.vpp.models import Mac, VppName, _mac, memoized, name_problem, same_normalized
 
 
 class VppL2Fib(StrictModel):
@@ -135,10 +135,7 @@ class L2FibDescriptor:
         )
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_l2fib(key, a) == normalize_l2fib(key, b)
-        except InvalidValueError:
-            return bool(a == b)
+        return same_normalized(normalize_l2fib, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces and bridge domains are retrieved first, which refreshes these maps.

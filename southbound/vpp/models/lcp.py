@@ -29,7 +29,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import LinuxIfName, memoized, name_problem
+from southbound.vpp.models import LinuxIfName, memoized, name_problem, same_normalized
 
 DESCRIPTOR = "vpp-lcp"
 KEY_RE = re.compile(r"vpp/lcp/([^/]+)")
@@ -110,10 +110,7 @@ class LcpDescriptor:
                            key=keys.interface_key(v["interface"])),)
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_lcp(key, a) == normalize_lcp(key, b)
-        except InvalidValueError:
-            return bool(a == b)
+        return same_normalized(normalize_lcp, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names = self.ctx.names_by_index  # current: interfaces are retrieved first

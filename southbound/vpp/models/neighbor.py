@@ -28,7 +28,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import Mac, VppName, _ip, memoized, name_problem
+from southbound.vpp.models import Mac, VppName, _ip, memoized, name_problem, same_normalized
 
 
 class VppNeighbor(StrictModel):
@@ -139,10 +139,7 @@ class NeighborDescriptor:
         return (Dependency(label=f"interface {interface}", key=keys.interface_key(interface)),)
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_neighbor(key, a) == normalize_neighbor(key, b)
-        except InvalidValueError:
-            return bool(a == b)
+        return same_normalized(normalize_neighbor, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         wanted = {key for key, _value, _meta in correlate}

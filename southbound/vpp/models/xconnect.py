@@ -28,7 +28,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import VppName, memoized, name_problem
+from southbound.vpp.models import VppName, memoized, name_problem, same_normalized
 
 HOLDER = "a cross-connect"
 
@@ -120,10 +120,7 @@ class XconnectDescriptor:
         )
 
     def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_xconnect(key, a) == normalize_xconnect(key, b)
-        except InvalidValueError:
-            return bool(a == b)
+        return same_normalized(normalize_xconnect, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces are retrieved first (retrieve_dependencies), which refreshes this map.
