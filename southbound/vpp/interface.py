@@ -34,7 +34,12 @@ from southbound.vpp.errors import (
     is_retriable,
 )
 from southbound.vpp.interface_types import type_dependencies
-from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
+from southbound.vpp.models import (
+    address_sort_key,
+    interface_conflicts,
+    normalize_interface,
+    parse_interface_address,
+)
 from southbound.vpp.models.vrf import vrf_dependencies
 
 log = logging.getLogger("southbound.vpp.interface")
@@ -70,6 +75,7 @@ class InterfaceDescriptor:
             dependencies=self.dependencies,
             value_comparator=self.equivalent,
             with_metadata=True,
+            conflicts=interface_conflicts,
         )
 
     # ------------------------------------------------------------------ CRUD

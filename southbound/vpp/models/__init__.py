@@ -490,12 +490,18 @@ def normalize_interface(key: str, value: Any) -> dict[str, Any]:
 def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
     """Sub-interfaces VPP would refuse together: one sub-interface id twice on a parent
     (`VNET_API_ERROR_VLAN_ALREADY_EXISTS`), or the same tags and match twice on it ("vlan is
-    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only). The
-    second, in key order, is the one refused; values that do not validate on their own are left
-    to their own errors."""
+    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only).
+
+    The first in key order wins, whatever order the values arrived in; each later one is
+    refused with a reason naming the key it gives way to. Values that do not validate on their
+    own are left to their own errors. The one rule of both the CLI's `plan` (``ModelSpec``) and
+    the agent's scheduler (``Descriptor.conflicts``: run over every desired interface at each
+    transaction that touches one, so it looks at sub-interfaces only)."""
     taken: dict[tuple[Any, ...], str] = {}
     found: dict[str, str] = {}
-    for key in sorted(values):
+    subs = [key for key, value in values.items()
+            if isinstance(value, Mapping) and value.get("type") == "sub_interface"]
+    for key in sorted(subs):
         try:
             v = normalize_interface(key, values[key])
         except InvalidValueError:
@@ -514,8 +520,8 @@ def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
                                                            if sub["inner_vlan"] else ""))
                 refusal = ("VNET_API_ERROR_VLAN_ALREADY_EXISTS" if claim[0] == "sub_id"
                            else "vlan is already in use")
-                found[key] = (f"{what} on {sub['parent']} is {other} already: VPP refuses "
-                              f"the second ({refusal})")
+                found[key] = (f"{what} on {sub['parent']} is {other} already (the first "
+                              f"in key order wins): VPP refuses the second ({refusal})")
                 break
             taken[claim] = key
     return found
