@@ -438,29 +438,42 @@ def same_normalized(normalize: Normalizer, key: str, a: Any, b: Any) -> bool:
 
 
 def memoized(fn: Normalizer) -> Normalizer:
-    """Cache normalisation by (key, repr(value)).
+    """Cache normalisation by (key, repr(value)), and by the value object itself.
 
-    The scheduler hands the same value to validate, create, the comparator, derived values and
-    dependencies; normalising (address parsing above all) is then done once. Keyed by the
-    value's repr, so an equal value hits and a changed one misses; results are shared and must
-    not be mutated by callers.
+    The scheduler hands the same value object to validate, create, the comparator, derived
+    values and dependencies; normalising (address parsing above all) is then done once, and
+    the calls after the first for that object cost a dictionary look-up (no repr, no lock: per
+    key the last value object seen, held so its identity cannot be reused; values are never
+    mutated in place, as the scheduler requires). Keyed by the value's repr otherwise, so an
+    equal value hits and a changed one misses; results are shared and must not be mutated by
+    callers.
     """
     cache: OrderedDict[tuple[str, str], dict[str, Any] | InvalidValueError] = OrderedDict()
     lock = threading.Lock()
+    # key -> (the last value object normalised for it, its result): replaced as a whole, so a
+    # reader in another thread sees an old pair or a new one, never a mix.
+    last: dict[str, tuple[Any, dict[str, Any] | InvalidValueError]] = {}
 
     def normalize(key: str, value: Any) -> dict[str, Any]:
-        memo_key = (key, repr(value))
-        with lock:
-            hit = cache.get(memo_key)
-        if hit is None:
-            try:
-                hit = fn(key, value)
-            except InvalidValueError as exc:
-                hit = exc
+        seen = last.get(key)
+        if seen is not None and seen[0] is value:
+            hit = seen[1]
+        else:
+            memo_key = (key, repr(value))
             with lock:
-                cache[memo_key] = hit
-                if len(cache) > MEMO_SIZE:
-                    cache.popitem(last=False)
+                hit = cache.get(memo_key)
+            if hit is None:
+                try:
+                    hit = fn(key, value)
+                except InvalidValueError as exc:
+                    hit = exc
+                with lock:
+                    cache[memo_key] = hit
+                    if len(cache) > MEMO_SIZE:
+                        cache.popitem(last=False)
+            if len(last) >= MEMO_SIZE:
+                last.clear()
+            last[key] = (value, hit)
         if isinstance(hit, InvalidValueError):
             raise hit
         return hit
