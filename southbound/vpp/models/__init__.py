@@ -455,6 +455,7 @@ def memoized(fn: Normalizer) -> Normalizer:
     last: dict[str, tuple[Any, dict[str, Any] | InvalidValueError]] = {}
 
     def normalize(key: str, value: Any) -> dict[str, Any]:
+        hit: dict[str, Any] | InvalidValueError | None
         seen = last.get(key)
         if seen is not None and seen[0] is value:
             hit = seen[1]
