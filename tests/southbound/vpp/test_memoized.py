@@ -25,7 +25,7 @@ def counting() -> tuple[list[Any], Any]:
     return seen, normalize
 
 
-class NoRepr(dict):  # type: ignore[type-arg]
+class NoRepr(dict[str, Any]):
     """A value whose repr must not be needed once it was normalised."""
 
     reprs = 0
