@@ -35,6 +35,8 @@ class Verdicts:
 def find_conflicts(graph: Graph, registry: Registry, values: Mapping[Key, Value]) -> Verdicts:
     """The verdicts for a transaction applying ``values`` (None deletes) to ``graph``."""
     verdicts = Verdicts()
+    if not any(d.conflicts is not None for d in registry.descriptors):
+        return verdicts  # no descriptor has a rule: nothing to look up per key
     named: dict[str, tuple[Descriptor, dict[Key, Value]]] = {}
     for key, value in values.items():
         try:

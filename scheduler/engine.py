@@ -389,7 +389,8 @@ class Engine:
         ``scheduler.conflicts``); the keys that give way go to ``ctx.refused``."""
         verdicts = find_conflicts(self.graph, self.registry, values)
         ctx.refused = verdicts.refused
-        return self._order({**values, **verdicts.reapply}, verdicts.refused)
+        applied = {**values, **verdicts.reapply} if verdicts.reapply else values
+        return self._order(applied, verdicts.refused)
 
     def _order(self, values: Mapping[Key, Value],
                giving_way: Mapping[Key, str] | None = None) -> list[tuple[Key, Value]]:
