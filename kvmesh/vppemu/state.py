@@ -308,7 +308,8 @@ class Dataplane:
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
         self.lcp = LinuxCp(self)
-        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables,
+                           self.tunnels.is_p2p)
         self.srv6 = Srv6(self)
 
     # ------------------------------------------------------------------ interfaces

@@ -38,7 +38,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import VppName, memoized, name_problem
+from southbound.vpp.models import VppName, listed_once, memoized, name_problem
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -102,15 +102,7 @@ class AclRuleSpec(StrictModel):
         return self
 
 
-def _names(names: list[str]) -> list[str]:
-    problems = {f"[{i}]": f"{name!r} is listed twice" for i, name in enumerate(names)
-                if name in names[:i]}
-    if problems:
-        raise FieldProblems(problems)
-    return sorted(names)
-
-
-Names = Annotated[list[VppName], AfterValidator(_names)]
+Names = Annotated[list[VppName], AfterValidator(listed_once)]
 
 
 class AclInterfaces(StrictModel):

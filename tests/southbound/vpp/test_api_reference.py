@@ -119,6 +119,7 @@ SCENARIO: dict[str, Any] = {
         {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
         {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
         "interfaces": ["lo1"]},
+    "vpp/ipsec/tunnel-protection/gre1": {"sa_out": 10, "sa_in": [20]},
     "vpp/srv6/localsid/fc00::1": {"behavior": "end.dt4", "table": 10},
     "vpp/srv6/localsid/fc00::2": {"behavior": "end.x", "interface": "lo1",
                                   "next_hop": "fd00::2"},
@@ -166,7 +167,7 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert state["bridge_domains"] == []
         assert state["acl"] == {"acls": [], "interfaces": {}}
         assert state["nat44"]["enabled"] is False
-        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}, "protections": []}
         assert state["srv6"] == {"localsids": [], "policies": {}, "steerings": 0,
                                  "encap_source": "::"}
     finally:
