@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.addrindex import Pool
 from kvmesh.vppemu.errors import ApiError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -136,23 +137,6 @@ class TunnelProtection:
     next_hop: IPAddress  # the key it was created with
     sa_out: int  # SA ids
     sa_in: list[int]
-
-
-class Pool:
-    """Slot numbers as VPP's pools give them: the most recently freed first, else a new one."""
-
-    def __init__(self) -> None:
-        self._free: list[int] = []
-        self._next = 0
-
-    def take(self) -> int:
-        if self._free:
-            return self._free.pop()
-        self._next += 1
-        return self._next - 1
-
-    def release(self, index: int) -> None:
-        self._free.append(index)
 
 
 class Ipsec:

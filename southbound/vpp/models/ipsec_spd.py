@@ -141,12 +141,7 @@ class VppIpsecSpd(StrictModel):
 
 
 def spd_id(key: str) -> int | None:
-    if not key.startswith(PREFIX):
-        return None
-    tail = key[len(PREFIX):]
-    if not tail.isdigit() or tail[0] == "0" or int(tail) > MAX_U32:
-        return None
-    return int(tail)
+    return keys.u32_key_tail(key, PREFIX) or None  # SPD ids start at 1
 
 
 def spd_key(number: int) -> str:
