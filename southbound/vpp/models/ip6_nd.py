@@ -32,8 +32,14 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import IP6_NOT_ENABLED, INVALID_SW_IF_INDEX, INVALID_VALUE, \
-    MissingInterfaceError, VppApiError, is_retriable
+from southbound.vpp.errors import (
+    INVALID_SW_IF_INDEX,
+    INVALID_VALUE,
+    IP6_NOT_ENABLED,
+    MissingInterfaceError,
+    VppApiError,
+    is_retriable,
+)
 from southbound.vpp.l3_api import INFINITE, L3Api
 from southbound.vpp.models import MAX_U32, memoized, name_problem
 from southbound.vpp.nat44_api import same_canonical
@@ -128,9 +134,7 @@ class VppIp6Nd(StrictModel):
 
 
 def interface_of(key: str) -> str | None:
-    if not key.startswith(PREFIX) or "/" in key[len(PREFIX):]:
-        return None
-    return key[len(PREFIX):] or None
+    return keys.single_name(key, PREFIX)
 
 
 @memoized

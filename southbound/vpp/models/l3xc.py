@@ -26,8 +26,7 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 from southbound.vpp import keys
 from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import INVALID_VALUE, MissingInterfaceError, VppApiError, \
-    is_retriable
+from southbound.vpp.errors import INVALID_VALUE, MissingInterfaceError, VppApiError, is_retriable
 from southbound.vpp.l3_api import L3Api
 from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, name_problem
 from southbound.vpp.models.vrf import vrf_dependencies
@@ -154,7 +153,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             v = check_l3xc(key, value)
         except InvalidValueError:
             return ()
-        names = [v["interface"]] + sorted({p["interface"] for p in v["paths"] if p["interface"]})
+        names = [v["interface"], *sorted({p["interface"] for p in v["paths"] if p["interface"]})]
         deps = [Dependency(label=f"interface {name}", key=keys.interface_key(name))
                 for name in names]
         for table in sorted({p["table"] for p in v["paths"] if not p["interface"]}):

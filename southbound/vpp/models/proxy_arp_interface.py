@@ -20,8 +20,12 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import INVALID_SW_IF_INDEX, MissingInterfaceError, VppApiError, \
-    is_retriable
+from southbound.vpp.errors import (
+    INVALID_SW_IF_INDEX,
+    MissingInterfaceError,
+    VppApiError,
+    is_retriable,
+)
 from southbound.vpp.l3_api import L3Api
 from southbound.vpp.models import VppName, memoized, name_problem
 from southbound.vpp.models.proxy_arp import INTERFACE
@@ -48,9 +52,7 @@ class VppProxyArpInterface(StrictModel):
 
 
 def interface_of(key: str) -> str | None:
-    if not key.startswith(PREFIX) or "/" in key[len(PREFIX):]:
-        return None
-    return key[len(PREFIX):] or None
+    return keys.single_name(key, PREFIX)
 
 
 @memoized

@@ -36,8 +36,10 @@ def test_proxy_arp_range_key_and_value():
 
 
 def test_proxy_arp_keys_do_not_collide():
-    assert REGISTRY.model_for("vpp/proxy-arp/interface/lan").name == "vpp/proxy-arp/interface"
-    assert REGISTRY.model_for("vpp/proxy-arp/0/10.0.0.1-10.0.0.2").name == "vpp/proxy-arp"
+    for key, model in (("vpp/proxy-arp/interface/lan", "vpp/proxy-arp/interface"),
+                       ("vpp/proxy-arp/0/10.0.0.1-10.0.0.2", "vpp/proxy-arp")):
+        spec = REGISTRY.model_for(key)
+        assert spec is not None and spec.name == model, key
     assert check_proxy_arp_interface("vpp/proxy-arp/interface/lan", {}) == {"interface": "lan"}
     assert "interface" in problems(check_proxy_arp_interface, "vpp/proxy-arp/interface/lan",
                                    {"interface": "wan"})
