@@ -185,7 +185,11 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         v = check_ip6_nd(key, value)
         sw_if_index = ctx.sw_if_index(str(interface_of(key)))
         api.ip6_enable(sw_if_index, True)
-        configure(sw_if_index, v, [])
+        try:
+            configure(sw_if_index, v, [])
+        except VppApiError:
+            api.ip6_enable(sw_if_index, False)  # a retry takes its own hold
+            raise
 
     def update(key: str, old: Any, new: Any, metadata: Any) -> None:
         configure(ctx.sw_if_index(str(interface_of(key))), check_ip6_nd(key, new),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import ValueState
+from scheduler import TransactionError, ValueState
 from tests.southbound.vpp.plugin_helpers import calls
 
 pytestmark = pytest.mark.process
@@ -176,3 +176,12 @@ def test_the_southbound_with_vpp_24_06s_definitions(emulator):
     finally:
         plugin.close()
         scheduler.close()
+
+
+def test_ra_on_an_interface_without_ethernet_fails_and_holds_nothing(vpp):
+    tunnel = {"type": "ipip", "ipip": {"src": "10.0.0.1", "dst": "10.0.0.2"}}
+    with pytest.raises(TransactionError, match=r"IP6_NOT_ENABLED \(-62\)"):
+        vpp.commit({"vpp/interface/tun": tunnel, "vpp/ip6-nd/tun": {}})
+    status = vpp.scheduler.get_value_status("vpp/ip6-nd/tun")
+    assert status.state is ValueState.FAILED and "IP6_NOT_ENABLED" in str(status.error)
+    assert vpp.control.state()["ip6_nd"]["links"] == {}  # the hold taken was released
