@@ -26,7 +26,13 @@ from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validat
 from southbound.vpp import keys
 from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import INVALID_VALUE, MissingInterfaceError, VppApiError, is_retriable
+from southbound.vpp.errors import (
+    INVALID_SW_IF_INDEX,
+    INVALID_VALUE,
+    MissingInterfaceError,
+    VppApiError,
+    is_retriable,
+)
 from southbound.vpp.l3_api import L3Api
 from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, name_problem
 from southbound.vpp.models.vrf import vrf_dependencies
@@ -145,7 +151,8 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         except MissingInterfaceError:
             return  # the input interface is gone
         except VppApiError as exc:
-            if exc.retval != INVALID_VALUE:  # not there
+            # Not there, or its interface gone (VPP can no longer name it to remove it).
+            if exc.retval not in (INVALID_VALUE, INVALID_SW_IF_INDEX):
                 raise
 
     def dependencies(key: str, value: Any) -> Sequence[Dependency]:
