@@ -81,6 +81,7 @@ def test_l3xc_update_replace_dump_and_refusals(papi):
     assert update(l3xc=xc(loop, path(ANY, "10.0.0.2", table=5))).retval == NO_SUCH_FIB
     reply = update(l3xc=xc(loop, path(out, "10.0.0.2", weight=0)))
     assert (reply.retval, reply.stats_index) == (0, 0)
+    assert papi.api.l3xc_dump(sw_if_index=loop)[0].l3xc.paths[0].weight == 1  # 0 is 1
     assert update(l3xc=xc(loop, path(out, "fd00::2"), is_ip6=True)).retval == 0
     # A second update replaces the paths.
     assert update(l3xc=xc(loop, path(out, "10.0.0.3", weight=3), path(ANY, "10.0.0.4"))
