@@ -33,7 +33,7 @@ from typing import Any
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.acl import AclTable
-from kvmesh.vppemu.addrindex import Pool
+from kvmesh.vppemu.addrindex import VppPool
 from kvmesh.vppemu.errors import ApiError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -101,14 +101,14 @@ class Abf:
     acl: AclTable
     policies: dict[int, Policy] = field(default_factory=dict)  # by policy id
     attachments: dict[tuple[int, int], Attachment] = field(default_factory=dict)
-    _policy_pool: Pool = field(default_factory=Pool)
-    _attach_pool: Pool = field(default_factory=Pool)
+    _policy_pool: VppPool = field(default_factory=VppPool)
+    _attach_pool: VppPool = field(default_factory=VppPool)
 
     # ------------------------------------------------------------------ policies
     def policy_update(self, policy_id: int, acl_index: int, paths: list[FibPath]) -> None:
         policy = self.policies.get(policy_id)
         if policy is None:
-            policy = Policy(self._policy_pool.take(), policy_id, acl_index, [])
+            policy = Policy(self._policy_pool.get(), policy_id, acl_index, [])
             self.policies[policy_id] = policy
             policy.paths = sorted(paths, key=FibPath.sort_key)  # a new list: no dedup
             return
@@ -134,7 +134,7 @@ class Abf:
     def _release_if_unheld(self, policy: Policy) -> None:
         if not policy.api_hold and policy.attachments == 0:
             del self.policies[policy.policy_id]
-            self._policy_pool.release(policy.index)
+            self._policy_pool.put(policy.index)
 
     # ------------------------------------------------------------------ attachments
     def attach(self, policy_id: int, sw_if_index: int, priority: int, is_ipv6: bool) -> None:
@@ -144,7 +144,7 @@ class Abf:
         if (policy_id, sw_if_index) in self.attachments:
             raise ApiError(E.ENTRY_ALREADY_EXISTS, "attached to this interface already")
         self.attachments[(policy_id, sw_if_index)] = Attachment(
-            self._attach_pool.take(), policy_id, sw_if_index, priority, is_ipv6,
+            self._attach_pool.get(), policy_id, sw_if_index, priority, is_ipv6,
             policy.acl_index)
         policy.attachments += 1
         self._set_lookup_context(sw_if_index, is_ipv6)
@@ -154,7 +154,7 @@ class Abf:
         if attachment is None or attachment.is_ipv6 != is_ipv6:
             raise ApiError(E.NO_SUCH_ENTRY, "no such attachment")
         del self.attachments[(policy_id, sw_if_index)]
-        self._attach_pool.release(attachment.index)
+        self._attach_pool.put(attachment.index)
         self._set_lookup_context(sw_if_index, is_ipv6)
         policy = self.policies[policy_id]
         policy.attachments -= 1

@@ -3,7 +3,7 @@
 `AddressIndex` answers "which interface addresses overlap this one, in this table" with a few
 dictionary lookups (the enclosing networks) and one range query on a sorted list (the enclosed
 ones), instead of a scan of every address. `InstancePool` hands out the lowest free instance
-number (loopback instances, tap ids) in O(log n); `Pool` the slots of VPP's pools.
+number (loopback instances, tap ids) in O(log n).
 """
 
 from __future__ import annotations
@@ -116,18 +116,19 @@ class InstancePool:
         heapq.heappush(self._freed, n)
 
 
-class Pool:
-    """Slot numbers as VPP's pools give them: the most recently freed first, else a new one."""
+class VppPool:
+    """Indices as a VPP pool (vppinfra pool.h) hands them out: a freed index is reused before
+    a new one, the last freed first; iterating a pool walks its indices in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
         self._free: list[int] = []
-        self._next = 0
+        self._next = first
 
-    def take(self) -> int:
+    def get(self) -> int:
         if self._free:
             return self._free.pop()
         self._next += 1
         return self._next - 1
 
-    def release(self, index: int) -> None:
+    def put(self, index: int) -> None:
         self._free.append(index)

@@ -39,6 +39,8 @@ API_FILES = (
     "tapv2",
     "af_packet",
     "ip_neighbor",
+    "arp",
+    "ip6_nd",
     "vxlan",
     "memif",
     "bond",
@@ -56,6 +58,7 @@ API_FILES = (
     "nat_types",
     "nat44_ed",
     "lcp",
+    "l3xc",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

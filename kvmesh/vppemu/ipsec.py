@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
-from kvmesh.vppemu.addrindex import Pool
+from kvmesh.vppemu.addrindex import VppPool
 from kvmesh.vppemu.errors import ApiError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -145,11 +145,11 @@ class Ipsec:
         # sw_if_index -> whether the tunnel is point-to-point; None: not a GRE/IPIP tunnel
         self._tunnel_is_p2p = tunnel_is_p2p
         self.protections: dict[int, TunnelProtection] = {}  # by pool slot
-        self._protect_pool = Pool()
+        self._protect_pool = VppPool()
         self.sas: dict[int, SecurityAssociation] = {}  # by SA id
-        self._sa_pool = Pool()
+        self._sa_pool = VppPool()
         self.spds: dict[int, Spd] = {}  # by SPD id
-        self._spd_pool = Pool()
+        self._spd_pool = VppPool()
         self.interfaces: dict[int, int] = {}  # sw_if_index -> SPD pool index
 
     # ------------------------------------------------------------------ SAs
@@ -174,7 +174,7 @@ class Ipsec:
         if sa.flags & FLAG_UDP_ENCAP:
             sa.udp_src_port = sa.udp_src_port or UDP_PORT_IPSEC
             sa.udp_dst_port = sa.udp_dst_port or UDP_PORT_IPSEC
-        sa.stat_index = self._sa_pool.take()
+        sa.stat_index = self._sa_pool.get()
         sa.locks = 1
         self.sas[sa.sa_id] = sa
         return sa.stat_index
@@ -201,7 +201,7 @@ class Ipsec:
         sa.locks -= 1
         if sa.locks <= 0:
             del self.sas[sa_id]
-            self._sa_pool.release(sa.stat_index)
+            self._sa_pool.put(sa.stat_index)
 
     # ------------------------------------------------------------------ SPDs
     def add_del_spd(self, spd_id: int, is_add: bool) -> None:
@@ -209,14 +209,14 @@ class Ipsec:
         if is_add:
             if spd is not None:
                 raise ApiError(E.ENTRY_ALREADY_EXISTS, f"SPD {spd_id} exists")
-            self.spds[spd_id] = Spd(spd_id, self._spd_pool.take())
+            self.spds[spd_id] = Spd(spd_id, self._spd_pool.get())
             return
         if spd is None:
             raise ApiError(E.NO_SUCH_ENTRY, f"no SPD {spd_id}")
         for sw_if_index in [i for i, index in self.interfaces.items() if index == spd.index]:
             del self.interfaces[sw_if_index]
         del self.spds[spd_id]
-        self._spd_pool.release(spd.index)
+        self._spd_pool.put(spd.index)
 
     def interface_spd(self, sw_if_index: int, spd_id: int, is_add: bool) -> None:
         spd = self.spds.get(spd_id)
@@ -279,7 +279,7 @@ class Ipsec:
         if protection is None:
             if self._tunnel_is_p2p(sw_if_index) is None:
                 raise ApiError(E.INVALID_SW_IF_INDEX, "not a tunnel interface")
-            protection = TunnelProtection(self._protect_pool.take(), sw_if_index, next_hop,
+            protection = TunnelProtection(self._protect_pool.get(), sw_if_index, next_hop,
                                           sa_out, list(sa_in))
             self.protections[protection.index] = protection
         else:
@@ -309,7 +309,7 @@ class Ipsec:
             raise ApiError(E.NO_SUCH_ENTRY, "no tunnel protection")
         self._unconfigure(protection)
         del self.protections[protection.index]
-        self._protect_pool.release(protection.index)
+        self._protect_pool.put(protection.index)
 
     def protections_in_order(self, sw_if_index: int | None = None) -> list[TunnelProtection]:
         return [p for _index, p in sorted(self.protections.items())

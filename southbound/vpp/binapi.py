@@ -31,29 +31,6 @@ BD_FLAG_BITS = {
 }
 
 
-def fib_path(next_hop: str, sw_if_index: int, table_id: int, weight: int,
-             preference: int) -> dict[str, Any]:
-    """A normal IP path (fib_types.api fib_path): through `next_hop` (the unspecified address:
-    none) out of `sw_if_index` (ANY_INDEX: none, the next hop is looked up in `table_id`)."""
-    is_ip6 = ":" in next_hop
-    packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
-    return {
-        "sw_if_index": sw_if_index,
-        "table_id": table_id,
-        "weight": weight,
-        "preference": preference,
-        "type": PATH_NORMAL,
-        "proto": 1 if is_ip6 else 0,
-        "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
-        "label_stack": NO_LABELS,
-    }
-
-
-def path_next_hop(path: Any) -> str:
-    """The next hop of a dumped fib_path (the unspecified address when there is none)."""
-    return str(path.nh.address.ip6 if int(path.proto) == 1 else path.nh.address.ip4)
-
-
 @dataclass(frozen=True)
 class SubInterfaceDetails:
     parent: int  # sup_sw_if_index
@@ -101,6 +78,31 @@ class RoutePath:
     weight: int
     preference: int
     path_type: int
+    table_id: int = 0  # where a path without an interface resolves its next hop
+
+
+def fib_path(next_hop: str, sw_if_index: int, table_id: int, weight: int,
+             preference: int) -> dict[str, Any]:
+    """One fib_types.api `fib_path` of type normal: to `next_hop` (the unspecified address of
+    its family when there is none) through `sw_if_index` (ANY_INDEX: resolved in `table_id`)."""
+    is_ip6 = ":" in next_hop
+    packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
+    return {
+        "sw_if_index": sw_if_index,
+        "table_id": table_id,
+        "weight": weight,
+        "preference": preference,
+        "type": PATH_NORMAL,
+        "proto": 1 if is_ip6 else 0,
+        "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
+        "label_stack": NO_LABELS,
+    }
+
+
+def route_path(p: Any) -> RoutePath:
+    """A fib_path as read back."""
+    hop = str(p.nh.address.ip6 if int(p.proto) == 1 else p.nh.address.ip4)
+    return RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type), p.table_id)
 
 
 @dataclass(frozen=True)
@@ -312,11 +314,8 @@ class VppApi:
         result = []
         for d in self.conn.dump("ip_route_dump", table={"table_id": table_id, "is_ip6": is_ip6}):
             prefix = d.route.prefix
-            paths = []
-            for p in d.route.paths:
-                paths.append(RoutePath(p.sw_if_index, path_next_hop(p), p.weight, p.preference,
-                                       int(p.type)))
-            result.append(RouteDetails(d.route.table_id, str(prefix), tuple(paths)))
+            paths = tuple(route_path(p) for p in d.route.paths)
+            result.append(RouteDetails(d.route.table_id, str(prefix), paths))
         return result
 
     # ------------------------------------------------------------------ issue 19 additions

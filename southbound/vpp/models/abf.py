@@ -41,7 +41,7 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.abf_api import AbfApi
-from southbound.vpp.binapi import ANY_INDEX, fib_path, path_next_hop
+from southbound.vpp.binapi import ANY_INDEX, fib_path
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
     INVALID_VALUE,
@@ -326,7 +326,7 @@ class AbfState:
                 "family": FAMILIES[a.is_ipv6]})
         result = []
         for found in policies:
-            paths = [{"next_hop": path_next_hop(p),
+            paths = [{"next_hop": p.next_hop,
                       "interface": None if p.sw_if_index == ANY_INDEX else name(p.sw_if_index),
                       "table": p.table_id if p.sw_if_index == ANY_INDEX else 0,
                       "weight": p.weight, "preference": p.preference} for p in found.paths]
