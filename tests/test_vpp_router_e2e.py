@@ -9,65 +9,31 @@ side with `ip` in the node's namespace. See docs/vpp.md, "A router, end to end".
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from kvmesh import cluster
-from kvmesh.cli.members import announced_nodes
-from kvmesh.vppemu import EmulatorControl
 from tests.netns import netns_available
-from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
+from tests.vpp_cluster import VppCluster, by_tag, vpp_cluster
 
 pytestmark = pytest.mark.skipif(not netns_available(), reason="needs root and iproute2")
 
 ROUTER = Path(__file__).resolve().parent.parent / "docs" / "examples" / "vpp-router.yaml"
 NODES = ("n1", "n2")
 ANY_INDEX = 0xFFFFFFFF
-# Messages that only read VPP's state (the rest change it).
-READS = {"control_ping", "sw_interface_get_table", "nat44_show_running_config",
-         "lcp_itf_pair_get_v2"}
 # bond.api: BOND_API_MODE_LACP, BOND_API_LB_ALGO_L34; ipsec_types.api: IPSEC_API_SAD_FLAG_*.
 BOND_LACP, LB_L34 = 5, 1
 SA_ANTI_REPLAY, SA_INBOUND = 0x02, 0x40
 
 
-class Router:
-    """An isolated two-node cluster, each node with its VPP emulator, and the operator's CLI."""
-
-    def __init__(self, workdir: Path, state: cluster.ClusterState) -> None:
-        self.workdir, self.state = workdir, state
-        self.env = {**os.environ, **cluster.client_env(Path(state.run_dir))}
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
-                              text=True, timeout=120, env=self.env)
-
-    def vpp(self, node: str) -> dict[str, Any]:
-        """The emulator's whole dataplane state."""
-        return self.control(node).state()
-
-    def control(self, node: str) -> EmulatorControl:
-        return EmulatorControl(f"{self.state.nodes[node].vpp_socket}.ctl")
-
-    def dump(self, node: str, message: str, **args: Any) -> Any:
-        """VPP's own answer, through a vpp_papi client of our own."""
-        papi = connect(str(self.state.nodes[node].vpp_socket))
-        try:
-            answer = getattr(papi.api, message)(**args)
-            return answer if isinstance(answer, tuple) else list(answer)
-        finally:
-            papi.disconnect()
+class Router(VppCluster):
+    """An isolated two-node cluster (each node, its agent and its VPP emulator in a namespace
+    of their own), and the operator's CLI."""
 
     def ip(self, node: str, *args: str) -> str:
         """`ip` in the node's namespace (where its agent, emulator and Linux values are)."""
@@ -81,38 +47,15 @@ class Router:
                 "routes": self.ip(node, "route", "show", "table", "all"),
                 "routes6": self.ip(node, "-6", "route", "show", "table", "all")}
 
-    def status(self, node: str) -> dict[str, dict[str, Any]]:
-        out = self.cli("--json", "status", node)
-        assert out.returncode in (0, 1), out.stderr  # 1: a value is FAILED or INVALID
-        rows: dict[str, dict[str, dict[str, Any]]] = json.loads(out.stdout) if out.stdout.strip() \
-            else {}
-        return rows.get(node, {})
-
 
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
-    # Short: the emulators' unix socket paths live in the run dir (107 bytes at most).
-    workdir = Path(tempfile.mkdtemp(prefix="kvm-rt-"))
-    run_dir = workdir / "run"
-    try:
-        state = cluster.up(2, "chain", vpp_emulator=True, run_dir=run_dir, isolated=True,
-                           timeout=90)
-        with state.client("n1") as client:  # both agents announced: both are known members
-            wait_until(lambda: announced_nodes(client) == set(NODES), 30,
-                       message="node/<name>/ keys")
+    with vpp_cluster("kvm-rt-", len(NODES), isolated=True) as (workdir, state):
         yield Router(workdir, state)
-    finally:
-        cluster.down(run_dir, purge=True)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def by_tag(vpp: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """kvmesh's interfaces in the emulator, by kvmesh name."""
-    return {i["tag"].removeprefix("kvmesh:"): i for i in vpp["interfaces"] if i["tag"]}
 
 
 def no_status(router: Router, node: str) -> bool:
-    return router.status(node) == {}
+    return router.node_status(node) == {}
 
 
 def check_n1_dataplane(router: Router) -> None:
@@ -122,26 +65,26 @@ def check_n1_dataplane(router: Router) -> None:
     assert set(ifs) == {"up1", "up2", "bond0", "bond0.10", "bond0.20", "gre1", "lo0"}
     assert all(i["admin_up"] for i in ifs.values())
     # The uplinks: af_packet on the veths the Linux southbound made, both members of the bond.
-    assert {(d.host_if_name, d.sw_if_index) for d in router.dump("n1", "af_packet_dump")} == {
+    assert {(d.host_if_name, d.sw_if_index) for d in router.papi("n1", "af_packet_dump")} == {
         ("up1", index["up1"]), ("up2", index["up2"])}
-    (bond,) = router.dump("n1", "sw_bond_interface_dump", sw_if_index=ANY_INDEX)
+    (bond,) = router.papi("n1", "sw_bond_interface_dump", sw_if_index=ANY_INDEX)
     assert (bond.sw_if_index, bond.mode, bond.lb, bond.members) == (
         index["bond0"], BOND_LACP, LB_L34, 2)
-    members = router.dump("n1", "sw_member_interface_dump", sw_if_index=index["bond0"])
+    members = router.papi("n1", "sw_member_interface_dump", sw_if_index=index["bond0"])
     assert sorted(m.sw_if_index for m in members) == sorted([index["up1"], index["up2"]])
     assert ifs["bond0"]["addresses"] == ["192.0.2.1/24", "2001:db8::1/64"]
     # The VLANs of the bond, each in its VRF.
-    subifs = {d.sw_if_index: d for d in router.dump("n1", "sw_interface_dump")
+    subifs = {d.sw_if_index: d for d in router.papi("n1", "sw_interface_dump")
               if d.sw_if_index != d.sup_sw_if_index}
     for name, vlan in (("bond0.10", 10), ("bond0.20", 20)):
         details = subifs[index[name]]
         assert (details.sup_sw_if_index, details.sub_id, details.sub_number_of_tags,
                 details.sub_outer_vlan_id) == (index["bond0"], vlan, 1, vlan)
         assert ifs[name]["vrf"] == vlan and ifs[name]["addresses"] == [f"10.{vlan}.0.1/24"]
-    assert {(d.table.table_id, d.table.name) for d in router.dump("n1", "ip_table_dump")
+    assert {(d.table.table_id, d.table.name) for d in router.papi("n1", "ip_table_dump")
             if d.table.table_id} == {(10, "red"), (20, "blue")}
     # The GRE tunnel and the route through it.
-    (gre,) = router.dump("n1", "gre_tunnel_dump", sw_if_index=ANY_INDEX)
+    (gre,) = router.papi("n1", "gre_tunnel_dump", sw_if_index=ANY_INDEX)
     assert (str(gre.tunnel.src), str(gre.tunnel.dst), gre.tunnel.sw_if_index) == (
         "192.0.2.1", "192.0.2.2", index["gre1"])
     assert ifs["gre1"]["addresses"] == ["10.255.0.1/30"]
@@ -150,26 +93,26 @@ def check_n1_dataplane(router: Router) -> None:
     assert routes[(0, "198.51.100.0/24")] == [(index["gre1"], "10.255.0.2")]
     assert routes[(0, "fc00:2::/32")] == [(index["bond0"], "2001:db8::2")]
     # The SAs, one each way (the keys are checked by the emulator's own tests).
-    sas = {d.entry.sad_id: d.entry for d in router.dump("n1", "ipsec_sa_v5_dump",
+    sas = {d.entry.sad_id: d.entry for d in router.papi("n1", "ipsec_sa_v5_dump",
                                                           sa_id=ANY_INDEX)}
     assert sorted(sas) == [1001, 1002]
     assert (sas[1001].spi, sas[1001].flags & SA_INBOUND) == (1001, 0)
     assert (sas[1002].spi, sas[1002].flags & (SA_INBOUND | SA_ANTI_REPLAY)) == (
         1002, SA_INBOUND | SA_ANTI_REPLAY)
     # SRv6: the SID decapsulating into VRF 20, the policy to n2's SID, VRF 20's steering.
-    (sid,) = router.dump("n1", "sr_localsids_dump")
+    (sid,) = router.papi("n1", "sr_localsids_dump")
     assert str(sid.addr) == "fc00:1::20"
-    (policy,) = router.dump("n1", "sr_policies_v2_dump")
+    (policy,) = router.papi("n1", "sr_policies_v2_dump")
     assert str(policy.bsid) == "fc00:1::100" and policy.is_encap
     assert [str(s) for s in policy.sid_lists[0].sids[:policy.sid_lists[0].num_sids]] == [
         "fc00:2::20"]
-    (steering,) = router.dump("n1", "sr_steering_pol_dump")
+    (steering,) = router.papi("n1", "sr_steering_pol_dump")
     assert (str(steering.bsid), str(steering.prefix), steering.fib_table) == (
         "fc00:1::100", "10.120.0.0/24", 20)
     (acl,) = vpp["acl"]["acls"]
     assert acl["tag"] == "kvmesh:voice" and acl["rules"] == 1
     # Linux-CP: the pairs, and their Linux ends configured by the Linux southbound.
-    _reply, pairs = router.dump("n1", "lcp_itf_pair_get_v2", cursor=0, sw_if_index=ANY_INDEX)
+    _reply, pairs = router.papi("n1", "lcp_itf_pair_get_v2", cursor=0, sw_if_index=ANY_INDEX)
     assert {(p.phy_sw_if_index, p.host_if_name) for p in pairs} == {
         (index["bond0"], "be0"), (index["lo0"], "lo0-host")}
     assert "192.0.2.1/24" in router.ip("n1", "-br", "addr", "show", "dev", "be0")
@@ -184,14 +127,14 @@ def check_n2_dataplane(router: Router) -> None:
     ifs = by_tag(vpp)
     index = {name: i["sw_if_index"] for name, i in ifs.items()}
     assert set(ifs) == {"up1", "gre1"}
-    (gre,) = router.dump("n2", "gre_tunnel_dump", sw_if_index=ANY_INDEX)
+    (gre,) = router.papi("n2", "gre_tunnel_dump", sw_if_index=ANY_INDEX)
     assert (str(gre.tunnel.src), str(gre.tunnel.dst)) == ("192.0.2.2", "192.0.2.1")
     sas = {d.entry.sad_id: d.entry.flags & SA_INBOUND
-           for d in router.dump("n2", "ipsec_sa_v5_dump", sa_id=ANY_INDEX)}
+           for d in router.papi("n2", "ipsec_sa_v5_dump", sa_id=ANY_INDEX)}
     assert sas == {1001: SA_INBOUND, 1002: 0}  # n1's directions swapped
-    (sid,) = router.dump("n2", "sr_localsids_dump")
+    (sid,) = router.papi("n2", "sr_localsids_dump")
     assert str(sid.addr) == "fc00:2::20"
-    (steering,) = router.dump("n2", "sr_steering_pol_dump")
+    (steering,) = router.papi("n2", "sr_steering_pol_dump")
     assert (str(steering.bsid), str(steering.prefix), steering.fib_table) == (
         "fc00:2::100", "10.20.0.0/24", 20)
     assert ifs["up1"]["addresses"] == ["192.0.2.2/24", "2001:db8::2/64"]
@@ -215,7 +158,7 @@ def test_router_is_built_planned_empty_resynced_by_reads_and_removed_cleanly(
     # Every value CONFIGURED, the derived ones (addresses, bond members...) too: their
     # statuses may be published a moment after the values --wait followed.
     def all_configured(node: str) -> dict[str, str]:
-        states = {key: rec["state"] for key, rec in router.status(node).items()}
+        states = {key: rec["state"] for key, rec in router.node_status(node).items()}
         return states if set(wanted[node]) < set(states) and set(states.values()) == {
             "CONFIGURED"} else {}
 
@@ -233,14 +176,7 @@ def test_router_is_built_planned_empty_resynced_by_reads_and_removed_cleanly(
     assert planned.stdout.strip() == "no changes"
     # A downstream resync of the built router reads VPP and writes nothing to it.
     for node in NODES:
-        calls = router.control(node).counters()
-        resynced = router.cli("resync", "--node", node)
-        assert resynced.returncode == 0, resynced.stdout + resynced.stderr
-        made = {name.removeprefix("msg."): count - calls.get(name, 0)
-                for name, count in router.control(node).counters().items()
-                if name.startswith("msg.") and count != calls.get(name, 0)}
-        assert made, f"the downstream resync of {node} read VPP"
-        writes = {m: n for m, n in made.items() if not m.endswith("_dump") and m not in READS}
+        writes = router.resync_writes(node)
         assert writes == {}, f"{node}: VPP's state read back differs from the desired: {writes}"
 
     # Removal: an empty state for both nodes, --replace; VPP and Linux are as they were.
