@@ -25,6 +25,14 @@ from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
+from kvmesh.vppemu.plane import (
+    SUB_INNER_VLAN_ID_ANY,
+    SUB_NO_TAGS,
+    SUB_ONE_TAG,
+    SUB_OUTER_VLAN_ID_ANY,
+    SUB_TWO_TAGS,
+)
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
 
@@ -64,14 +72,6 @@ PATH_DROP = 2
 PORT_NORMAL = 0
 PORT_BVI = 1
 
-
-# Sub-interface flags (interface_types.api sub_if_flags).
-SUB_NO_TAGS = 1
-SUB_ONE_TAG = 2
-SUB_TWO_TAGS = 4
-SUB_EXACT_MATCH = 16
-SUB_OUTER_VLAN_ID_ANY = 64
-SUB_INNER_VLAN_ID_ANY = 128
 
 # VLAN tag rewrite operations (l2_vtr.h), and how many configured tags each needs.
 VTR_DISABLED, VTR_PUSH_1, VTR_PUSH_2, VTR_POP_1, VTR_POP_2 = range(5)
