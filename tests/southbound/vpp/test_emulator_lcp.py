@@ -142,9 +142,10 @@ def test_a_sub_interface_pair_is_a_vlan_on_its_parents_host_end(papi):
         link = ns.link("lp.10.20")
         assert link is not None and link["link"] == "lp.10"
         assert link["linkinfo"]["info_data"]["id"] == 20
+        vlan = ns.link("lp.10")
+        assert vlan is not None
         _get, pairs = papi.api.lcp_itf_pair_get_v2(cursor=0, sw_if_index=subs.vlan10)
-        assert [(p.host_if_name, p.vif_index) for p in pairs] == [
-            ("lp.10", ns.link("lp.10")["ifindex"])]
+        assert [(p.host_if_name, p.vif_index) for p in pairs] == [("lp.10", vlan["ifindex"])]
 
         # Removing a sub-interface's pair removes its VLAN and VPP's end, nothing else.
         assert papi.api.lcp_itf_pair_add_del_v2(is_add=False, sw_if_index=subs.qinq).retval == 0
