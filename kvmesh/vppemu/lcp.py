@@ -32,7 +32,7 @@ from typing import Any
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.errors import ApiError
-from kvmesh.vppemu.plane import SUB_DOT1AD, SUB_EXACT_MATCH, Plane
+from kvmesh.vppemu.plane import ADMIN_UP, SUB_DOT1AD, SUB_EXACT_MATCH, Plane
 
 log = logging.getLogger("kvmesh.vppemu.lcp")
 
@@ -73,8 +73,15 @@ class LinuxCp:
             raise ApiError(E.INVALID_ARGUMENT, "no TAP for a non-ethernet interface; use tun")
         if iface.sub is not None:
             host, vif_index = self._add_sub(iface, host_if_name, netns)
-            self.pairs[phy] = Pair(phy, host, host_if_name, host_type, netns, vif_index)
-            return host
+        else:
+            host, vif_index = self._add_tap(iface, host_if_name, host_type, netns)
+        self.pairs[phy] = Pair(phy, host, host_if_name, host_type, netns, vif_index)
+        self._dp.set_flags(host, ADMIN_UP)  # VPP keeps its end of the pair up
+        return host
+
+    def _add_tap(self, iface: Any, host_if_name: str, host_type: int,
+                 netns: str) -> tuple[int, int]:
+        """A pair's tap and its Linux end; (host sw_if_index, Linux ifindex)."""
         mtu = iface.sw_mtu[0] or 9216
         vif_index = self._make_host(host_if_name, host_type, netns, iface.mac, mtu)
         try:
@@ -83,8 +90,7 @@ class LinuxCp:
         except ApiError:
             self._remove_host(host_if_name, netns)
             raise
-        self.pairs[phy] = Pair(phy, host, host_if_name, host_type, netns, vif_index)
-        return host
+        return host, vif_index
 
     def _add_sub(self, iface: Any, host_if_name: str, netns: str) -> tuple[int, int]:
         """A sub-interface's pair (lcp_itf_pair_create's sub-interface branch): the Linux VLAN

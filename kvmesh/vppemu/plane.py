@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+ADMIN_UP = 1  # interface_types.api if_status_flags
+
 # Sub-interface flags (interface_types.api sub_if_flags).
 SUB_NO_TAGS = 1
 SUB_ONE_TAG = 2
@@ -37,6 +39,8 @@ class Plane(Protocol):
                    host_mac: bytes | None = None) -> int: ...
 
     def delete_tap(self, sw_if_index: int) -> None: ...
+
+    def set_flags(self, sw_if_index: int, flags: int) -> None: ...
 
     def create_subif(self, sw_if_index: int, sub_id: int, flags: int, outer: int, inner: int, *,
                      vlan_api: bool = False) -> int: ...

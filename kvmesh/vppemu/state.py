@@ -25,14 +25,15 @@ from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
-from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.plane import (
+    ADMIN_UP,
     SUB_INNER_VLAN_ID_ANY,
     SUB_NO_TAGS,
     SUB_ONE_TAG,
     SUB_OUTER_VLAN_ID_ANY,
     SUB_TWO_TAGS,
 )
+from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
 
@@ -51,9 +52,7 @@ DEFAULT_MTU = 9000
 MAX_RING = 32768
 TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
 
-# Interface status flags (interface_types.api if_status_flags).
-ADMIN_UP = 1
-LINK_UP = 2
+LINK_UP = 2  # interface_types.api if_status_flags (ADMIN_UP: vppemu.plane)
 
 # Bridge domain flags (l2.api bd_flags).
 BD_LEARN = 1

@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.process, pytest.mark.netns,
 
 ANY = 0xFFFFFFFF
 TAP, TUN = 0, 1
+ADMIN_UP = 1  # interface_types.api IF_STATUS_API_FLAG_ADMIN_UP
 
 
 def test_pair_makes_and_removes_a_real_host_tap(emulator, papi):
@@ -24,6 +25,9 @@ def test_pair_makes_and_removes_a_real_host_tap(emulator, papi):
         link = ns.link("vpp-lo")
         assert link is not None
         assert (link["address"], link["mtu"]) == ("02:00:00:00:33:01", 1500)
+        # VPP keeps its end of the pair up (lcp_itf_pair_create: vnet_sw_interface_admin_up).
+        (host,) = papi.api.sw_interface_dump(sw_if_index=reply.host_sw_if_index)
+        assert host.flags & ADMIN_UP
         get, pairs = papi.api.lcp_itf_pair_get_v2(cursor=0, sw_if_index=ANY)
         assert get.retval == 0
         (pair,) = pairs
@@ -137,6 +141,7 @@ def test_a_sub_interface_pair_is_a_vlan_on_its_parents_host_end(papi):
         (host,) = papi.api.sw_interface_dump(sw_if_index=made.host_sw_if_index)
         assert (host.sup_sw_if_index, host.sub_id, host.sub_outer_vlan_id) == (
             parent.host_sw_if_index, 10, 10)
+        assert host.flags & ADMIN_UP
         inner = subs.pair(subs.qinq, "lp.10.20")
         assert inner.retval == 0
         link = ns.link("lp.10.20")
