@@ -174,10 +174,13 @@ def test_router_is_built_planned_empty_resynced_by_reads_and_removed_cleanly(
     planned = router.cli("plan", "-f", str(ROUTER), "--detailed-exitcode")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert planned.stdout.strip() == "no changes"
-    # A downstream resync of the built router reads VPP and writes nothing to it.
+    # A downstream resync of the built router reads VPP and writes nothing to it; Linux stays
+    # as it was.
     for node in NODES:
+        linux = router.linux(node)
         writes = router.resync_writes(node)
         assert writes == {}, f"{node}: VPP's state read back differs from the desired: {writes}"
+        assert router.linux(node) == linux
 
     # Removal: an empty state for both nodes, --replace; VPP and Linux are as they were.
     empty = router.workdir / "empty.yaml"
