@@ -3,7 +3,7 @@
 `AddressIndex` answers "which interface addresses overlap this one, in this table" with a few
 dictionary lookups (the enclosing networks) and one range query on a sorted list (the enclosed
 ones), instead of a scan of every address. `InstancePool` hands out the lowest free instance
-number (loopback instances, tap ids) in O(log n).
+number (loopback instances, tap ids) in O(log n); `Pool` the slots of VPP's pools.
 """
 
 from __future__ import annotations
@@ -114,3 +114,20 @@ class InstancePool:
     def release(self, n: int) -> None:
         self.used.discard(n)
         heapq.heappush(self._freed, n)
+
+
+class Pool:
+    """Slot numbers as VPP's pools give them: the most recently freed first, else a new one."""
+
+    def __init__(self) -> None:
+        self._free: list[int] = []
+        self._next = 0
+
+    def take(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._next += 1
+        return self._next - 1
+
+    def release(self, index: int) -> None:
+        self._free.append(index)

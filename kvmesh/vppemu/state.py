@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.abf import Abf
 from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
 from kvmesh.vppemu.bond import Bonds
@@ -303,11 +304,13 @@ class Dataplane:
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
         # Plugins (their own modules): state that goes with the instance.
         self.acl = AclTable()
+        self.abf = Abf(self.acl)
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
         self.lcp = LinuxCp(self)
-        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables,
+                           self.tunnels.is_p2p)
         self.srv6 = Srv6(self)
 
     # ------------------------------------------------------------------ interfaces
@@ -1078,6 +1081,7 @@ class Dataplane:
             ],
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
+            "abf": self.abf.snapshot(),
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
             "srv6": self.srv6.snapshot(),

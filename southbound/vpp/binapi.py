@@ -31,6 +31,29 @@ BD_FLAG_BITS = {
 }
 
 
+def fib_path(next_hop: str, sw_if_index: int, table_id: int, weight: int,
+             preference: int) -> dict[str, Any]:
+    """A normal IP path (fib_types.api fib_path): through `next_hop` (the unspecified address:
+    none) out of `sw_if_index` (ANY_INDEX: none, the next hop is looked up in `table_id`)."""
+    is_ip6 = ":" in next_hop
+    packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
+    return {
+        "sw_if_index": sw_if_index,
+        "table_id": table_id,
+        "weight": weight,
+        "preference": preference,
+        "type": PATH_NORMAL,
+        "proto": 1 if is_ip6 else 0,
+        "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
+        "label_stack": NO_LABELS,
+    }
+
+
+def path_next_hop(path: Any) -> str:
+    """The next hop of a dumped fib_path (the unspecified address when there is none)."""
+    return str(path.nh.address.ip6 if int(path.proto) == 1 else path.nh.address.ip4)
+
+
 @dataclass(frozen=True)
 class SubInterfaceDetails:
     parent: int  # sup_sw_if_index
@@ -274,18 +297,7 @@ class VppApi:
         preference: int,
     ) -> None:
         """One path of a route; paths are added and removed one by one (multipath)."""
-        is_ip6 = ":" in next_hop
-        packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
-        path = {
-            "sw_if_index": sw_if_index,
-            "table_id": vrf,
-            "weight": weight,
-            "preference": preference,
-            "type": PATH_NORMAL,
-            "proto": 1 if is_ip6 else 0,
-            "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
-            "label_stack": NO_LABELS,
-        }
+        path = fib_path(next_hop, sw_if_index, vrf, weight, preference)
         self.conn.call(
             "ip_route_add_del",
             is_add=is_add,
@@ -302,8 +314,8 @@ class VppApi:
             prefix = d.route.prefix
             paths = []
             for p in d.route.paths:
-                hop = str(p.nh.address.ip6 if int(p.proto) == 1 else p.nh.address.ip4)
-                paths.append(RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type)))
+                paths.append(RoutePath(p.sw_if_index, path_next_hop(p), p.weight, p.preference,
+                                       int(p.type)))
             result.append(RouteDetails(d.route.table_id, str(prefix), tuple(paths)))
         return result
 
