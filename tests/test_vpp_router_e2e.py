@@ -58,6 +58,12 @@ def no_status(router: Router, node: str) -> bool:
     return router.node_status(node) == {}
 
 
+def protection(router: Router, node: str) -> list[tuple[int, int, list[int]]]:
+    """The node's IPsec tunnel protections: (tunnel, outbound SA, inbound SAs)."""
+    return [(d.tun.sw_if_index, d.tun.sa_out, list(d.tun.sa_in[:d.tun.n_sa_in]))
+            for d in router.papi(node, "ipsec_tunnel_protect_dump", sw_if_index=ANY_INDEX)]
+
+
 def check_n1_dataplane(router: Router) -> None:
     vpp = router.vpp("n1")
     ifs = by_tag(vpp)
@@ -99,6 +105,8 @@ def check_n1_dataplane(router: Router) -> None:
     assert (sas[1001].spi, sas[1001].flags & SA_INBOUND) == (1001, 0)
     assert (sas[1002].spi, sas[1002].flags & (SA_INBOUND | SA_ANTI_REPLAY)) == (
         1002, SA_INBOUND | SA_ANTI_REPLAY)
+    # ... protecting the tunnel: out with 1001, in with 1002.
+    assert protection(router, "n1") == [(index["gre1"], 1001, [1002])]
     # SRv6: the SID decapsulating into VRF 20, the policy to n2's SID, VRF 20's steering.
     (sid,) = router.papi("n1", "sr_localsids_dump")
     assert str(sid.addr) == "fc00:1::20"
@@ -109,8 +117,16 @@ def check_n1_dataplane(router: Router) -> None:
     (steering,) = router.papi("n1", "sr_steering_pol_dump")
     assert (str(steering.bsid), str(steering.prefix), steering.fib_table) == (
         "fc00:1::100", "10.120.0.0/24", 20)
+    # ABF: the voice ACL's traffic entering bond0.10 goes to n2 through the tunnel.
     (acl,) = vpp["acl"]["acls"]
     assert acl["tag"] == "kvmesh:voice" and acl["rules"] == 1
+    (abf,) = router.papi("n1", "abf_policy_dump")
+    assert (abf.policy.policy_id, abf.policy.acl_index) == (10, acl["index"])
+    assert [(str(p.nh.address.ip4), p.sw_if_index)
+            for p in abf.policy.paths[:abf.policy.n_paths]] == [("10.255.0.2", index["gre1"])]
+    assert [(a.attach.policy_id, a.attach.sw_if_index, a.attach.priority, a.attach.is_ipv6)
+            for a in router.papi("n1", "abf_itf_attach_dump")] == [
+        (10, index["bond0.10"], 10, False)]
     # Linux-CP: the pairs, and their Linux ends configured by the Linux southbound.
     _reply, pairs = router.papi("n1", "lcp_itf_pair_get_v2", cursor=0, sw_if_index=ANY_INDEX)
     assert {(p.phy_sw_if_index, p.host_if_name) for p in pairs} == {
@@ -132,6 +148,7 @@ def check_n2_dataplane(router: Router) -> None:
     sas = {d.entry.sad_id: d.entry.flags & SA_INBOUND
            for d in router.papi("n2", "ipsec_sa_v5_dump", sa_id=ANY_INDEX)}
     assert sas == {1001: SA_INBOUND, 1002: 0}  # n1's directions swapped
+    assert protection(router, "n2") == [(index["gre1"], 1002, [1001])]
     (sid,) = router.papi("n2", "sr_localsids_dump")
     assert str(sid.addr) == "fc00:2::20"
     (steering,) = router.papi("n2", "sr_steering_pol_dump")
