@@ -29,7 +29,7 @@ from scheduler import ValueState
 SETTLED_STATES = frozenset({ValueState.CONFIGURED, ValueState.FAILED, ValueState.RETRYING,
                             ValueState.INVALID, ValueState.PENDING, ValueState.UNIMPLEMENTED})
 GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
-PENDING_GRACE_S = 2.0
+PENDING_GRACE_S = 2.0  # a node's PENDING values followed this long after the rest (above)
 POLL_S = 0.2  # longest wait for the stream before re-checking the deadline
 REDUMP_S = 1.0
 
