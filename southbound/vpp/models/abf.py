@@ -31,6 +31,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -65,6 +66,17 @@ class MissingAclError(VppError):
     """A policy's ACL is not in VPP (yet): retried."""
 
     retriable = True
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """How a policy's paths change in place: paths at new places, old paths to remove (gone, or
+    with another weight or preference), those put back with their new ones, and the rest."""
+
+    fresh: list[dict[str, Any]]
+    stale: list[dict[str, Any]]
+    reweighted: list[dict[str, Any]]
+    kept: list[dict[str, Any]]
 
 
 class AbfPath(StrictModel):
@@ -225,14 +237,14 @@ class AbfState:
         self._change(key, self._acl_index(v["acl"]), v["paths"], True)
 
     @staticmethod
-    def _diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
-        """(paths to add, to remove, kept as they are)."""
+    def _plan(old: dict[str, Any], new: dict[str, Any]) -> PathPlan:
         before = {_where(p): p for p in old["paths"]}
         after = {_where(p): p for p in new["paths"]}
-        kept = [p for where, p in after.items() if before.get(where) == p]
-        added = [p for where, p in after.items() if before.get(where) != p]
-        removed = [p for where, p in before.items() if after.get(where) != p]
-        return added, removed, kept
+        return PathPlan(
+            fresh=[p for where, p in after.items() if where not in before],
+            stale=[p for where, p in before.items() if after.get(where) != p],
+            reweighted=[p for where, p in after.items() if before.get(where) not in (None, p)],
+            kept=[p for where, p in after.items() if before.get(where) == p])
 
     def recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
         """Re-created for another ACL (VPP refuses it), or when updating in place would leave
@@ -241,18 +253,18 @@ class AbfState:
             a, b = check_abf(key, old), check_abf(key, new)
         except InvalidValueError:
             return True
-        added, _removed, kept = self._diff(a, b)
-        new_places = {_where(p) for p in added} - {_where(p) for p in a["paths"]}
-        return a["acl"] != b["acl"] or not (kept or new_places)
+        plan = self._plan(a, b)
+        return a["acl"] != b["acl"] or not (plan.kept or plan.fresh)
 
     def update(self, key: str, old: Any, new: Any, metadata: Any) -> None:
+        """New paths first, then the old ones go, then those with a new weight or preference
+        come back (VPP does not tell paths apart by those)."""
         a, b = check_abf(key, old), check_abf(key, new)
-        added, removed, _kept = self._diff(a, b)
+        plan = self._plan(a, b)
         acl_index = self._acl_index(b["acl"])
-        places = {_where(p) for p in a["paths"]}
-        self._change(key, acl_index, [p for p in added if _where(p) not in places], True)
-        self._change(key, acl_index, removed, False)
-        self._change(key, acl_index, [p for p in added if _where(p) in places], True)
+        self._change(key, acl_index, plan.fresh, True)
+        self._change(key, acl_index, plan.stale, False)
+        self._change(key, acl_index, plan.reweighted, True)
 
     def delete(self, key: str, value: Any, metadata: Any) -> None:
         v = check_abf(key, value)

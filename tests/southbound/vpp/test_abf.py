@@ -8,6 +8,7 @@ import pytest
 from scheduler import InvalidValueError, ValueState
 from southbound.vpp.models.abf import check_abf
 from tests.southbound.vpp.plugin_helpers import calls
+from tests.southbound.vpp.test_models_l2l3 import restart_and_resync
 
 pytestmark = pytest.mark.process
 
@@ -82,6 +83,13 @@ def test_paths_are_updated_in_place_and_a_new_acl_recreates(vpp):
     assert calls(vpp, before, *WRITES) == {"abf_policy_add_del": 3,
                                            "abf_itf_attach_add_del": 0}
     assert policies(vpp) == {7: (web, [("10.9.0.1", up, 3), ("10.9.0.3", up, 1)])}
+    # A path dropped: one remove.
+    before = vpp.control.counters()
+    vpp.commit({KEY: {**POLICY, "paths": [
+        {"next_hop": "10.9.0.1", "interface": "up", "weight": 3}]}})
+    assert calls(vpp, before, *WRITES) == {"abf_policy_add_del": 1,
+                                           "abf_itf_attach_add_del": 0}
+    assert policies(vpp) == {7: (web, [("10.9.0.1", up, 3)])}
     # Only a weight changes on the only path: in place would remove the policy - re-created,
     # its attachment with it.
     vpp.commit({KEY: {**POLICY, "paths": [{"next_hop": "10.9.0.1", "interface": "up",
@@ -155,3 +163,12 @@ def test_validation_uses_vpps_limits():
         with pytest.raises(InvalidValueError, match=match):
             check_abf(key, bad)
     check_abf("vpp/abf/4294967295", {"acl": "a", "paths": one})
+
+
+def test_a_vpp_restart_is_rebuilt_by_a_resync(vpp):
+    vpp.commit({**BASE, KEY: POLICY})
+    sent = restart_and_resync(vpp)
+    assert sent["abf_policy_add_del"] == 1 and sent["abf_itf_attach_add_del"] == 1
+    web, up, lan = acl_index(vpp, "web"), vpp.sw_if_index("up"), vpp.sw_if_index("lan")
+    assert policies(vpp) == {7: (web, [("10.9.0.1", up, 1)])}
+    assert attachments(vpp) == [(7, lan, 10, False)]

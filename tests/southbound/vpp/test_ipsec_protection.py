@@ -9,6 +9,7 @@ from scheduler import InvalidValueError, TransactionError, ValueState
 from southbound.vpp.models.ipsec_protection import check_protection
 from tests.southbound.vpp.plugin_helpers import calls
 from tests.southbound.vpp.test_ipsec import IN, OUT
+from tests.southbound.vpp.test_models_l2l3 import restart_and_resync
 
 pytestmark = pytest.mark.process
 
@@ -122,3 +123,12 @@ def test_validation_uses_vpps_limits():
     for key in ("vpp/ipsec/tunnel-protection/", "vpp/ipsec/tunnel-protection/a b"):
         with pytest.raises(InvalidValueError):
             check_protection(key, {"sa_out": 1})
+
+
+def test_a_vpp_restart_is_rebuilt_by_a_resync(vpp):
+    vpp.commit({"vpp/interface/gre1": GRE, "vpp/ipsec/sa/10": OUT, "vpp/ipsec/sa/20": IN,
+                KEY: {"sa_out": 10, "sa_in": [20]}})
+    sent = restart_and_resync(vpp)
+    assert sent["ipsec_tunnel_protect_update"] == 1
+    assert protections(vpp) == [(vpp.sw_if_index("gre1"), 10, [20])]
+    assert vpp.state(KEY) is CONFIGURED
