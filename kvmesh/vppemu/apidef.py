@@ -54,6 +54,7 @@ API_FILES = (
     "gre",
     "acl_types",
     "acl",
+    "abf",
     "nat_types",
     "nat44_ed",
     "lcp",

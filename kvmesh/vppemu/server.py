@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
+    abf_handlers,
     acl_handlers,
     bond_handlers,
     handlers_l2l3,

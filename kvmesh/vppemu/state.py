@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.abf import Abf
 from kvmesh.vppemu.acl import AclTable
 from kvmesh.vppemu.addrindex import AddressIndex, InstancePool, VppPool
 from kvmesh.vppemu.bond import Bonds
@@ -27,6 +28,15 @@ from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.l3xc import L3xc
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.plane import (
+    ADMIN_UP,
+    SUB_INNER_VLAN_ID_ANY,
+    SUB_NO_TAGS,
+    SUB_ONE_TAG,
+    SUB_OUTER_VLAN_ID_ANY,
+    SUB_TWO_TAGS,
+)
+from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.proxy_arp import ProxyArp
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
@@ -46,9 +56,7 @@ DEFAULT_MTU = 9000
 MAX_RING = 32768
 TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
 
-# Interface status flags (interface_types.api if_status_flags).
-ADMIN_UP = 1
-LINK_UP = 2
+LINK_UP = 2  # interface_types.api if_status_flags (ADMIN_UP: vppemu.plane)
 
 # Bridge domain flags (l2.api bd_flags).
 BD_LEARN = 1
@@ -67,14 +75,6 @@ PATH_DROP = 2
 PORT_NORMAL = 0
 PORT_BVI = 1
 
-
-# Sub-interface flags (interface_types.api sub_if_flags).
-SUB_NO_TAGS = 1
-SUB_ONE_TAG = 2
-SUB_TWO_TAGS = 4
-SUB_EXACT_MATCH = 16
-SUB_OUTER_VLAN_ID_ANY = 64
-SUB_INNER_VLAN_ID_ANY = 128
 
 # VLAN tag rewrite operations (l2_vtr.h), and how many configured tags each needs.
 VTR_DISABLED, VTR_PUSH_1, VTR_PUSH_2, VTR_POP_1, VTR_POP_2 = range(5)
@@ -312,11 +312,13 @@ class Dataplane:
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
         # Plugins (their own modules): state that goes with the instance.
         self.acl = AclTable()
+        self.abf = Abf(self.acl)
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
         self.lcp = LinuxCp(self)
-        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables,
+                           self.tunnels.is_p2p)
         self.srv6 = Srv6(self)
         self.proxy_arp = ProxyArp(self)
         self.l3xc = L3xc(self)
@@ -1100,6 +1102,7 @@ class Dataplane:
             ],
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
+            "abf": self.abf.snapshot(),
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
             "srv6": self.srv6.snapshot(),

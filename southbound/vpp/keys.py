@@ -82,6 +82,19 @@ def ip6_key_tail(key: str, prefix: str) -> str | None:
         return None
 
 
+U32_MAX = 0xFFFFFFFF
+
+
+def u32_key_tail(key: str, prefix: str) -> int | None:
+    """The u32 ending a key (`vpp/ipsec/sa/<id>`), if written canonically (no leading 0)."""
+    if not key.startswith(prefix):
+        return None
+    tail = key[len(prefix) :]
+    if not tail.isdigit() or (len(tail) > 1 and tail[0] == "0") or int(tail) > U32_MAX:
+        return None
+    return int(tail)
+
+
 def interface_name(key: str) -> str | None:
     """The name of an interface key (`vpp/interface/<name>`), else None."""
     if not key.startswith(INTERFACE_PREFIX) or key.count("/") != 2:

@@ -156,6 +156,15 @@ def _ip(text: str) -> str:
         raise ValueError(f"must be an IP address, got {text!r}") from None
 
 
+def listed_once(items: list[Any]) -> list[Any]:
+    """A list whose order does not matter, sorted; an item listed twice is an error."""
+    problems = {f"[{i}]": f"{item!r} is listed twice" for i, item in enumerate(items)
+                if item in items[:i]}
+    if problems:
+        raise FieldProblems(problems)
+    return sorted(items)
+
+
 VppName = Annotated[str, AfterValidator(_vpp_name), Field(
     min_length=1, max_length=NAME_MAX, pattern=NAME_RE.pattern,
     description="a kvmesh VPP object name (letters, digits, _ . : -)")]

@@ -80,6 +80,9 @@ SCENARIO: dict[str, Any] = {
                               {"action": "reflect", "src": "fd00::/64", "protocol": "icmpv6"},
                               {"action": "deny"}],
                     "interfaces": {"ingress": ["lo1"], "egress": ["tap1"]}},
+    "vpp/abf/7": {"acl": "web", "paths": [{"next_hop": "10.0.0.2", "interface": "lo1"},
+                                          {"next_hop": "10.8.0.1", "table": 10}],
+                  "interfaces": [{"interface": "lo2", "priority": 3}]},
     "vpp/nat44/global": {"sessions": 2048},
     "vpp/nat44/interface/lo1": {"outside": True},
     "vpp/nat44/interface/lo2": {"inside": True},
@@ -119,6 +122,7 @@ SCENARIO: dict[str, Any] = {
         {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
         {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
         "interfaces": ["lo1"]},
+    "vpp/ipsec/tunnel-protection/gre1": {"sa_out": 10, "sa_in": [20]},
     "vpp/srv6/localsid/fc00::1": {"behavior": "end.dt4", "table": 10},
     "vpp/srv6/localsid/fc00::2": {"behavior": "end.x", "interface": "lo1",
                                   "next_hop": "fd00::2"},
@@ -165,8 +169,9 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert [i["name"] for i in state["interfaces"]] == ["local0"]
         assert state["bridge_domains"] == []
         assert state["acl"] == {"acls": [], "interfaces": {}}
+        assert state["abf"] == {"policies": [], "attachments": []}
         assert state["nat44"]["enabled"] is False
-        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}, "protections": []}
         assert state["srv6"] == {"localsids": [], "policies": {}, "steerings": 0,
                                  "encap_source": "::"}
     finally:
