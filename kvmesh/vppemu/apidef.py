@@ -48,6 +48,8 @@ API_FILES = (
     "ipsec",
     "sr_types",
     "sr",
+    "span",
+    "punt",
     # plugins
     "gre",
     "acl_types",
@@ -55,6 +57,7 @@ API_FILES = (
     "nat_types",
     "nat44_ed",
     "lcp",
+    "wireguard",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

@@ -70,3 +70,11 @@ INVALID_PROTOCOL = -153
 SYSCALL_ERROR_2 = -12
 INVALID_ALGORITHM = -154
 KEY_LENGTH = -156
+# wireguard, span, punt
+INVALID_REGISTRATION = -31
+LIMIT_EXCEEDED = -162
+PUNT_REFUSED = -1  # punt.c's refusals are clib errors: the API answers -1
+
+
+class Unanswered(Exception):
+    """A request VPP's handler returns from without any reply (the client waits in vain)."""

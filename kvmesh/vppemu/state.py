@@ -25,8 +25,11 @@ from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.punt import PuntSockets
+from kvmesh.vppemu.span import Span
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
+from kvmesh.vppemu.wireguard import Wireguard
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -310,6 +313,9 @@ class Dataplane:
         self.lcp = LinuxCp(self)
         self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
         self.srv6 = Srv6(self)
+        self.wireguard = Wireguard(self)
+        self.span = Span()
+        self.punt = PuntSockets()
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -348,6 +354,10 @@ class Dataplane:
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
+
+    def delete_wireguard(self, sw_if_index: int) -> None:
+        self.wireguard.delete(sw_if_index)
         self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
@@ -521,7 +531,7 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
-        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+        if iface.kind in ("gre", "ipip", "wireguard") and not any(iface.mac):
             # hw_interface_set_mtu: no ethernet interface behind it
             raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
@@ -1082,5 +1092,8 @@ class Dataplane:
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
             "srv6": self.srv6.snapshot(),
+            "wireguard": self.wireguard.snapshot(),
+            "span": self.span.snapshot(),
+            "punt": self.punt.snapshot(),
             "nat44": self.nat44.snapshot(),
         }
