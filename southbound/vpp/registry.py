@@ -30,6 +30,9 @@ from southbound.vpp.models import (
     normalize_bd,
     normalize_interface,
     normalize_route,
+    punt_exception,
+    punt_l4,
+    span,
     srv6_localsid,
     srv6_policy,
     srv6_steering,
@@ -60,4 +63,7 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     srv6_localsid.MODEL,
     srv6_policy.MODEL,
     srv6_steering.MODEL,
+    span.MODEL,
+    punt_l4.MODEL,
+    punt_exception.MODEL,
 ))

@@ -1,0 +1,122 @@
+"""`vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>`: the packets VPP receives for a UDP port of its
+own, sent to an application's socket.
+
+    {"socket": "/run/dhcp/punt.sock"}
+
+`punt_socket_register` (a new socket re-points it in place), `punt_socket_deregister`, read back
+by `punt_socket_dump`. VPP 24.06 punts UDP ports to sockets, not TCP ones (it refuses them), and
+not port 65535 (its "no port"): both are INVALID here. VPP keeps one registration per address
+family and port. Registrations VPP has that the desired state does not name are kept OBTAINED
+(VPP knows no owner of them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler import Dependency, Descriptor, ValueOrigin
+from southbound.modelspec import ModelSpec
+from southbound.validation import KEY_FIELD, validate
+from southbound.vpp.context import Context
+from southbound.vpp.errors import is_retriable
+from southbound.vpp.models import memoized, same_normalized
+from southbound.vpp.punt_api import AF, L4, PROTOCOLS, PuntApi, VppPuntSocket, l4_punt
+
+PREFIX = "vpp/punt/l4/"
+DESCRIPTOR = "vpp-punt-l4"
+MAX_PORT = 0xFFFE  # 0xFFFF: "Port number required"
+KEY_RE = re.compile(r"vpp/punt/l4/([^/]+)/([^/]+)/([^/]+)")
+
+
+class VppPuntL4(VppPuntSocket):
+    """`vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>`: send the packets VPP receives for a UDP port
+    (0..65534; not TCP: VPP refuses it) to an application's unix socket."""
+
+
+def punt_l4(key: str) -> tuple[str, str, str] | None:
+    """(family, protocol, port) as written in a key."""
+    match = KEY_RE.fullmatch(key)
+    return (match[1], match[2], match[3]) if match else None
+
+
+def _key_problem(key: str) -> str | None:
+    parts = punt_l4(key)
+    if parts is None:
+        return "malformed key (vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>)"
+    af, protocol, port = parts
+    if af not in AF:
+        return f"address family {af!r}: ipv4 or ipv6"
+    if protocol == "tcp":
+        return "VPP 24.06 punts UDP ports to a socket, not TCP ones (it refuses them)"
+    if protocol not in PROTOCOLS:
+        return f"protocol {protocol!r}: udp"
+    if not port.isdigit() or (len(port) > 1 and port[0] == "0") or int(port) > MAX_PORT:
+        return f"port {port!r}: a number 0..{MAX_PORT}"
+    return None
+
+
+@memoized
+def check_punt_l4(key: str, value: Any) -> dict[str, Any]:
+    problem = _key_problem(key)
+    return validate(VppPuntL4, key, value,
+                    key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
+
+
+def _validate(key: str, value: Any) -> None:
+    check_punt_l4(key, value)
+
+
+def _punt(key: str) -> dict[str, Any]:
+    af, protocol, port = punt_l4(key) or ("", "", "0")
+    return l4_punt(af, protocol, int(port))
+
+
+def descriptors(ctx: Context) -> list[Descriptor]:
+    api = PuntApi(ctx.api.conn)
+
+    def create(key: str, value: Any) -> None:
+        api.register(_punt(key), check_punt_l4(key, value)["socket"])
+
+    def update(key: str, old: Any, new: Any, metadata: Any) -> None:
+        create(key, new)  # VPP re-points a registration in place
+
+    def delete(key: str, value: Any, metadata: Any) -> None:
+        api.deregister(_punt(key))
+
+    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
+        return ()
+
+    def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
+        families = {number: name for name, number in AF.items()}
+        protocols = {number: name for name, number in PROTOCOLS.items()}
+        result = []
+        for union, socket in api.registrations(L4):
+            af, protocol = families.get(int(union.l4.af)), protocols.get(int(union.l4.protocol))
+            if af is None or protocol is None:
+                continue  # e.g. ICMPv6 types: no key names them
+            key = f"{PREFIX}{af}/{protocol}/{union.l4.port}"
+            result.append((key, {"socket": socket}, None, ValueOrigin.UNKNOWN))
+        return result
+
+    return [Descriptor(
+        name=DESCRIPTOR,
+        key_selector=lambda key: key.startswith(PREFIX),
+        validate=_validate,
+        create=create,
+        update=update,
+        delete=delete,
+        dependencies=dependencies,
+        retrieve=retrieve,
+        value_comparator=lambda key, a, b: same_normalized(check_punt_l4, key, a, b),
+        is_retriable_failure=is_retriable,
+    )]
+
+
+
+MODEL: ModelSpec[Context] = ModelSpec(
+    "vpp/punt/l4", "vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>", KEY_RE, VppPuntL4,
+    check_punt_l4, descriptors,
+    examples=(("vpp/punt/l4/ipv4/udp/67", {"socket": "/run/dhcp/punt.sock"}),),
+)
