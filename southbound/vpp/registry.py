@@ -37,6 +37,7 @@ from southbound.vpp.models import (
     srv6_policy,
     srv6_steering,
     vrf,
+    wireguard_peer,
     xconnect,
 )
 
@@ -66,4 +67,5 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     span.MODEL,
     punt_l4.MODEL,
     punt_exception.MODEL,
+    wireguard_peer.MODEL,
 ))

@@ -1,4 +1,4 @@
-"""`vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>`: the packets VPP receives for a UDP port of its
+"""`vpp/punt/l4/<ipv4|ipv6>/udp/<port>`: the packets VPP receives for a UDP port of its
 own, sent to an application's socket.
 
     {"socket": "/run/dhcp/punt.sock"}
@@ -31,7 +31,7 @@ KEY_RE = re.compile(r"vpp/punt/l4/([^/]+)/([^/]+)/([^/]+)")
 
 
 class VppPuntL4(VppPuntSocket):
-    """`vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>`: send the packets VPP receives for a UDP port
+    """`vpp/punt/l4/<ipv4|ipv6>/udp/<port>`: send the packets VPP receives for a UDP port
     (0..65534; not TCP: VPP refuses it) to an application's unix socket."""
 
 
@@ -44,7 +44,7 @@ def punt_l4(key: str) -> tuple[str, str, str] | None:
 def _key_problem(key: str) -> str | None:
     parts = punt_l4(key)
     if parts is None:
-        return "malformed key (vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>)"
+        return "malformed key (vpp/punt/l4/<ipv4|ipv6>/udp/<port>)"
     af, protocol, port = parts
     if af not in AF:
         return f"address family {af!r}: ipv4 or ipv6"
@@ -116,7 +116,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
 
 
 MODEL: ModelSpec[Context] = ModelSpec(
-    "vpp/punt/l4", "vpp/punt/l4/<ipv4|ipv6>/<udp|tcp>/<port>", KEY_RE, VppPuntL4,
+    "vpp/punt/l4", "vpp/punt/l4/<ipv4|ipv6>/udp/<port>", KEY_RE, VppPuntL4,
     check_punt_l4, descriptors,
     examples=(("vpp/punt/l4/ipv4/udp/67", {"socket": "/run/dhcp/punt.sock"}),),
 )
