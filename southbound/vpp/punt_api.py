@@ -10,12 +10,15 @@ number it does not have.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from scheduler import Descriptor, ValueOrigin
 from southbound.validation import StrictModel
-from southbound.vpp.errors import VppError
+from southbound.vpp.errors import VppError, is_retriable
+from southbound.vpp.models import same_normalized
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -78,3 +81,47 @@ class PuntApi:
             raise VppError(f"VPP has no punt reason {name!r} (it has: "
                            f"{', '.join(sorted(reasons)) or 'none'})")
         return reasons[name]
+
+
+# (api, key, for a create) -> the key's punt (None: nothing to remove, on a delete)
+PuntOf = Callable[[PuntApi, str, bool], dict[str, Any] | None]
+# (api) -> (key, socket) of what VPP has registered that a key of the model names
+Registered = Callable[[PuntApi], list[tuple[str, str]]]
+
+
+def punt_descriptor(conn: VppConnection, name: str, prefix: str,
+                    check: Callable[[str, Any], dict[str, Any]], punt_of: PuntOf,
+                    registered: Registered) -> Descriptor:
+    """The descriptor of a punt model: register (a new socket re-points in place), deregister,
+    read back; what VPP has and the desired state does not name is OBTAINED (no owner)."""
+    api = PuntApi(conn)
+
+    def validate(key: str, value: Any) -> None:
+        check(key, value)
+
+    def create(key: str, value: Any) -> None:
+        api.register(punt_of(api, key, True) or {}, check(key, value)["socket"])
+
+    def update(key: str, old: Any, new: Any, metadata: Any) -> None:
+        create(key, new)
+
+    def delete(key: str, value: Any, metadata: Any) -> None:
+        punt = punt_of(api, key, False)
+        if punt is not None:
+            api.deregister(punt)
+
+    def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
+        return [(key, {"socket": socket}, None, ValueOrigin.UNKNOWN)
+                for key, socket in registered(api)]
+
+    return Descriptor(
+        name=name,
+        key_selector=lambda key: key.startswith(prefix),
+        validate=validate,
+        create=create,
+        update=update,
+        delete=delete,
+        retrieve=retrieve,
+        value_comparator=lambda key, a, b: same_normalized(check, key, a, b),
+        is_retriable_failure=is_retriable,
+    )

@@ -13,16 +13,20 @@ state does not name are kept OBTAINED (VPP knows no owner of them).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
-from scheduler import Dependency, Descriptor, ValueOrigin
+from scheduler import Descriptor
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, validate
 from southbound.vpp.context import Context
-from southbound.vpp.errors import is_retriable
-from southbound.vpp.models import memoized, same_normalized
-from southbound.vpp.punt_api import EXCEPTION, PuntApi, VppPuntSocket, exception_punt
+from southbound.vpp.models import memoized
+from southbound.vpp.punt_api import (
+    EXCEPTION,
+    PuntApi,
+    VppPuntSocket,
+    exception_punt,
+    punt_descriptor,
+)
 
 PREFIX = "vpp/punt/exception/"
 DESCRIPTOR = "vpp-punt-exception"
@@ -52,54 +56,28 @@ def check_punt_exception(key: str, value: Any) -> dict[str, Any]:
                     key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_punt_exception(key, value)
+def _punt(api: PuntApi, key: str, for_create: bool) -> dict[str, Any] | None:
+    name = str(reason_name(key))
+    if for_create:
+        return exception_punt(api.reason_id(name))  # an unknown name fails, naming VPP's
+    reasons = api.reasons()  # on a delete, a reason VPP lacks (restarted without it): nothing
+    return exception_punt(reasons[name]) if name in reasons else None
+
+
+def _registered(api: PuntApi) -> list[tuple[str, str]]:
+    registrations = api.registrations(EXCEPTION)
+    names = {number: name for name, number in api.reasons().items()} if registrations else {}
+    result = []
+    for union, socket in registrations:
+        name = names.get(int(union.exception.id))
+        if name is not None and REASON_RE.fullmatch(name) is not None:  # else no key names it
+            result.append((f"{PREFIX}{name}", socket))
+    return result
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
-    api = PuntApi(ctx.api.conn)
-
-    def create(key: str, value: Any) -> None:
-        reason = api.reason_id(str(reason_name(key)))
-        api.register(exception_punt(reason), check_punt_exception(key, value)["socket"])
-
-    def update(key: str, old: Any, new: Any, metadata: Any) -> None:
-        create(key, new)  # VPP re-points a registration in place
-
-    def delete(key: str, value: Any, metadata: Any) -> None:
-        reasons = api.reasons()
-        name = str(reason_name(key))
-        if name in reasons:  # else VPP has no such reason (restarted without it): nothing to do
-            api.deregister(exception_punt(reasons[name]))
-
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        return ()
-
-    def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
-        registrations = api.registrations(EXCEPTION)
-        if not registrations:
-            return []
-        names = {number: name for name, number in api.reasons().items()}
-        result = []
-        for union, socket in registrations:
-            name = names.get(int(union.exception.id))
-            if name is None or REASON_RE.fullmatch(name) is None:
-                continue  # no key can name it
-            result.append((f"{PREFIX}{name}", {"socket": socket}, None, ValueOrigin.UNKNOWN))
-        return result
-
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX),
-        validate=_validate,
-        create=create,
-        update=update,
-        delete=delete,
-        dependencies=dependencies,
-        retrieve=retrieve,
-        value_comparator=lambda key, a, b: same_normalized(check_punt_exception, key, a, b),
-        is_retriable_failure=is_retriable,
-    )]
+    return [punt_descriptor(ctx.api.conn, DESCRIPTOR, PREFIX, check_punt_exception, _punt,
+                            _registered)]
 
 
 MODEL: ModelSpec[Context] = ModelSpec(

@@ -13,16 +13,22 @@ family and port. Registrations VPP has that the desired state does not name are 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
-from scheduler import Dependency, Descriptor, ValueOrigin
+from scheduler import Descriptor
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, validate
 from southbound.vpp.context import Context
-from southbound.vpp.errors import is_retriable
-from southbound.vpp.models import memoized, same_normalized
-from southbound.vpp.punt_api import AF, L4, PROTOCOLS, PuntApi, VppPuntSocket, l4_punt
+from southbound.vpp.models import memoized
+from southbound.vpp.punt_api import (
+    AF,
+    L4,
+    PROTOCOLS,
+    PuntApi,
+    VppPuntSocket,
+    l4_punt,
+    punt_descriptor,
+)
 
 PREFIX = "vpp/punt/l4/"
 DESCRIPTOR = "vpp-punt-l4"
@@ -64,55 +70,25 @@ def check_punt_l4(key: str, value: Any) -> dict[str, Any]:
                     key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_punt_l4(key, value)
-
-
-def _punt(key: str) -> dict[str, Any]:
+def _punt(api: PuntApi, key: str, for_create: bool) -> dict[str, Any]:
     af, protocol, port = punt_l4(key) or ("", "", "0")
     return l4_punt(af, protocol, int(port))
 
 
+def _registered(api: PuntApi) -> list[tuple[str, str]]:
+    families = {number: name for name, number in AF.items()}
+    protocols = {number: name for name, number in PROTOCOLS.items()}
+    result = []
+    for union, socket in api.registrations(L4):
+        af, protocol = families.get(int(union.l4.af)), protocols.get(int(union.l4.protocol))
+        if af is not None and protocol is not None:  # else e.g. ICMPv6 types: no key names them
+            result.append((f"{PREFIX}{af}/{protocol}/{union.l4.port}", socket))
+    return result
+
+
 def descriptors(ctx: Context) -> list[Descriptor]:
-    api = PuntApi(ctx.api.conn)
-
-    def create(key: str, value: Any) -> None:
-        api.register(_punt(key), check_punt_l4(key, value)["socket"])
-
-    def update(key: str, old: Any, new: Any, metadata: Any) -> None:
-        create(key, new)  # VPP re-points a registration in place
-
-    def delete(key: str, value: Any, metadata: Any) -> None:
-        api.deregister(_punt(key))
-
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        return ()
-
-    def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
-        families = {number: name for name, number in AF.items()}
-        protocols = {number: name for name, number in PROTOCOLS.items()}
-        result = []
-        for union, socket in api.registrations(L4):
-            af, protocol = families.get(int(union.l4.af)), protocols.get(int(union.l4.protocol))
-            if af is None or protocol is None:
-                continue  # e.g. ICMPv6 types: no key names them
-            key = f"{PREFIX}{af}/{protocol}/{union.l4.port}"
-            result.append((key, {"socket": socket}, None, ValueOrigin.UNKNOWN))
-        return result
-
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX),
-        validate=_validate,
-        create=create,
-        update=update,
-        delete=delete,
-        dependencies=dependencies,
-        retrieve=retrieve,
-        value_comparator=lambda key, a, b: same_normalized(check_punt_l4, key, a, b),
-        is_retriable_failure=is_retriable,
-    )]
-
+    return [punt_descriptor(ctx.api.conn, DESCRIPTOR, PREFIX, check_punt_l4, _punt,
+                            _registered)]
 
 
 MODEL: ModelSpec[Context] = ModelSpec(

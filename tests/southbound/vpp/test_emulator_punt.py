@@ -4,9 +4,9 @@ definitions."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from tests.southbound.vpp.reference_client import ref_papi  # noqa: F401  (fixture)
+import pytest
 
 pytestmark = pytest.mark.process
 
@@ -24,7 +24,7 @@ def exception(reason):
 
 
 def registered(papi, punt_type):
-    result = []
+    result: list[tuple[Any, ...]] = []
     for d in papi.api.punt_socket_dump(type=punt_type):
         if punt_type == L4:
             u = d.punt.punt.l4

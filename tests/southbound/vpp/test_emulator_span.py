@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.southbound.vpp.reference_client import ref_papi  # noqa: F401  (fixture)
-
 pytestmark = pytest.mark.process
 
 ANY = 0xFFFFFFFF

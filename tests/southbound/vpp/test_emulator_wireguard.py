@@ -8,7 +8,6 @@ import base64
 import pytest
 
 from kvmesh.vppemu.curve25519 import public_key, x25519
-from tests.southbound.vpp.reference_client import ref_papi  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.process
 

@@ -4,6 +4,7 @@ WireGuard's key form and VPP's limits; a key is never quoted by an error."""
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -14,10 +15,10 @@ from southbound.vpp.wireguard_api import redact_private_key
 
 PRIVATE = base64.b64encode(bytes(range(32))).decode()
 PUBLIC = base64.b64encode(bytes([7] * 32)).decode()
-WG = {"type": "wireguard", "wireguard": {"private_key": PRIVATE, "port": 51820,
-                                         "src_addr": "192.0.2.1"}}
-PEER = {"interface": "wg0", "public_key": PUBLIC, "endpoint": "198.51.100.2", "port": 51820,
-        "allowed_ips": ["fd00::/64", "10.2.0.0/16"]}
+WG: dict[str, Any] = {"type": "wireguard", "wireguard": {
+    "private_key": PRIVATE, "port": 51820, "src_addr": "192.0.2.1"}}
+PEER: dict[str, Any] = {"interface": "wg0", "public_key": PUBLIC, "endpoint": "198.51.100.2",
+                        "port": 51820, "allowed_ips": ["fd00::/64", "10.2.0.0/16"]}
 
 
 def problems(check, key, value) -> dict[str, str]:

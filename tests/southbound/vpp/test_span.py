@@ -71,17 +71,3 @@ def test_mirrors_kvmesh_did_not_make_are_obtained_and_kept(vpp):
     assert vpp.state("vpp/span/up/mon") is OBTAINED
     vpp.scheduler.resync(desired, kind="full")
     assert mirrors(vpp) == [(up, mon, TX), (foreign, mon, RX)]
-
-
-def test_validation():
-    from scheduler import InvalidValueError
-    from southbound.vpp.models.span import check_span
-
-    assert check_span("vpp/span/a/b", {}) == {"state": "both", "l2": False}
-    for key, value, field in [("vpp/span/a/a", {}, "(key)"), ("vpp/span/a", {}, "(key)"),
-                              ("vpp/span/a/b/c", {}, "(key)"),
-                              ("vpp/span/a/b", {"state": "in"}, "state"),
-                              ("vpp/span/a/b", {"mirror": True}, "mirror")]:
-        with pytest.raises(InvalidValueError) as info:
-            check_span(key, value)
-        assert field in info.value.fields, (key, info.value)

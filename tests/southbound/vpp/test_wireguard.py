@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,10 @@ PRIVATE_BYTES = bytes(range(100, 132))
 PRIVATE = base64.b64encode(PRIVATE_BYTES).decode()
 ROTATED = base64.b64encode(bytes(range(200, 232))).decode()
 PEER_KEY = base64.b64encode(bytes([7] * 32)).decode()
-WG = {"type": "wireguard", "addresses": ["10.9.0.1/24"],
-      "wireguard": {"private_key": PRIVATE, "port": 51820, "src_addr": "192.0.2.1"}}
-PEER = {"interface": "wg0", "public_key": PEER_KEY, "endpoint": "198.51.100.2", "port": 51821,
-        "allowed_ips": ["10.2.0.0/16"], "persistent_keepalive": 25}
+WG: dict[str, Any] = {"type": "wireguard", "addresses": ["10.9.0.1/24"], "wireguard": {
+    "private_key": PRIVATE, "port": 51820, "src_addr": "192.0.2.1"}}
+PEER: dict[str, Any] = {"interface": "wg0", "public_key": PEER_KEY, "endpoint": "198.51.100.2",
+                        "port": 51821, "allowed_ips": ["10.2.0.0/16"], "persistent_keepalive": 25}
 ADD, REMOVE = "wireguard_peer_add", "wireguard_peer_remove"
 
 
