@@ -71,3 +71,18 @@ def test_mirrors_kvmesh_did_not_make_are_obtained_and_kept(vpp):
     assert vpp.state("vpp/span/up/mon") is OBTAINED
     vpp.scheduler.resync(desired, kind="full")
     assert mirrors(vpp) == [(up, mon, TX), (foreign, mon, RX)]
+
+
+def test_of_a_device_and_an_l2_mirror_the_desired_one_is_read_back(vpp):
+    """One key, two VPP mirrors of the pair (device level and L2): the one the desired state
+    names is compared, so the other one (not kvmesh's) changes nothing."""
+    state = {"vpp/interface/up": LOOP, "vpp/interface/mon": LOOP,
+             "vpp/span/up/mon": {"state": "rx", "l2": True}}
+    vpp.commit(state)
+    up, mon = vpp.sw_if_index("up"), vpp.sw_if_index("mon")
+    vpp.papi.api.sw_interface_span_enable_disable(sw_if_index_from=up, sw_if_index_to=mon,
+                                                  state=BOTH, is_l2=False)
+    before = vpp.control.counters()
+    vpp.scheduler.resync(state, kind="full")
+    assert calls(vpp, before, SPAN) == {SPAN: 0}
+    assert (mirrors(vpp), mirrors(vpp, is_l2=True)) == ([(up, mon, BOTH)], [(up, mon, RX)])
