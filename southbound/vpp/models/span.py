@@ -49,12 +49,8 @@ class VppSpan(StrictModel):
 
 def span_ends(key: str) -> tuple[str, str] | None:
     """(from, to) of a SPAN key."""
-    if not key.startswith(PREFIX):
-        return None
-    parts = key[len(PREFIX):].split("/")
-    if len(parts) != 2 or not all(parts):
-        return None
-    return parts[0], parts[1]
+    parts = keys.key_parts(key, PREFIX, 2)
+    return (parts[0], parts[1]) if parts is not None else None
 
 
 def span_key(src: str, dst: str) -> str:

@@ -27,7 +27,7 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import MissingInterfaceError, is_retriable
+from southbound.vpp.errors import MissingInterfaceError, VppError, is_retriable
 from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, name_problem, same_normalized
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.wireguard_api import WireguardApi, WireguardKey
@@ -121,7 +121,11 @@ def descriptors(ctx: Context) -> list[Descriptor]:
 
     def create(key: str, value: Any) -> None:
         v = check_peer(key, value)
-        api.add_peer(ctx.sw_if_index(v["interface"]), v)
+        sw_if_index = ctx.sw_if_index(v["interface"])
+        kind = ctx.interfaces[v["interface"]].type
+        if kind != "wireguard":  # VPP would answer INVALID_SW_IF_INDEX: say what is wrong
+            raise VppError(f"interface {v['interface']} is of type {kind}, not wireguard")
+        api.add_peer(sw_if_index, v)
 
     def delete(key: str, value: Any, metadata: Any) -> None:
         v = check_peer(key, value)

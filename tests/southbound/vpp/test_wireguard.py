@@ -161,3 +161,12 @@ def test_private_keys_are_never_shown(vpp, caplog):
     # ... while VPP has the real key.
     (i,) = vpp_interfaces(vpp)
     assert base64.b64encode(bytes(i.private_key)).decode() == ROTATED
+
+
+def test_a_peer_of_an_interface_of_another_type_fails_saying_so(vpp):
+    with pytest.raises(TransactionError):
+        vpp.commit({"vpp/interface/wg0": {"type": "loopback"}, "vpp/wireguard/peer/b": PEER})
+    status = vpp.scheduler.get_value_status("vpp/wireguard/peer/b")
+    assert status.state is ValueState.FAILED
+    assert "of type loopback, not wireguard" in status.error_message
+    assert vpp_peers(vpp) == []
