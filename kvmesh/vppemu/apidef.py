@@ -39,6 +39,8 @@ API_FILES = (
     "tapv2",
     "af_packet",
     "ip_neighbor",
+    "arp",
+    "ip6_nd",
     "vxlan",
     "memif",
     "bond",
@@ -58,6 +60,7 @@ API_FILES = (
     "nat44_ed",
     "lcp",
     "wireguard",
+    "l3xc",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

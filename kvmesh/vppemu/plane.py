@@ -13,6 +13,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 class Plane(Protocol):
     interfaces: dict[int, Any]
     tables: dict[tuple[bool, int], str]
+    fib_indices: dict[tuple[bool, int], int]
 
     def interface(self, sw_if_index: int, retval: int = ...) -> Any: ...
 

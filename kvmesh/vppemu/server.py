@@ -34,6 +34,7 @@ from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
     bond_handlers,
     handlers_l2l3,
     ipsec_handlers,
+    l3_handlers,
     lcp_handlers,
     nat44_handlers,
     punt_handlers,

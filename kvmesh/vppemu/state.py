@@ -19,12 +19,15 @@ from typing import Any
 
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.acl import AclTable
-from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
+from kvmesh.vppemu.addrindex import AddressIndex, InstancePool, VppPool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.ip6_nd import Ip6Nd
 from kvmesh.vppemu.ipsec import Ipsec
+from kvmesh.vppemu.l3xc import L3xc
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.proxy_arp import ProxyArp
 from kvmesh.vppemu.punt import PuntSockets
 from kvmesh.vppemu.span import Span
 from kvmesh.vppemu.srv6 import Srv6
@@ -293,6 +296,11 @@ class Dataplane:
             (False, 0): "ipv4-VRF:0",
             (True, 0): "ipv6-VRF:0",
         }
+        # (is_ip6, table_id) -> FIB index, from one pool per family as VPP's fib tables; VPP's
+        # own tables (0) take index 0. (VPP's IPv6 link-local tables take IPv6 indices too:
+        # not emulated.)
+        self.fib_indices: dict[tuple[bool, int], int] = {(False, 0): 0, (True, 0): 0}
+        self._fib_pools = {False: VppPool(first=1), True: VppPool(first=1)}
         # (is_ip6, table_id, prefix) -> paths added through the API
         self.routes: dict[tuple[bool, int, IPNetwork], list[Path]] = {}
         self.events: list[InterfaceEvent] = []
@@ -313,6 +321,9 @@ class Dataplane:
         self.lcp = LinuxCp(self)
         self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
         self.srv6 = Srv6(self)
+        self.proxy_arp = ProxyArp(self)
+        self.l3xc = L3xc(self)
+        self.ip6_nd = Ip6Nd(self)
         self.wireguard = Wireguard(self)
         self.span = Span()
         self.punt = PuntSockets()
@@ -505,6 +516,7 @@ class Dataplane:
         self.lcp.forget_interface(idx)
         self.ipsec.forget_interface(idx)
         self.srv6.forget_interface(idx)
+        self.ip6_nd.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -597,6 +609,8 @@ class Dataplane:
                 self._addresses.remove(
                     iface.vrf[existing.version == 6], iface.sw_if_index, existing
                 )
+                if existing.version == 6:
+                    self.ip6_nd.link_disable(iface.sw_if_index)  # each address held a lock
             iface.addresses.clear()
             return
         if address is None:
@@ -609,6 +623,8 @@ class Dataplane:
                 )
             iface.addresses.remove(address)
             self._addresses.remove(table, iface.sw_if_index, address)
+            if address.version == 6:
+                self.ip6_nd.link_disable(iface.sw_if_index)
             return
         for other_table, other_index in self._addresses.tables_with_ip(address):
             if other_table != table:
@@ -628,6 +644,8 @@ class Dataplane:
                 )
         iface.addresses.append(address)
         self._addresses.add(table, iface.sw_if_index, address)
+        if address.version == 6:
+            self.ip6_nd.link_enable(iface.sw_if_index)  # an IPv6 address enables IPv6
 
     def set_table(self, sw_if_index: int, is_ip6: bool, vrf: int) -> None:
         iface = self.interface(sw_if_index)
@@ -658,11 +676,14 @@ class Dataplane:
         """Adding an existing table or deleting an absent one is accepted silently, like VPP."""
         key = (is_ip6, table_id)
         if is_add:
-            self.tables.setdefault(key, name or f"{'ipv6' if is_ip6 else 'ipv4'}-VRF:{table_id}")
+            if key not in self.tables:
+                self.tables[key] = name or f"{'ipv6' if is_ip6 else 'ipv4'}-VRF:{table_id}"
+                self.fib_indices[key] = self._fib_pools[is_ip6].get()
             return
         if table_id == 0 or key not in self.tables:
             return
         del self.tables[key]
+        self._fib_pools[is_ip6].put(self.fib_indices.pop(key))
         for route_key in [k for k in self.routes if k[0] == is_ip6 and k[1] == table_id]:
             del self.routes[route_key]
         for iface in self.interfaces.values():
@@ -1092,6 +1113,9 @@ class Dataplane:
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
             "srv6": self.srv6.snapshot(),
+            "proxy_arp": self.proxy_arp.snapshot(),
+            "l3xc": self.l3xc.snapshot(),
+            "ip6_nd": self.ip6_nd.snapshot(),
             "wireguard": self.wireguard.snapshot(),
             "span": self.span.snapshot(),
             "punt": self.punt.snapshot(),

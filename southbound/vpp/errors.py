@@ -84,7 +84,10 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
 }
 
 INVALID_SW_IF_INDEX = -2
+NO_SUCH_FIB = -3
 NO_SUCH_ENTRY = -6
+INVALID_VALUE = -7
+IP6_NOT_ENABLED = -62
 VALUE_EXIST = -81
 INVALID_INTERFACE = -71
 EAGAIN = -165  # a cursor get stopped half-way: go on from its cursor

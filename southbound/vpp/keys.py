@@ -210,3 +210,9 @@ def parse_l2fib_key(key: str) -> tuple[str, str] | None:
         return None
     return parts[0], parts[2]
 
+
+
+def single_name(key: str, prefix: str) -> str | None:
+    """The one component after `prefix` (`vpp/ip6-nd/<interface>`), else None."""
+    parts = _tail(key, prefix)
+    return parts[0] if parts is not None and len(parts) == 1 else None
