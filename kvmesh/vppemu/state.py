@@ -38,8 +38,11 @@ from kvmesh.vppemu.plane import (
 )
 from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.proxy_arp import ProxyArp
+from kvmesh.vppemu.punt import PuntSockets
+from kvmesh.vppemu.span import Span
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
+from kvmesh.vppemu.wireguard import Wireguard
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -323,6 +326,9 @@ class Dataplane:
         self.proxy_arp = ProxyArp(self)
         self.l3xc = L3xc(self)
         self.ip6_nd = Ip6Nd(self)
+        self.wireguard = Wireguard(self)
+        self.span = Span()
+        self.punt = PuntSockets()
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -361,6 +367,10 @@ class Dataplane:
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
+
+    def delete_wireguard(self, sw_if_index: int) -> None:
+        self.wireguard.delete(sw_if_index)
         self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
@@ -535,7 +545,7 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
-        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+        if iface.kind in ("gre", "ipip", "wireguard") and not any(iface.mac):
             # hw_interface_set_mtu: no ethernet interface behind it
             raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
@@ -1109,5 +1119,8 @@ class Dataplane:
             "proxy_arp": self.proxy_arp.snapshot(),
             "l3xc": self.l3xc.snapshot(),
             "ip6_nd": self.ip6_nd.snapshot(),
+            "wireguard": self.wireguard.snapshot(),
+            "span": self.span.snapshot(),
+            "punt": self.punt.snapshot(),
             "nat44": self.nat44.snapshot(),
         }
