@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from kvmesh.vppemu.curve25519 import public_key, x25519
+from kvmesh.vppemu.curve25519 import public_key
 
 pytestmark = pytest.mark.process
 
@@ -29,15 +29,13 @@ def peer(sw_if_index, key=PEER_KEY, allowed=("10.1.0.0/16", "fd00:1::/64"), **ex
 
 
 def test_x25519_matches_rfc_7748():
-    # RFC 7748 section 6.1: Alice's and Bob's key pairs, and their shared secret.
+    # RFC 7748 section 6.1: Alice's and Bob's key pairs.
     alice = bytes.fromhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
     bob = bytes.fromhex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb")
     assert public_key(alice).hex() == \
         "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
     assert public_key(bob).hex() == \
         "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"
-    shared = x25519(alice, int.from_bytes(public_key(bob), "little"))
-    assert shared.hex() == "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742"
 
 
 def test_interface_lifecycle_and_dump(ref_papi):
