@@ -50,6 +50,8 @@ API_FILES = (
     "ipsec",
     "sr_types",
     "sr",
+    "span",
+    "punt",
     # plugins
     "gre",
     "acl_types",
@@ -58,6 +60,7 @@ API_FILES = (
     "nat_types",
     "nat44_ed",
     "lcp",
+    "wireguard",
     "l3xc",
 )
 

@@ -75,3 +75,10 @@ KEY_LENGTH = -156
 LIMIT_EXCEEDED = -162
 # fib paths, IPv6 links
 IP6_NOT_ENABLED = -62
+# wireguard, span, punt
+INVALID_REGISTRATION = -31
+PUNT_REFUSED = -1  # punt.c's refusals are clib errors: the API answers -1
+
+
+class Unanswered(Exception):
+    """A request VPP's handler returns from without any reply (the client waits in vain)."""

@@ -12,6 +12,17 @@ from kvmesh.vppemu.errors import ApiError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+ADMIN_UP = 1  # interface_types.api if_status_flags
+
+# Sub-interface flags (interface_types.api sub_if_flags).
+SUB_NO_TAGS = 1
+SUB_ONE_TAG = 2
+SUB_TWO_TAGS = 4
+SUB_DOT1AD = 8
+SUB_EXACT_MATCH = 16
+SUB_OUTER_VLAN_ID_ANY = 64
+SUB_INNER_VLAN_ID_ANY = 128
+
 
 class Plane(Protocol):
     interfaces: dict[int, Any]
@@ -32,6 +43,13 @@ class Plane(Protocol):
                    host_mac: bytes | None = None) -> int: ...
 
     def delete_tap(self, sw_if_index: int) -> None: ...
+
+    def set_flags(self, sw_if_index: int, flags: int) -> None: ...
+
+    def create_subif(self, sw_if_index: int, sub_id: int, flags: int, outer: int, inner: int, *,
+                     vlan_api: bool = False) -> int: ...
+
+    def delete_subif(self, sw_if_index: int) -> None: ...
 
     def route_entries(self, is_ip6: bool, table_id: int) -> Any: ...
 

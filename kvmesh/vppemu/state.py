@@ -28,9 +28,21 @@ from kvmesh.vppemu.ipsec import Ipsec
 from kvmesh.vppemu.l3xc import L3xc
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.plane import (
+    ADMIN_UP,
+    SUB_INNER_VLAN_ID_ANY,
+    SUB_NO_TAGS,
+    SUB_ONE_TAG,
+    SUB_OUTER_VLAN_ID_ANY,
+    SUB_TWO_TAGS,
+)
+from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.proxy_arp import ProxyArp
+from kvmesh.vppemu.punt import PuntSockets
+from kvmesh.vppemu.span import Span
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
+from kvmesh.vppemu.wireguard import Wireguard
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -47,9 +59,7 @@ DEFAULT_MTU = 9000
 MAX_RING = 32768
 TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
 
-# Interface status flags (interface_types.api if_status_flags).
-ADMIN_UP = 1
-LINK_UP = 2
+LINK_UP = 2  # interface_types.api if_status_flags (ADMIN_UP: vppemu.plane)
 
 # Bridge domain flags (l2.api bd_flags).
 BD_LEARN = 1
@@ -68,14 +78,6 @@ PATH_DROP = 2
 PORT_NORMAL = 0
 PORT_BVI = 1
 
-
-# Sub-interface flags (interface_types.api sub_if_flags).
-SUB_NO_TAGS = 1
-SUB_ONE_TAG = 2
-SUB_TWO_TAGS = 4
-SUB_EXACT_MATCH = 16
-SUB_OUTER_VLAN_ID_ANY = 64
-SUB_INNER_VLAN_ID_ANY = 128
 
 # VLAN tag rewrite operations (l2_vtr.h), and how many configured tags each needs.
 VTR_DISABLED, VTR_PUSH_1, VTR_PUSH_2, VTR_POP_1, VTR_POP_2 = range(5)
@@ -324,6 +326,9 @@ class Dataplane:
         self.proxy_arp = ProxyArp(self)
         self.l3xc = L3xc(self)
         self.ip6_nd = Ip6Nd(self)
+        self.wireguard = Wireguard(self)
+        self.span = Span()
+        self.punt = PuntSockets()
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -362,6 +367,10 @@ class Dataplane:
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
+
+    def delete_wireguard(self, sw_if_index: int) -> None:
+        self.wireguard.delete(sw_if_index)
         self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
@@ -536,7 +545,7 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
-        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+        if iface.kind in ("gre", "ipip", "wireguard") and not any(iface.mac):
             # hw_interface_set_mtu: no ethernet interface behind it
             raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
@@ -1110,5 +1119,8 @@ class Dataplane:
             "proxy_arp": self.proxy_arp.snapshot(),
             "l3xc": self.l3xc.snapshot(),
             "ip6_nd": self.ip6_nd.snapshot(),
+            "wireguard": self.wireguard.snapshot(),
+            "span": self.span.snapshot(),
+            "punt": self.punt.snapshot(),
             "nat44": self.nat44.snapshot(),
         }

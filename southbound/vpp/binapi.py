@@ -31,6 +31,11 @@ BD_FLAG_BITS = {
 }
 
 
+def path_next_hop(path: Any) -> str:
+    """The next hop of a dumped fib_path (the unspecified address when there is none)."""
+    return str(path.nh.address.ip6 if int(path.proto) == 1 else path.nh.address.ip4)
+
+
 @dataclass(frozen=True)
 class SubInterfaceDetails:
     parent: int  # sup_sw_if_index
@@ -101,8 +106,8 @@ def fib_path(next_hop: str, sw_if_index: int, table_id: int, weight: int,
 
 def route_path(p: Any) -> RoutePath:
     """A fib_path as read back."""
-    hop = str(p.nh.address.ip6 if int(p.proto) == 1 else p.nh.address.ip4)
-    return RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type), p.table_id)
+    return RoutePath(p.sw_if_index, path_next_hop(p), p.weight, p.preference, int(p.type),
+                     p.table_id)
 
 
 @dataclass(frozen=True)

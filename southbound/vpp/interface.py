@@ -36,6 +36,7 @@ from southbound.vpp.errors import (
 from southbound.vpp.interface_types import type_dependencies
 from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
 from southbound.vpp.models.vrf import vrf_dependencies
+from southbound.vpp.wireguard_api import redact_private_key
 
 log = logging.getLogger("southbound.vpp.interface")
 
@@ -70,6 +71,7 @@ class InterfaceDescriptor:
             dependencies=self.dependencies,
             value_comparator=self.equivalent,
             with_metadata=True,
+            redact=redact_private_key,
         )
 
     # ------------------------------------------------------------------ CRUD

@@ -71,6 +71,14 @@ def _tail(key: str, prefix: str) -> list[str] | None:
     return parts if parts[0] else None
 
 
+def key_parts(key: str, prefix: str, count: int) -> tuple[str, ...] | None:
+    """The `count` non-empty '/'-separated parts of a key after `prefix`, or None."""
+    parts = _tail(key, prefix)
+    if parts is None or len(parts) != count or not all(parts):
+        return None
+    return tuple(parts)
+
+
 def ip6_key_tail(key: str, prefix: str) -> str | None:
     """The IPv6 address ending a key (`vpp/srv6/policy/<bsid>`), if written canonically."""
     if not key.startswith(prefix):

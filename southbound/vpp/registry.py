@@ -36,10 +36,14 @@ from southbound.vpp.models import (
     normalize_route,
     proxy_arp,
     proxy_arp_interface,
+    punt_exception,
+    punt_l4,
+    span,
     srv6_localsid,
     srv6_policy,
     srv6_steering,
     vrf,
+    wireguard_peer,
     xconnect,
 )
 
@@ -72,4 +76,8 @@ REGISTRY: ModelRegistry[Context] = ModelRegistry("vpp", (
     proxy_arp_interface.MODEL,
     l3xc.MODEL,
     ip6_nd.MODEL,
+    span.MODEL,
+    punt_l4.MODEL,
+    punt_exception.MODEL,
+    wireguard_peer.MODEL,
 ))
