@@ -9,6 +9,7 @@ from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.abf import NO_INTERFACE, FibPath
 from kvmesh.vppemu.errors import ApiError
 from kvmesh.vppemu.handlers import HandlerContext, Result, address_fields, handles
+from kvmesh.vppemu.plane import check_path_target
 
 PATH_NORMAL = 0  # fib_path_type
 PROTO_IP4, PROTO_IP6 = 0, 1  # fib_path_nh_proto
@@ -28,13 +29,8 @@ def decode_path(ctx: HandlerContext, raw: Any) -> FibPath:
     is_ip6 = proto == PROTO_IP6
     packed = bytes(raw.nh.address.ip6 if is_ip6 else raw.nh.address.ip4)
     next_hop = ipaddress.ip_address(packed[:16] if is_ip6 else packed[:4])
-    table_id = 0
-    if raw.sw_if_index == NO_INTERFACE:
-        if (is_ip6, raw.table_id) not in ctx.dataplane.tables:
-            raise ApiError(E.NO_SUCH_FIB, f"no table {raw.table_id}")
-        table_id = raw.table_id
-    elif raw.sw_if_index not in ctx.dataplane.interfaces:
-        raise ApiError(E.NO_MATCHING_INTERFACE, f"no interface {raw.sw_if_index}")
+    check_path_target(ctx.dataplane, raw.sw_if_index, raw.table_id, is_ip6)
+    table_id = raw.table_id if raw.sw_if_index == NO_INTERFACE else 0
     return FibPath(next_hop, raw.sw_if_index, table_id, raw.weight or 1, raw.preference)
 
 

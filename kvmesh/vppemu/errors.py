@@ -77,7 +77,6 @@ LIMIT_EXCEEDED = -162
 IP6_NOT_ENABLED = -62
 # wireguard, span, punt
 INVALID_REGISTRATION = -31
-LIMIT_EXCEEDED = -162
 PUNT_REFUSED = -1  # punt.c's refusals are clib errors: the API answers -1
 
 

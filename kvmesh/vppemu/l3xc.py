@@ -18,7 +18,7 @@ from typing import Any
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.addrindex import VppPool
 from kvmesh.vppemu.errors import ApiError
-from kvmesh.vppemu.plane import Plane
+from kvmesh.vppemu.plane import Plane, check_path_target
 
 ANY = 0xFFFFFFFF
 PATH_NORMAL = 0
@@ -40,11 +40,7 @@ class L3xc:
 
     def _decoded(self, path: Any, is_ip6_path: bool) -> Any:
         if path.path_type == PATH_NORMAL:
-            if path.sw_if_index == ANY:
-                if (is_ip6_path, path.nh_table_id) not in self._dp.tables:
-                    raise ApiError(E.NO_SUCH_FIB, f"no table {path.nh_table_id}")
-            elif path.sw_if_index not in self._dp.interfaces:
-                raise ApiError(E.NO_MATCHING_INTERFACE, f"no interface {path.sw_if_index}")
+            check_path_target(self._dp, path.sw_if_index, path.nh_table_id, is_ip6_path)
         return replace(path, weight=path.weight or 1)
 
     def update(self, sw_if_index: int, is_ip6: bool, paths: list[tuple[Any, bool]]) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from southbound.vpp.binapi import RoutePath, route_path
+
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 class AbfPolicyDetails:
     policy_id: int
     acl_index: int
-    paths: tuple[Any, ...]  # fib_path as dumped
+    paths: tuple[RoutePath, ...]
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class AbfApi:
             "is_ipv6": is_ipv6})
 
     def policies(self) -> list[AbfPolicyDetails]:
-        return [AbfPolicyDetails(d.policy.policy_id, d.policy.acl_index, tuple(d.policy.paths))
+        return [AbfPolicyDetails(d.policy.policy_id, d.policy.acl_index,
+                                 tuple(route_path(p) for p in d.policy.paths))
                 for d in self.conn.dump("abf_policy_dump")]
 
     def attachments(self) -> list[AbfAttachDetails]:

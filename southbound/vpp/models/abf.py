@@ -41,7 +41,7 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.abf_api import AbfApi
-from southbound.vpp.binapi import ANY_INDEX, fib_path, path_next_hop
+from southbound.vpp.binapi import ANY_INDEX, fib_path
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
     INVALID_VALUE,
@@ -51,14 +51,14 @@ from southbound.vpp.errors import (
     VppError,
     is_retriable,
 )
-from southbound.vpp.models import MAX_U32, MAX_VRF, VppName, _ip, memoized
+from southbound.vpp.fib_paths import MAX_PATHS, FibPathSpec, distinct_paths, place
+from southbound.vpp.models import MAX_U32, VppName, _ip, memoized
 from southbound.vpp.models.acl import AclApi, acl_key
 from southbound.vpp.models.vrf import vrf_dependencies
 
 PREFIX = "vpp/abf/"
 DESCRIPTOR = "vpp-abf"
 ATTACH_DESCRIPTOR = "vpp-abf-interface"
-MAX_PATHS = 255  # abf_policy.n_paths is a u8
 FAMILIES = ("ipv4", "ipv6")
 
 
@@ -79,21 +79,16 @@ class PathPlan:
     kept: list[dict[str, Any]]
 
 
-class AbfPath(StrictModel):
-    """A forwarding path: a next hop, through an interface or looked up in a table."""
+class AbfPath(FibPathSpec):
+    """A forwarding path: a next hop, through an interface or looked up in a table. ABF has no
+    family of its own to give a path without a next hop: the interface itself is next hop
+    0.0.0.0 or ::."""
 
     next_hop: Annotated[str, AfterValidator(_ip)] = Field(
         description="next hop address (0.0.0.0 or :: with an interface: the interface itself)")
-    interface: VppName | None = Field(None, description="a vpp/interface (unset: look up)")
-    table: int = Field(0, ge=0, le=MAX_VRF,
-                       description="the table the next hop is looked up in (no interface)")
-    weight: int = Field(1, ge=1, le=255, description="share of the traffic among the paths")
-    preference: int = Field(0, ge=0, le=255, description="lower is used first")
 
     @model_validator(mode="after")
-    def _consistent(self) -> AbfPath:
-        if self.interface is not None and self.table:
-            raise FieldProblems({"table": "only for a next hop without an interface"})
+    def _attached(self) -> AbfPath:
         if self.interface is None and ipaddress.ip_address(self.next_hop).is_unspecified:
             raise FieldProblems({"next_hop": "an unspecified next hop needs an interface"})
         return self
@@ -106,29 +101,6 @@ class AbfAttachment(StrictModel):
     priority: int = Field(0, ge=0, le=MAX_U32,
                           description="order among the interface's policies (lowest first)")
     family: Literal["ipv4", "ipv6"] = Field("ipv4", description="the traffic it applies to")
-
-
-def _where(path: AbfPath | dict[str, Any]) -> tuple[str, str, int]:
-    """What VPP calls a path (not its weight or preference)."""
-    p = path if isinstance(path, dict) else path.model_dump()
-    return (p["next_hop"], p["interface"] or "", p["table"])
-
-
-def _path_order(p: dict[str, Any]) -> tuple[int, int, str, int]:
-    hop = ipaddress.ip_address(p["next_hop"])
-    return (hop.version, int(hop), p["interface"] or "", p["table"])
-
-
-def _paths(paths: list[AbfPath]) -> list[AbfPath]:
-    seen: set[tuple[str, str, int]] = set()
-    problems = {}
-    for i, path in enumerate(paths):
-        if _where(path) in seen:
-            problems[f"[{i}]"] = "the same next hop and interface (or table) is listed twice"
-        seen.add(_where(path))
-    if problems:
-        raise FieldProblems(problems)
-    return paths
 
 
 def _attachments(attachments: list[AbfAttachment]) -> list[AbfAttachment]:
@@ -146,7 +118,7 @@ class VppAbfPolicy(StrictModel):
     entering the `interfaces` (id 0..4294967295, VPP's u32)."""
 
     acl: VppName = Field(description="the vpp/acl name (vpp-<index>: one kvmesh did not create)")
-    paths: Annotated[list[AbfPath], AfterValidator(_paths)] = Field(
+    paths: Annotated[list[AbfPath], AfterValidator(distinct_paths)] = Field(
         min_length=1, max_length=MAX_PATHS, description=f"1..{MAX_PATHS} forwarding paths")
     interfaces: Annotated[list[AbfAttachment], AfterValidator(_attachments)] = Field(
         default_factory=list, description="where it applies (each interface once)")
@@ -176,7 +148,7 @@ def _attachment_parts(key: str) -> tuple[int, str] | None:
 
 def canonical(acl: str, paths: list[dict[str, Any]],
               interfaces: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"acl": acl, "paths": sorted(paths, key=_path_order),
+    return {"acl": acl, "paths": sorted(paths, key=place),
             "interfaces": sorted(interfaces, key=lambda a: a["interface"])}
 
 
@@ -238,8 +210,8 @@ class AbfState:
 
     @staticmethod
     def _plan(old: dict[str, Any], new: dict[str, Any]) -> PathPlan:
-        before = {_where(p): p for p in old["paths"]}
-        after = {_where(p): p for p in new["paths"]}
+        before = {place(p): p for p in old["paths"]}
+        after = {place(p): p for p in new["paths"]}
         return PathPlan(
             fresh=[p for where, p in after.items() if where not in before],
             stale=[p for where, p in before.items() if after.get(where) != p],
@@ -326,7 +298,7 @@ class AbfState:
                 "family": FAMILIES[a.is_ipv6]})
         result = []
         for found in policies:
-            paths = [{"next_hop": path_next_hop(p),
+            paths = [{"next_hop": p.next_hop,
                       "interface": None if p.sw_if_index == ANY_INDEX else name(p.sw_if_index),
                       "table": p.table_id if p.sw_if_index == ANY_INDEX else 0,
                       "weight": p.weight, "preference": p.preference} for p in found.paths]

@@ -33,52 +33,22 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
+from southbound.vpp.fib_paths import MAX_PATHS, FibPathSpec, distinct_paths, place
 from southbound.vpp.l3_api import L3Api
-from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, name_problem
+from southbound.vpp.models import memoized, name_problem
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = "vpp/l3xc/"
 DESCRIPTOR = "vpp-l3xc"
 FAMILIES = ("ipv4", "ipv6")
-MAX_PATHS = 255  # n_paths is a u8
-
-
-class L3xcPath(StrictModel):
-    """Where cross-connected traffic goes: a next hop, an interface, or both."""
-
-    next_hop: Annotated[str, AfterValidator(_ip)] | None = Field(
-        None, description="the next hop (of the key's family)")
-    interface: VppName | None = Field(None, description="the vpp/interface to send out of")
-    table: int = Field(0, ge=0, le=MAX_VRF,
-                       description="where a next hop without interface is resolved")
-    weight: int = Field(1, ge=1, le=255, description="share of the traffic (ECMP weight)")
-    preference: int = Field(0, ge=0, le=255, description="lower is preferred")
-
-    @model_validator(mode="after")
-    def _where(self) -> L3xcPath:
-        if self.next_hop is None and self.interface is None:
-            raise FieldProblems({"": "give a next_hop, an interface or both"})
-        if self.interface is not None and self.table:
-            raise FieldProblems({"table": "only for a path without interface"})
-        return self
-
-
-def _paths(paths: list[L3xcPath]) -> list[L3xcPath]:
-    seen: set[tuple[Any, ...]] = set()
-    for position, path in enumerate(paths):
-        where = (path.next_hop, path.interface, path.table)
-        if where in seen:
-            raise FieldProblems({f"[{position}]": "the same path is listed twice"})
-        seen.add(where)
-    return sorted(paths, key=lambda p: (p.next_hop or "", p.interface or "", p.table))
 
 
 class VppL3xc(StrictModel):
     """`vpp/l3xc/<interface>/<ipv4|ipv6>`: an L3 cross-connect of all traffic of one family
     arriving on the interface to `paths` (no FIB lookup)."""
 
-    paths: Annotated[list[L3xcPath], AfterValidator(_paths)] = Field(
+    paths: Annotated[list[FibPathSpec], AfterValidator(distinct_paths)] = Field(
         min_length=1, max_length=MAX_PATHS, description="where the traffic goes")
 
     @model_validator(mode="after")
@@ -184,8 +154,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                 paths.append({"next_hop": hop, "interface": via,
                               "table": p.table_id if via is None else 0,
                               "weight": p.weight, "preference": p.preference})
-            value = {"paths": sorted(paths, key=lambda p: (p["next_hop"] or "",
-                                                           p["interface"] or "", p["table"]))}
+            value = {"paths": sorted(paths, key=place)}
             result.append((l3xc_key(interface, xc.is_ip6), value, None, ValueOrigin.UNKNOWN))
         return result
 
