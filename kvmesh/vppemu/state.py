@@ -35,6 +35,7 @@ from kvmesh.vppemu.plane import (
     SUB_ONE_TAG,
     SUB_OUTER_VLAN_ID_ANY,
     SUB_TWO_TAGS,
+    check_path_target,
 )
 from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
 from kvmesh.vppemu.proxy_arp import ProxyArp
@@ -714,9 +715,9 @@ class Dataplane:
             raise ApiError(E.NO_SUCH_FIB, f"no such table {table_id}")
         if not paths:
             raise ApiError(E.NO_PATHS_IN_ROUTE, "no paths in route")
-        for path in paths:
-            if path.path_type == PATH_NORMAL and path.sw_if_index != INVALID_INDEX:
-                self.interface(path.sw_if_index)
+        for path in paths:  # fib_api_path_decode's checks
+            if path.path_type == PATH_NORMAL:
+                check_path_target(self, path.sw_if_index, path.nh_table_id, is_ip6)
         key = (is_ip6, table_id, prefix)
         current = self.routes.get(key, [])
         if is_add:
