@@ -77,7 +77,7 @@ from kvstore.publisher import (
     subscriber_hwm,
     subscriber_sndbuf,
 )
-from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
+from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_at, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
 from kvstore.value import I64_MAX, I64_MIN, NoMergeReason, WireKeyVals, is_wire_text
@@ -703,12 +703,12 @@ class KvStoreNode:
                     params.key_val_hashes, now, prefix, originators, buckets, key_filter
                 )
                 publication = Publication(
-                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_ms()
+                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_at(now)
                 )
             else:
                 publication = Publication(
                     key_vals=self.db.dump(now, prefix, originators, buckets),
-                    timestamp_ms=wall_ms(),
+                    timestamp_ms=wall_at(now),
                 )
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
