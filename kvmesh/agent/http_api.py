@@ -15,6 +15,7 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -548,16 +549,26 @@ class HttpApi:
                  console: ConsoleFactory | None = None) -> None:
         backend = api
         self.sessions = Sessions(session_key(c.token for c in security.access.credentials))
-        self.console: ConsoleView | None = None
-        if console is not None and kv_url is not None:  # it reads the mesh: beside a node
-            self.console = console(api, self.sessions, secure=security.tls is not None,
-                                   check_token=lambda token: authorize(
-                                       security.access, f"Bearer {token}", True),
-                                   follow=self._follow)
+        # The console is made on its first request: an agent nobody browses never loads it
+        # (its modules cost ~0.6 MiB of an idle agent's RSS; BENCHMARKS.md, issue 29).
+        console_factory = console if kv_url is not None else None  # it reads the mesh
+        made: list[ConsoleView] = []
+        making = threading.Lock()
+
+        def console_view() -> ConsoleView:
+            with making:
+                if not made:
+                    assert console_factory is not None
+                    made.append(console_factory(
+                        api, self.sessions, secure=security.tls is not None,
+                        check_token=lambda token: authorize(
+                            security.access, f"Bearer {token}", True),
+                        follow=self._follow))
+                return made[0]
 
         def respond(request: RestRequest) -> tuple[int, bytes, str, dict[str, str]]:
-            if self.console is not None and is_console(_path(request.target)):
-                resp = self.console.dispatch(request)
+            if console_factory is not None and is_console(_path(request.target)):
+                resp = console_view().dispatch(request)
             else:
                 resp = dispatch(backend, request.method, request.target, request.body,
                                 request.who)
@@ -576,7 +587,7 @@ class HttpApi:
         streams = {} if self.hub is None else {("GET", "/stream"): stream_handler(self.hub)}
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
                                        frozenset(m for m, _path in ALL_ROUTES), is_read, node,
-                                       streams, self.sessions if self.console else None,
+                                       streams, self.sessions if console_factory else None,
                                        is_console_public)
         if self.hub is not None:
             self._server.shutdown_hooks.append(self.hub.close)
