@@ -821,7 +821,12 @@ class KvStoreNode:
         is a ConfigError, with the peers and settings left as they were."""
         assert self.peering is not None
         old = self.config
-        removed = {name: old.peers[name] for name in old.peers if name not in config.peers}
+        dropped = [name for name in old.peers if name not in config.peers]
+        # A peer the file no longer names but a member record does stays, now the records'
+        # (removed when they stop naming it): removing it here only for the membership to add it
+        # back would restart the peering (a full sync) for nothing.
+        kept = self.membership.named_peers() & set(dropped)
+        removed = {name: old.peers[name] for name in dropped if name not in kept}
         added = {name: PeerSpec(cmd_url=address.cmd_url, pub_url=address.pub_url)
                  for name, address in config.peers.items() if old.peers.get(name) != address}
         for name in removed:
@@ -840,6 +845,7 @@ class KvStoreNode:
         self.peering.retune(config)
         # A peer dropped from the file that a member record names is a member peering still.
         self.membership.config = config
+        self.membership.adopt(kept)
         self.membership.reconcile()
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:
