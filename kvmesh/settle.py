@@ -5,6 +5,12 @@ After a write, each node's agent publishes a status for every value under `statu
 the stream may miss what was published while the subscription connected) until every written
 value settled or the deadline passed. The states are the scheduler's (``scheduler.ValueState``),
 not strings re-declared here.
+
+PENDING is final (the value may wait for something that never comes), but not at once: a value
+may wait for something its own node makes a moment after the values it was written with, e.g.
+the Linux end of a Linux-CP pair, which the node's Linux watcher reports after VPP made it. So a
+node's PENDING values are followed for `PENDING_GRACE_S` more after its other written values
+settled (``hold_pending``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from scheduler import ValueState
 SETTLED_STATES = frozenset({ValueState.CONFIGURED, ValueState.FAILED, ValueState.RETRYING,
                             ValueState.INVALID, ValueState.PENDING, ValueState.UNIMPLEMENTED})
 GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
+PENDING_GRACE_S = 2.0  # a node's PENDING values followed this long after the rest (above)
 POLL_S = 0.2  # longest wait for the stream before re-checking the deadline
 REDUMP_S = 1.0
 
@@ -57,6 +64,24 @@ def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
     return before is None or now.get("seq") != before.get("seq")
 
 
+def hold_pending(rows: dict[str, tuple[bool, dict[str, Any] | None]], quiet_since: float | None,
+                 now: float) -> tuple[dict[str, tuple[bool, dict[str, Any] | None]], float | None]:
+    """One node's `rows` (key -> (settled, status)) with its settled PENDING values held back
+    until `PENDING_GRACE_S` after every other row settled, and the time that happened (None
+    while some other row has not settled): the new `quiet_since` to pass next time."""
+    def pending(record: dict[str, Any] | None) -> bool:
+        return record is not None and _state_of(record) is ValueState.PENDING
+
+    if not all(done for done, record in rows.values() if not pending(record)):
+        quiet_since = None
+    elif quiet_since is None:
+        quiet_since = now
+    if quiet_since is not None and now - quiet_since >= PENDING_GRACE_S:
+        return rows, quiet_since
+    return {key: (done and not pending(record), record)
+            for key, (done, record) in rows.items()}, quiet_since
+
+
 def _take(publication: Publication, prefixes: Mapping[str, str],
           statuses: dict[str, Statuses]) -> None:
     """Fold one publication into `statuses` (other nodes' keys and TTL refreshes skipped)."""
@@ -88,10 +113,14 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
         statuses = {node: status_snapshot(client, node) for node in writes}
         next_dump = time.monotonic() + REDUMP_S
         shown = ""
+        quiet_since: dict[str, float | None] = dict.fromkeys(writes)
         while True:
-            result = {node: {key: (settled(value, before[node].get(key),
-                                           statuses[node].get(key)), statuses[node].get(key))
-                             for key, value in keys.items()} for node, keys in writes.items()}
+            result = {}
+            for node, keys in writes.items():
+                result[node], quiet_since[node] = hold_pending(
+                    {key: (settled(value, before[node].get(key), statuses[node].get(key)),
+                           statuses[node].get(key)) for key, value in keys.items()},
+                    quiet_since[node], time.monotonic())
             line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
                              for node, rows in result.items())
             if progress is not None and line != shown:

@@ -77,7 +77,7 @@ from kvstore.publisher import (
     subscriber_hwm,
     subscriber_sndbuf,
 )
-from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
+from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_at, wall_ms
 from kvstore.storage import CorruptStateError, DurableStore, StorageError
 from kvstore.store_state import StoreState, initial_state
 from kvstore.value import I64_MAX, I64_MIN, NoMergeReason, WireKeyVals, is_wire_text
@@ -703,12 +703,12 @@ class KvStoreNode:
                     params.key_val_hashes, now, prefix, originators, buckets, key_filter
                 )
                 publication = Publication(
-                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_ms()
+                    key_vals=send, tobe_updated_keys=want, timestamp_ms=wall_at(now)
                 )
             else:
                 publication = Publication(
                     key_vals=self.db.dump(now, prefix, originators, buckets),
-                    timestamp_ms=wall_ms(),
+                    timestamp_ms=wall_at(now),
                 )
         except ValueError as exc:
             raise BadArgument(str(exc)) from exc
@@ -821,7 +821,12 @@ class KvStoreNode:
         is a ConfigError, with the peers and settings left as they were."""
         assert self.peering is not None
         old = self.config
-        removed = {name: old.peers[name] for name in old.peers if name not in config.peers}
+        dropped = [name for name in old.peers if name not in config.peers]
+        # A peer the file no longer names but a member record does stays, now the records'
+        # (removed when they stop naming it): removing it here only for the membership to add it
+        # back would restart the peering (a full sync) for nothing.
+        kept = self.membership.named_peers() & set(dropped)
+        removed = {name: old.peers[name] for name in dropped if name not in kept}
         added = {name: PeerSpec(cmd_url=address.cmd_url, pub_url=address.pub_url)
                  for name, address in config.peers.items() if old.peers.get(name) != address}
         for name in removed:
@@ -840,6 +845,7 @@ class KvStoreNode:
         self.peering.retune(config)
         # A peer dropped from the file that a member record names is a member peering still.
         self.membership.config = config
+        self.membership.adopt(kept)
         self.membership.reconcile()
 
     def _cmd_peer_del(self, request: Request, envelope: list[bytes]) -> bytes:

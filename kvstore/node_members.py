@@ -133,6 +133,15 @@ class Membership:
             log.warning("node %s: %d connection(s) shut: their key is no longer accepted",
                         self.name, dropped)
 
+    def named_peers(self) -> set[str]:
+        """The peers the records give this node (active members naming it or named by it)."""
+        return set(self.view.peerings(self.name))
+
+    def adopt(self, names: Iterable[str]) -> None:
+        """Peers the configuration file gave up that the records name: the records' from now on
+        (removed when they stop naming them, re-added at their address if it changes)."""
+        self._managed.update(names)
+
     def reconcile(self) -> None:
         """Bring the peerings in line with the records (after a change of them, or of the
         configured peers: SIGHUP)."""

@@ -43,7 +43,7 @@ from kvstore.node_sync import ProtocolRefused, SyncProtocolError, SyncSession
 from kvstore.peers import INITIALIZED, SYNCING, AntiEntropyTimer, PeerTable
 from kvstore.protocol import INCOMPATIBLE_PROTOCOL
 from kvstore.ratelimit import FloodLimiter
-from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_ms
+from kvstore.shell import DRAIN_LIMIT, monotonic_ms, wall_at, wall_ms
 from kvstore.value import WireKeyVals
 
 log = logging.getLogger("kvstore.node")
@@ -343,7 +343,7 @@ class Peering:
     ) -> None:
         """Send a merged delta on, as `FloodProtocol.flood` decides (`received`: the peer
         publications it was merged from)."""
-        self._send_all(self.flooding.flood(path, delta, received, now, wall_ms()))
+        self._send_all(self.flooding.flood(path, delta, received, now, wall_at(now)))
 
     def _send_all(self, sends: list[Send]) -> None:
         counters = self.counters
@@ -362,7 +362,7 @@ class Peering:
         self._check_liveness(now)
         self.start_due_syncs(now)
         self._maybe_anti_entropy(now)
-        self._send_all(self.flooding.poll(now, wall_ms()))
+        self._send_all(self.flooding.poll(now, wall_at(now)))
         self.drain_all()
 
     def _check_timeouts(self, now: int) -> None:
@@ -598,7 +598,7 @@ class Peering:
                 return
             pending = got
         keys = session.tobe_updated | pending
-        sends = self.flooding.finalize(link.name, keys, now, wall_ms())
+        sends = self.flooding.finalize(link.name, keys, now, wall_at(now))
         self._send_all(sends)
         sent = sum(send.key_count for send in sends)
         if link.session is not session:

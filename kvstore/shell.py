@@ -20,6 +20,17 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+def wall_at(mono_ms: int) -> int:
+    """The wall clock at the instant the monotonic clock read `mono_ms` (a past `monotonic_ms()`).
+
+    The stamp (`timestamp_ms`) of a message whose remaining TTLs were computed at `mono_ms`: the
+    receiver charges everything since then as time in transit (`kvstore.transit`). Stamping with
+    `wall_ms()` at send time instead would charge no one for what the sender did in between
+    (publishing, encoding, a big dump, a stall under load), and the receiver would keep the keys
+    that much longer than the sender does (tests/kvstore/test_ttl_send_stamp.py)."""
+    return wall_ms() - (monotonic_ms() - mono_ms)
+
+
 class ThrottledWarning:
     """A warning repeated by an outsider (a reconnecting client, a subscriber that does not
     read): logged at most once per `interval_s`, with the number of repeats left out."""

@@ -28,6 +28,7 @@ from scheduler.effects import ExecuteEffects, PlanEffects
 from scheduler.gcpause import GcPause
 from scheduler.graph import Graph, Node
 from scheduler.history import History
+from scheduler.readiness import absent_labels
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
@@ -225,7 +226,15 @@ class Engine:
             ctx.reset_outcome()
             walker = Walker(graph, self.registry, ctx, PlanEffects())
             self._nb_applier(self._ordered(desired, ctx))(walker)
-            return ctx.recorded_ops()
+            ops = ctx.recorded_ops()
+            # What the values left waiting lack for good, on the graph as the plan leaves it
+            # (`kvmesh plan`: "not on the node and not in the desired state").
+            for op in ops:
+                node = graph.nodes.get(op.key)
+                if op.new_state is ValueState.PENDING and node is not None \
+                        and node.state is ValueState.PENDING:
+                    op.absent = absent_labels(graph, node)
+            return ops
         finally:
             graph.rollback()
 

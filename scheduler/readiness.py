@@ -46,6 +46,21 @@ def missing_labels(graph: Graph, node: Node) -> tuple[str, ...]:
     return tuple(dep.label for dep in node.deps if not satisfied(graph, dep))
 
 
+def absent_labels(graph: Graph, node: Node) -> tuple[str, ...]:
+    """The labels of `node`'s unsatisfied dependencies that nothing in the graph provides or
+    will provide: no key of the graph is accepted, nor any value a waiting value will derive
+    once created (an interface's addresses). Nothing desired and nothing found in the
+    southbound could ever satisfy them. Cost: a scan of the waiting values (plans only)."""
+    unsatisfied = [dep for dep in node.deps if not satisfied(graph, dep)
+                   and next(candidate_keys(graph, dep), None) is None]
+    if not unsatisfied:
+        return ()
+    to_derive = [key for other in graph.nodes.values() if not other.available
+                 for key, _value in other.derived]
+    return tuple(dep.label for dep in unsatisfied
+                 if not any(dep.matches(key) for key in to_derive))
+
+
 def _is_cycle_candidate(node: Node | None) -> bool:
     return (
         node is not None

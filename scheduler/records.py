@@ -38,6 +38,10 @@ class RecordedOp:
     retry: bool = False
     recreate: bool = False
     details: tuple[str, ...] = ()  # a PENDING value's missing dependencies
+    # Of `details`, those no value of the graph could satisfy: neither desired nor found in the
+    # southbound (a plan tells "stays PENDING: not there at all" from "waits for a value that
+    # waits itself").
+    absent: tuple[str, ...] = ()
 
     def flags(self) -> list[str]:
         """Flag names in the anchor's order (shown in brackets in the log)."""

@@ -219,7 +219,10 @@ def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
                                                        pending_op["details"])
     text = cli.run("plan", "-f", path).stdout
     assert "waiting for: " in text and "veth7" in text
-    out = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "30")
+    refused = cli.run("apply", "-f", path, "--no-wait")  # veth7 is on no node, nor desired
+    assert refused.returncode == 1 and "would stay PENDING" in refused.stderr, refused
+    out = cli.run("--json", "apply", "-f", path, "--wait", "--timeout", "30",
+                  "--allow-missing-device")
     assert out.returncode == 1, out.stdout + out.stderr
     rows = {row["key"]: row for row in json.loads(out.stdout)}
     assert set(rows) == {"linux/interface/veth0", "linux/route/main/10.7.0.0/24/veth7",
@@ -230,6 +233,44 @@ def test_apply_wait_reports_pending_and_failed(cli: Cli) -> None:
     vxlans = sorted(rows[f"linux/interface/vx{n}"]["result"] for n in (0, 1))
     assert vxlans == ["FAILED", "applied"], rows
     assert all(row["details"] for row in rows.values() if row["result"] == "FAILED")
+
+
+ROUTER_YAML = Path(__file__).resolve().parents[1] / "docs" / "examples" / "router.yaml"
+ROUTER_LINKS = ("r1", "r3", "r3b")
+
+
+def test_a_file_for_another_node_is_refused_for_what_would_stay_pending(cli: Cli) -> None:
+    """The router example on n2 of this cluster, which has none of its links r1, r3, r3b:
+    applied, it wrote everything, applied what needs no link (sysctls, the nftables table, the
+    rule) and left 5 values PENDING. Plan names each with the dependency it lacks; plan and
+    apply refuse it (nothing written) unless --allow-missing-device."""
+    assert not set(ROUTER_LINKS) & cli.links("n2")
+    path = str(ROUTER_YAML)
+    before = cli.desired("n2")
+    stay = {*(f"linux/interface/{link}" for link in ROUTER_LINKS),
+            "linux/route/100/0.0.0.0/0/-", "linux/neighbor/r1/198.19.1.2"}
+    planned = cli.run("plan", "-f", path)
+    assert planned.returncode == 1, planned
+    for link in ROUTER_LINKS:
+        assert (f"! node n2: linux/interface/{link} would stay PENDING: existing link {link}: "
+                f"not on node n2 and not in the desired state") in planned.stdout, planned.stdout
+    assert "--allow-missing-device" in planned.stderr
+    listed = json.loads(cli.run("--json", "plan", "-f", path).stdout)["n2"]
+    assert set(listed["would_stay_pending"]) == stay, listed["would_stay_pending"]
+    route = listed["would_stay_pending"]["linux/route/100/0.0.0.0/0/-"]
+    assert route["waits_for"] and route["absent"] == [], route  # waits for r3/r3b, desired
+    assert cli.run("plan", "-f", path, "--detailed-exitcode").returncode == 1
+    applied = cli.run("apply", "-f", path, "--no-wait")
+    assert applied.returncode == 1, applied
+    assert "would stay PENDING" in applied.stderr and "nothing was written" in applied.stderr
+    assert cli.desired("n2") == before
+    allowed = cli.run("plan", "-f", path, "--allow-missing-device", "--detailed-exitcode")
+    assert allowed.returncode == 2, allowed
+    # Unknown is not empty: a plan that did not ask the node says so, and claims nothing.
+    offline = cli.run("plan", "-f", path, "--offline")
+    assert offline.returncode == 0, offline
+    assert "! node n2: dependencies not checked (--offline" in offline.stdout
+    assert "would stay PENDING" not in offline.stdout
 
 
 def test_replace_removes_what_the_file_no_longer_has(cli: Cli) -> None:

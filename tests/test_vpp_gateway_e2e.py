@@ -7,10 +7,8 @@ control channel and VPP's own dumps. See docs/vpp.md, "A gateway, end to end".""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,33 +18,24 @@ import pytest
 import yaml
 
 from kvmesh import cluster
-from kvmesh.cli.members import announced_nodes
 from kvmesh.vppemu import EmulatorControl
-from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
+from tests.vpp_cluster import VppCluster, by_tag, vpp_cluster
 
 GATEWAY = Path(__file__).resolve().parent.parent / "docs" / "examples" / "vpp-gateway.yaml"
 NODE = "n1"
 # NAT44 interface flags (nat_types.api: NAT_IS_OUTSIDE, NAT_IS_INSIDE).
 NAT_IS_OUTSIDE, NAT_IS_INSIDE = 0x10, 0x20
-# Messages that only read VPP's state (the rest change it).
-READS = {"control_ping", "sw_interface_get_table", "nat44_show_running_config",
-         "lcp_itf_pair_get_v2"}
 
 
-class Gateway:
+class Gateway(VppCluster):
     """A cluster with a VPP emulator per node, and the operator's CLI. The gateway's cluster has
     two nodes: n2 only makes n1's store SYNCED, so n1's agent deletes what the desired state
     no longer holds (a lone fresh node never does on its own)."""
 
     def __init__(self, workdir: Path, state: cluster.ClusterState) -> None:
-        self.workdir, self.state = workdir, state
-        self.env = {**os.environ, **cluster.client_env(Path(state.run_dir))}
+        super().__init__(workdir, state)
         self.files = 0
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
-                              text=True, timeout=120, env=self.env)
 
     def state_file(self, values: dict[str, Any]) -> str:
         self.files += 1
@@ -55,26 +44,18 @@ class Gateway:
         return str(path)
 
     def control(self, node: str = NODE) -> EmulatorControl:
-        return EmulatorControl(f"{self.state.nodes[node].vpp_socket}.ctl")
+        return super().control(node)
 
     def vpp(self, node: str = NODE) -> dict[str, Any]:
-        """The emulator's whole dataplane state."""
-        return self.control(node).state()
+        return super().vpp(node)
 
     def dump(self, message: str, **args: Any) -> list[Any]:
-        """VPP's own answer to a dump, through a vpp_papi client of our own."""
-        papi = connect(str(self.state.nodes[NODE].vpp_socket))
-        try:
-            return list(getattr(papi.api, message)(**args))
-        finally:
-            papi.disconnect()
+        """VPP's own answer to a dump of n1's VPP."""
+        details: list[Any] = self.papi(NODE, message, **args)
+        return details
 
     def status(self) -> dict[str, dict[str, Any]]:
-        out = self.cli("--json", "status", NODE)
-        assert out.returncode in (0, 1), out.stderr  # 1: a value is FAILED or INVALID
-        rows: dict[str, dict[str, dict[str, Any]]] = json.loads(out.stdout) if out.stdout.strip() \
-            else {}
-        return rows.get(NODE, {})
+        return self.node_status(NODE)
 
     def status_line(self, model_key: str) -> str:
         out = self.cli("status", NODE, "--prefix", model_key)
@@ -90,24 +71,8 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[Gateway]:
-    # Short: the emulators' unix socket paths live in the run dir (107 bytes at most).
-    workdir = Path(tempfile.mkdtemp(prefix="kvm-gw-"))
-    run_dir = workdir / "run"
-    try:
-        state = cluster.up(2, "chain", vpp_emulator=True, run_dir=run_dir, namespaces=False,
-                           timeout=90)
-        with state.client(NODE) as client:  # both agents announced: both are known members
-            wait_until(lambda: announced_nodes(client) == {"n1", "n2"}, 30,
-                       message="node/<name>/ keys")
+    with vpp_cluster("kvm-gw-", 2, namespaces=False) as (workdir, state):
         yield Gateway(workdir, state)
-    finally:
-        cluster.down(run_dir, purge=True)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def by_tag(vpp: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """kvmesh's interfaces in the emulator, by kvmesh name."""
-    return {i["tag"].removeprefix("kvmesh:"): i for i in vpp["interfaces"] if i["tag"]}
 
 
 @pytest.mark.xdist_group("vpp-gateway-cluster")  # the module's one cluster
@@ -175,14 +140,7 @@ def test_gateway_is_built_planned_empty_and_removed_cleanly(gateway: Gateway) ->
     assert planned.stdout.strip() == "no changes"
     again = gateway.cli("apply", "-f", str(GATEWAY), "--wait")
     assert again.returncode == 0 and again.stdout.strip() == "no changes", again
-    calls = gateway.control().counters()
-    resynced = gateway.cli("resync", "--node", NODE)
-    assert resynced.returncode == 0, resynced.stdout + resynced.stderr
-    made = {name.removeprefix("msg."): count - calls.get(name, 0)
-            for name, count in gateway.control().counters().items()
-            if name.startswith("msg.") and count != calls.get(name, 0)}
-    assert made, "the downstream resync read VPP"
-    writes = {m: n for m, n in made.items() if not m.endswith("_dump") and m not in READS}
+    writes = gateway.resync_writes(NODE)
     assert writes == {}, f"VPP's state read back differs from the desired state: {writes}"
 
     # Removal: the file without the gateway, --replace; VPP is as it was before.

@@ -48,7 +48,7 @@ from kvstore import version
 from scheduler import KVScheduler
 
 if TYPE_CHECKING:
-    from kvmesh.agent.http_api import HttpApi
+    from kvmesh.agent.http_api import ConsoleView, HttpApi
     from southbound.linux import LinuxPlugin
     from southbound.plugin_api import SouthboundPlugin
     from southbound.vpp import VppPlugin
@@ -165,11 +165,9 @@ class Agent:
         self._spawn("agent-members", MemberTokensFollower(cfg.kv_url, members).run)
         security = load_security(cfg.http_cert, cfg.http_key, cfg.http_token_file,
                                  cfg.http_read_token_file, cfg.http_public_reads, members)
-        from kvmesh.agent.ui.console import Console
-
         self._http = HttpApi(self.rest, *address, security=security, node=cfg.node,
                              kv_url=cfg.kv_url, max_streams=cfg.http_max_streams,
-                             console=Console)
+                             console=_console)
         host, port = self._http.address
         if security.generated_token is not None:
             path = token_dir() / token_name(host, port)
@@ -199,6 +197,14 @@ class Agent:
         thread = threading.Thread(target=run, name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
+
+
+def _console(*args: Any, **kwargs: Any) -> ConsoleView:
+    """The console (`kvmesh.agent.ui.console`), imported when the REST API makes it: on the
+    first `/ui` request, not at start."""
+    from kvmesh.agent.ui.console import Console
+
+    return Console(*args, **kwargs)
 
 
 STOP_DEADLINE_S = 10.0

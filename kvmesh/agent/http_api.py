@@ -15,12 +15,13 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from kvmesh.agent.http_auth import authorize
 from kvmesh.agent.http_security import HttpSecurity
@@ -28,9 +29,11 @@ from kvmesh.agent.http_server import AgentHttpServer, HttpLimits, RestRequest, S
 from kvmesh.agent.http_wire import HttpError
 from kvmesh.agent.jsonable import to_jsonable
 from kvmesh.agent.metrics import flat_counters, render
-from kvmesh.agent.stream_hub import DEFAULT_MAX_STREAMS, Sink, StreamHub
 from kvmesh.agent.ui_session import Sessions, session_key
 from scheduler import ValueState
+
+if TYPE_CHECKING:
+    from kvmesh.agent.stream_hub import Sink, StreamHub
 
 log = logging.getLogger("kvmesh.agent.http")
 
@@ -510,9 +513,9 @@ def is_console_public(method: str, path: str) -> bool:
     return path == "/ui/login" or (method == "GET" and path.startswith("/ui/static/"))
 
 
-def stream_handler(hub: StreamHub) -> StreamHandler:
+def stream_handler(hub: Callable[[], StreamHub]) -> StreamHandler:
     """`GET /stream?prefix=P[&snapshot=1]`: the node's publications under P as Server-Sent
-    Events (kvmesh.agent.sse)."""
+    Events (kvmesh.agent.sse), from the stream hub `hub()` gives."""
 
     async def serve(request: RestRequest, reader: asyncio.StreamReader,
                     writer: asyncio.StreamWriter) -> None:
@@ -522,7 +525,7 @@ def stream_handler(hub: StreamHub) -> StreamHandler:
             prefix, snapshot = query.get("prefix", ""), _bool_param(query, "snapshot")
         except BadRequest as exc:
             raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        await hub.serve(prefix, snapshot, reader, writer)
+        await hub().serve(prefix, snapshot, reader, writer)
 
     return serve
 
@@ -544,20 +547,30 @@ class HttpApi:
 
     def __init__(self, api: ApiBackend, host: str, port: int, security: HttpSecurity,
                  limits: HttpLimits | None = None, *, node: str, kv_url: str | None = None,
-                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 max_streams: int | None = None,
                  console: ConsoleFactory | None = None) -> None:
         backend = api
         self.sessions = Sessions(session_key(c.token for c in security.access.credentials))
-        self.console: ConsoleView | None = None
-        if console is not None and kv_url is not None:  # it reads the mesh: beside a node
-            self.console = console(api, self.sessions, secure=security.tls is not None,
-                                   check_token=lambda token: authorize(
-                                       security.access, f"Bearer {token}", True),
-                                   follow=self._follow)
+        # The console is made on its first request: an agent nobody browses never loads it
+        # (its modules cost ~0.6 MiB of an idle agent's RSS; BENCHMARKS.md, issue 29).
+        console_factory = console if kv_url is not None else None  # it reads the mesh
+        made: list[ConsoleView] = []
+        making = threading.Lock()
+
+        def console_view() -> ConsoleView:
+            with making:
+                if not made:
+                    assert console_factory is not None
+                    made.append(console_factory(
+                        api, self.sessions, secure=security.tls is not None,
+                        check_token=lambda token: authorize(
+                            security.access, f"Bearer {token}", True),
+                        follow=self._follow))
+                return made[0]
 
         def respond(request: RestRequest) -> tuple[int, bytes, str, dict[str, str]]:
-            if self.console is not None and is_console(_path(request.target)):
-                resp = self.console.dispatch(request)
+            if console_factory is not None and is_console(_path(request.target)):
+                resp = console_view().dispatch(request)
             else:
                 resp = dispatch(backend, request.method, request.target, request.body,
                                 request.who)
@@ -571,15 +584,39 @@ class HttpApi:
             return resp.status, payload, resp.content_type, resp.headers
 
         self.security = security
-        self.hub = None if kv_url is None else StreamHub(kv_url, max_streams,
-                                                          count=lambda what: self.count(what))
-        streams = {} if self.hub is None else {("GET", "/stream"): stream_handler(self.hub)}
+        # The stream hub (`GET /stream`, the console's status index) is made on first use, like
+        # the console: an idle agent does not load it (max_streams None: the hub's default).
+        self._kv_url = kv_url
+        self._hub_options: dict[str, Any] = {} if max_streams is None else {
+            "max_streams": max_streams}
+        self._hub: StreamHub | None = None
+        self._making_hub = threading.Lock()
+        streams = {} if kv_url is None else {("GET", "/stream"): stream_handler(self.stream_hub)}
         self._server = AgentHttpServer((host, port), respond, security, limits or HttpLimits(),
                                        frozenset(m for m, _path in ALL_ROUTES), is_read, node,
-                                       streams, self.sessions if self.console else None,
+                                       streams, self.sessions if console_factory else None,
                                        is_console_public)
-        if self.hub is not None:
-            self._server.shutdown_hooks.append(self.hub.close)
+        if kv_url is not None:
+            self._server.shutdown_hooks.append(self._close_hub)
+
+    @property
+    def hub(self) -> StreamHub | None:
+        """The stream hub, once a stream or the console made it."""
+        return self._hub
+
+    def stream_hub(self) -> StreamHub:
+        """The stream hub, made now if no stream or console made it yet."""
+        with self._making_hub:
+            if self._hub is None:
+                from kvmesh.agent.stream_hub import StreamHub
+
+                assert self._kv_url is not None
+                self._hub = StreamHub(self._kv_url, count=self.count, **self._hub_options)
+            return self._hub
+
+    async def _close_hub(self) -> None:
+        if self._hub is not None:
+            await self._hub.close()
 
     def count(self, what: str) -> None:
         self._server.count(what)
@@ -587,8 +624,7 @@ class HttpApi:
     def _follow(self, prefix: str, sink: Sink) -> None:
         """`sink` fed from the stream hub (the console's status index); a failure to start
         reaches it as a `dropped` event."""
-        assert self.hub is not None
-        future = self._server.submit(self.hub.follow(prefix, sink))
+        future = self._server.submit(self.stream_hub().follow(prefix, sink))
 
         def failed(done: concurrent.futures.Future[None]) -> None:
             if done.exception() is not None:

@@ -113,6 +113,7 @@ class RestBackend:
         execute, in order; read-only (the scheduler simulates it on its graph)."""
         return [{"operation": op.op.value, "key": op.key, "flags": op.flags(),
                  "new_state": op.new_state.name, "details": list(op.details),
+                 "absent": list(op.absent),
                  "error": None if op.error is None else str(op.error)}
                 for op in self.scheduler.plan(dict(values))]
 

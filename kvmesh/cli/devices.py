@@ -1,5 +1,13 @@
-"""Values for a plane a node does not have: `plan` reports them, `plan --detailed-exitcode` and
-`apply` refuse them unless `--allow-missing-device` (docs/operator.md).
+"""Values that would never apply on their node: `plan` reports them, `plan` and `apply` refuse
+them unless `--allow-missing-device` (docs/operator.md). Two kinds:
+
+- values for a plane the node does not have (below);
+- values that would stay PENDING: a dependency (an interface, a link, another value) that is
+  neither in the node's desired state nor on the node, as the node's own scheduler sees it
+  (its read-only plan, `POST /scheduler/plan`: the operations left PENDING and, from agents
+  that say it, which missing dependencies nothing desired or found there provides, `absent`).
+  A node whose scheduler was not asked (`plan --offline`, no agent with a REST API, the agent
+  down) is not judged: its dependencies are said to be unchecked, never missing.
 
 A node's agent announces each southbound device it drives as `node/<N>/device/<dev>` (`linux`,
 `vpp`), whatever its state. A value of plane `vpp` for a node that announces devices but no
@@ -11,6 +19,7 @@ an unknown node written with --allow-unknown-node) is not judged: nothing is kno
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -24,11 +33,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 Missing = dict[str, dict[str, list[str]]]  # node -> plane it lacks -> model keys for it
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A written value the node's scheduler would leave PENDING."""
+
+    waits_for: tuple[str, ...]  # the labels of its missing dependencies
+    absent: tuple[str, ...] | None  # of those, what nothing provides; None: the agent is older
+
+
+Pending = dict[str, dict[str, Waiting]]  # node -> model key -> why it would stay PENDING
+
+
 def allow_missing_device_option(command: F) -> F:
     return click.option(
         ALLOW_OPTION, "allow_missing_device", is_flag=True,
         help="Write values for a plane the node has no device of (no node/<N>/device/<plane>, "
-             "e.g. vpp on a node without VPP): they would not apply until it has one.")(command)
+             "e.g. vpp on a node without VPP), or whose dependency (e.g. an interface) is "
+             "neither desired nor on the node: they would not apply until it has them.")(command)
 
 
 def node_devices(client: KvStoreClient, node: str) -> set[str]:
@@ -62,3 +83,57 @@ def describe(missing: Missing) -> list[str]:
             lines.append(f"node {node} has no {plane} device (no {NODE}{node}/device/{plane}): "
                          f"{len(keys)} value(s) would not apply there: {shown}")
     return lines
+
+
+def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff]) -> Pending:
+    """For each node whose scheduler plan was fetched: the values to write it would leave
+    PENDING (the last operation on a key is the state the plan ends in)."""
+    pending: Pending = {}
+    for node, plan in plans.items():
+        if "error" in plan or node not in diffs:
+            continue
+        written = {key for key, value in diffs[node].writes().items() if value is not None}
+        last = {op["key"]: op for op in plan.get("operations") or ()}
+        for key in sorted(written & last.keys()):
+            op = last[key]
+            if op.get("new_state") == "PENDING":
+                absent = op.get("absent")
+                pending.setdefault(node, {})[key] = Waiting(
+                    tuple(op.get("details") or ()), None if absent is None else tuple(absent))
+    return pending
+
+
+def unchecked_nodes(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
+                    offline: bool = False) -> dict[str, str]:
+    """Node -> why its values' dependencies were not checked (its scheduler not asked)."""
+    out = {}
+    for node, diff in diffs.items():
+        if not any(value is not None for value in diff.writes().values()):
+            continue
+        if offline:
+            out[node] = "--offline: its scheduler was not asked"
+        elif "error" in plans.get(node, {}):
+            out[node] = f"its scheduler could not be asked: {plans[node]['error']}"
+    return out
+
+
+def describe_pending(pending: Pending) -> list[str]:
+    """One line per value that would stay PENDING, saying which dependency it lacks and why."""
+    lines = []
+    for node, values in sorted(pending.items()):
+        for key, waiting in sorted(values.items()):
+            if waiting.absent is None:
+                why = "waits for " + ", ".join(waiting.waits_for)
+            else:
+                why = "; ".join(
+                    [f"{label}: not on node {node} and not in the desired state"
+                     for label in waiting.absent]
+                    + [f"waits for {label} (desired, but not created: it waits itself)"
+                       for label in waiting.waits_for if label not in waiting.absent])
+            lines.append(f"node {node}: {key} would stay PENDING: {why}")
+    return lines
+
+
+def describe_unchecked(unchecked: Mapping[str, str]) -> list[str]:
+    return [f"node {node}: dependencies not checked ({why})"
+            for node, why in sorted(unchecked.items())]

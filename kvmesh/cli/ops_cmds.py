@@ -26,7 +26,11 @@ from kvmesh.cli.devices import (
     ALLOW_OPTION,
     allow_missing_device_option,
     describe,
+    describe_pending,
+    describe_unchecked,
     missing_devices,
+    pending_values,
+    unchecked_nodes,
 )
 from kvmesh.cli.members import allow_unknown_node_option, refuse_unknown_nodes
 from kvmesh.settle import status_snapshot, wait_settled
@@ -34,6 +38,9 @@ from kvmesh.statefile import NodeDiff, State, StateFileError, diff_state, export
 from kvstore import KvStoreClient
 
 PLAN_TIMEOUT_S = 30.0
+# `apply` asks each changed node's scheduler what would stay PENDING; an agent that does not
+# answer within this leaves that node unchecked (said, never taken for "nothing missing").
+APPLY_CHECK_TIMEOUT_S = 10.0
 
 # -- models ----------------------------------------------------------------------------------
 
@@ -125,7 +132,8 @@ def compute_diff(client: KvStoreClient, wanted: State, replace: bool) -> dict[st
     return diff_state(desired_state(client, sorted(wanted)), wanted, replace)
 
 
-def scheduler_plans(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> dict[str, Any]:
+def scheduler_plans(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
+                    timeout_s: float = PLAN_TIMEOUT_S) -> dict[str, Any]:
     """Each changed node's scheduler plan, from its agent (read-only), or why there is none."""
     from kvmesh.rest_client import AgentRest, RestError, find_agent
 
@@ -134,7 +142,7 @@ def scheduler_plans(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> dic
         if diff.empty:
             continue
         try:
-            rest = AgentRest(find_agent(client, node), timeout_s=PLAN_TIMEOUT_S)
+            rest = AgentRest(find_agent(client, node), timeout_s=timeout_s)
             plans[node] = rest.json("POST", "/scheduler/plan", body={"values": diff.writes()})
         except RestError as exc:
             plans[node] = {"error": str(exc)}
@@ -215,21 +223,29 @@ def plan(path: str, replace: bool, detailed_exitcode: bool, offline: bool,
                 missing_devices(client, diffs))
 
     diffs, plans, missing = run_client(action)
+    pending = pending_values(plans, diffs)
+    unchecked = unchecked_nodes(plans, diffs, offline)
     changed = any(not d.empty for d in diffs.values())
     as_json = {node: {"added": sorted(d.added), "changed": {
         k: [{"path": c.path, "old": c.old, "new": c.new} for c in changes]
         for k, (_o, _n, changes) in d.changed.items()}, "removed": sorted(d.removed),
-        "scheduler": plans.get(node), "missing_device": missing.get(node, {})}
+        "scheduler": plans.get(node), "missing_device": missing.get(node, {}),
+        "would_stay_pending": {key: {"waits_for": list(w.waits_for), "absent": None if w.absent
+                                     is None else list(w.absent)}
+                               for key, w in pending.get(node, {}).items()},
+        "dependencies_unchecked": unchecked.get(node)}
         for node, d in diffs.items()}
     text = plan_text(diffs, plans) if changed else "no changes"
-    emit(as_json, "\n".join([text, *(f"! {line}" for line in describe(missing))]))
+    notes = [*describe(missing), *describe_pending(pending), *describe_unchecked(unchecked)]
+    emit(as_json, "\n".join([text, *(f"! {line}" for line in notes)]))
     unasked = sorted(node for node, found in plans.items() if "error" in found)
     if unasked:
         fail(f"the scheduler of {', '.join(unasked)} could not be asked (see above; --offline "
              f"plans without asking)")
-    if missing and not allow_missing_device:
-        fail(f"values for a device the node does not have (see above); give {ALLOW_OPTION} "
-             f"to plan them anyway")
+    if (missing or pending) and not allow_missing_device:
+        fail(f"values that would not apply on their node: a device it does not have, or a "
+             f"dependency neither on it nor desired (see above); give {ALLOW_OPTION} to plan "
+             f"them anyway")
     sys.exit(2 if changed and detailed_exitcode else 0)
 
 
@@ -289,6 +305,20 @@ def outcome(wanted: dict[str, Any] | None, record: dict[str, Any] | None,
     return state, error
 
 
+def refuse_unappliable(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> None:
+    """Before `apply` writes: fail if a value would never apply on its node (a plane it has no
+    device of, a dependency neither on it nor desired); say which nodes could not be checked."""
+    missing = missing_devices(client, diffs)
+    changed = {node: diff for node, diff in diffs.items() if not diff.empty}
+    plans = scheduler_plans(client, changed, APPLY_CHECK_TIMEOUT_S) if changed else {}
+    problems = [*describe(missing), *describe_pending(pending_values(plans, changed))]
+    if problems:
+        fail("; ".join(problems) + f"; nothing was written (give {ALLOW_OPTION} to write them "
+             "anyway)")
+    for line in describe_unchecked(unchecked_nodes(plans, changed)):
+        click.echo(f"warning: {line}", err=True)
+
+
 @click.command("apply", cls=KvCommand)
 @click.option("-f", "--file", "path", required=True, help="State file (YAML or JSON; - reads "
               "standard input).")
@@ -313,10 +343,8 @@ def apply(path: str, replace: bool, wait: bool | None, timeout_s: float,
     def action(client: KvStoreClient) -> Any:
         refuse_unknown_nodes(client, wanted, allow_unknown)
         diffs = compute_diff(client, wanted, replace)
-        missing = {} if allow_missing_device else missing_devices(client, diffs)
-        if missing:
-            fail("; ".join(describe(missing)) + f"; nothing was written (give {ALLOW_OPTION} "
-                 "to write them anyway)")
+        if not allow_missing_device:
+            refuse_unappliable(client, diffs)
         before = {node: status_snapshot(client, node) for node, d in diffs.items()
                   if follow and not d.empty}
         revs = write_batches(client, diffs, path, confirm_s)

@@ -5,8 +5,11 @@ As VPP 24.06 (src/plugins/acl/acl.c) does it:
   rules and tag in place, with a missing index refuses with NO_SUCH_ENTRY; every rule is checked
   first (a prefix with host bits set: INVALID_SRC/DST_ADDRESS, a port range first > last:
   INVALID_VALUE_2) and a refused request changes nothing;
-- `delete` refuses a missing index (NO_SUCH_ENTRY) and an ACL still applied to an interface
-  (ACL_IN_USE_INBOUND / ACL_IN_USE_OUTBOUND);
+- `delete` refuses a missing index (NO_SUCH_ENTRY), an ACL still applied to an interface
+  (ACL_IN_USE_INBOUND / ACL_IN_USE_OUTBOUND) and one in a lookup context of another plugin (ABF:
+  ACL_IN_USE_BY_LOOKUP_CONTEXT);
+- a lookup context's ACLs are set whole (lookup_context.c): an undefined ACL or one listed twice
+  leaves them as they were;
 - `set_interface_lists` replaces both lists of an interface: an undefined ACL (NO_SUCH_ENTRY) or
   one listed twice in a direction (ENTRY_ALREADY_EXISTS) refuses;
 - an interface that is deleted loses its lists (VPP's interface delete callback).
@@ -15,6 +18,7 @@ As VPP 24.06 (src/plugins/acl/acl.c) does it:
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from kvmesh.vppemu import errors as E
@@ -54,6 +58,7 @@ class AclTable:
     def __init__(self) -> None:
         self.acls: dict[int, Acl] = {}
         self.lists: dict[int, InterfaceLists] = {}  # sw_if_index -> its ACL lists
+        self.contexts: dict[Hashable, list[int]] = {}  # lookup context -> the ACLs it holds
 
     def add_replace(self, index: int, tag: str, rules: list[AclRule]) -> int:
         for rule in rules:
@@ -74,6 +79,8 @@ class AclTable:
             raise ApiError(E.ACL_IN_USE_INBOUND, f"ACL {index} is applied inbound")
         if any(index in lists.egress for lists in self.lists.values()):
             raise ApiError(E.ACL_IN_USE_OUTBOUND, f"ACL {index} is applied outbound")
+        if any(index in acls for acls in self.contexts.values()):
+            raise ApiError(E.ACL_IN_USE_BY_LOOKUP_CONTEXT, f"ACL {index} is in a lookup context")
         del self.acls[index]
 
     def set_interface_lists(self, sw_if_index: int, ingress: list[int], egress: list[int]) -> None:
@@ -87,6 +94,18 @@ class AclTable:
             self.lists[sw_if_index] = InterfaceLists(list(ingress), list(egress))
         else:
             self.lists.pop(sw_if_index, None)
+
+    def set_context_acls(self, context: Hashable, acls: list[int]) -> bool:
+        """acl_plugin_set_acl_vec_for_context: False (nothing changed) for an undefined ACL or
+        one listed twice; VPP's callers ignore the answer."""
+        if any(index not in self.acls for index in acls) or len(set(acls)) != len(acls):
+            return False
+        self.contexts[context] = list(acls)
+        return True
+
+    def put_context(self, context: Hashable) -> None:
+        """acl_plugin_put_lookup_context_index: the context and its hold on its ACLs go."""
+        self.contexts.pop(context, None)
 
     def interface_lists(self, sw_if_index: int) -> InterfaceLists:
         return self.lists.get(sw_if_index, InterfaceLists())

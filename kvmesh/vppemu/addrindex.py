@@ -114,3 +114,21 @@ class InstancePool:
     def release(self, n: int) -> None:
         self.used.discard(n)
         heapq.heappush(self._freed, n)
+
+
+class VppPool:
+    """Indices as a VPP pool (vppinfra pool.h) hands them out: a freed index is reused before
+    a new one, the last freed first; iterating a pool walks its indices in order."""
+
+    def __init__(self, first: int = 0) -> None:
+        self._free: list[int] = []
+        self._next = first
+
+    def get(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._next += 1
+        return self._next - 1
+
+    def put(self, index: int) -> None:
+        self._free.append(index)

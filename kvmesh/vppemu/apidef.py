@@ -39,6 +39,8 @@ API_FILES = (
     "tapv2",
     "af_packet",
     "ip_neighbor",
+    "arp",
+    "ip6_nd",
     "vxlan",
     "memif",
     "bond",
@@ -48,13 +50,18 @@ API_FILES = (
     "ipsec",
     "sr_types",
     "sr",
+    "span",
+    "punt",
     # plugins
     "gre",
     "acl_types",
     "acl",
+    "abf",
     "nat_types",
     "nat44_ed",
     "lcp",
+    "wireguard",
+    "l3xc",
 )
 
 # vpp_papi hard-codes these two ids for the handshake (vpp_transport_socket.py).

@@ -16,6 +16,7 @@ UNIMPLEMENTED = -9
 INVALID_SW_IF_INDEX_2 = -10
 SYSCALL_ERROR_1 = -11
 NO_PATHS_IN_ROUTE = -52
+NO_MATCHING_INTERFACE = -54
 INVALID_VLAN = -55
 VLAN_ALREADY_EXISTS = -56
 ADDRESS_NOT_FOUND_FOR_INTERFACE = -60
@@ -59,6 +60,7 @@ ENTRY_ALREADY_EXISTS = -116
 UNSUPPORTED = -126
 ACL_IN_USE_INBOUND = -142
 ACL_IN_USE_OUTBOUND = -143
+ACL_IN_USE_BY_LOOKUP_CONTEXT = -149
 # nat44-ed's `fail_if_enabled`/`fail_if_disabled` return 1 (not a VNET error) as the retval.
 NAT_PLUGIN_STATE = 1
 
@@ -70,3 +72,13 @@ INVALID_PROTOCOL = -153
 SYSCALL_ERROR_2 = -12
 INVALID_ALGORITHM = -154
 KEY_LENGTH = -156
+LIMIT_EXCEEDED = -162
+# fib paths, IPv6 links
+IP6_NOT_ENABLED = -62
+# wireguard, span, punt
+INVALID_REGISTRATION = -31
+PUNT_REFUSED = -1  # punt.c's refusals are clib errors: the API answers -1
+
+
+class Unanswered(Exception):
+    """A request VPP's handler returns from without any reply (the client waits in vain)."""

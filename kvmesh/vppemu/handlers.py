@@ -397,7 +397,10 @@ def ip_table_dump(ctx: HandlerContext, _msg: Any) -> Result:
                 "table": {"table_id": table_id, "is_ip6": is_ip6, "name": name},
             },
         )
-        for (is_ip6, table_id), name in sorted(ctx.dataplane.tables.items())
+        # VPP walks each family's pool of tables: IPv4 then IPv6, by FIB index.
+        for (is_ip6, table_id), name in sorted(
+            ctx.dataplane.tables.items(),
+            key=lambda item: (item[0][0], ctx.dataplane.fib_indices[item[0]]))
     ]
 
 

@@ -19,7 +19,20 @@ ipsec_spd_policy.c, ipsec_api.c); no I/O.
   duplicate, and deleting a policy that is not there answers 0.
 - Pools hand out the most recently freed slot first, as VPP's do; `spd_interface_dump` names the
   SPD by its pool index, as VPP does.
-Simplification: an interface that is deleted loses its SPD.
+- Tunnel protection (ipsec_tun.c): `tunnel_protect_update` takes at most 4 inbound SAs
+  (LIMIT_EXCEEDED); it looks each SA up (inbound first, then outbound) and locks it, an unknown
+  one is INVALID_VALUE - and, as VPP does, the SAs locked before the refusal stay locked (their
+  `sad_entry_del` then answers 0 and leaves them). A new protection needs a GRE or IPIP tunnel
+  (the device classes with a tunnel description; anything else is INVALID_SW_IF_INDEX, again
+  after the locks). A point-to-point tunnel has one protection, whatever the next hop (the one
+  first given is kept as its key); a multipoint or TEB (ethernet) one has one per next hop.
+  Updating an existing protection swaps its SAs. Each protection holds one lock on each of its
+  SAs, so an SA in use stays until the protection goes; `tunnel_protect_del` of none is
+  NO_SUCH_ENTRY. An inbound tunnel-mode SA of a protection is marked protected: `sa_v5_details`
+  then names the interface of the first protection using it. Protections are walked in pool
+  order.
+Simplification: an interface that is deleted loses its SPD. Its tunnel protection stays, as in
+VPP (nothing removes it; an API request cannot name the deleted interface).
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.addrindex import VppPool
 from kvmesh.vppemu.errors import ApiError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -42,6 +56,7 @@ INTEG_ALGS = range(7)  # NONE .. SHA_512_256: HMAC keys of any length
 FLAG_USE_ANTI_REPLAY, FLAG_IS_TUNNEL, FLAG_IS_TUNNEL_V6, FLAG_UDP_ENCAP = 2, 4, 8, 16
 UDP_PORT_IPSEC = 4500
 ACTION_BYPASS, ACTION_DISCARD, ACTION_RESOLVE, ACTION_PROTECT = range(4)
+MAX_PROTECT_SA_IN = 4  # ITP_MAX_N_SA_IN
 # foreach_ipsec_spd_policy_type: the order policies are kept (and dumped) in
 POLICY_TYPES = ("ip4-outbound", "ip6-outbound", "ip4-inbound-protect", "ip6-inbound-protect",
                 "ip4-inbound-bypass", "ip6-inbound-bypass", "ip4-inbound-discard",
@@ -78,7 +93,8 @@ class SecurityAssociation:
     udp_dst_port: int
     anti_replay_window: int
     stat_index: int = 0
-    locks: int = 1  # the API's lock, plus one per PROTECT policy using it
+    locks: int = 1  # the API's lock, plus one per PROTECT policy and tunnel protection using it
+    protected: bool = False  # IS_PROTECT: an inbound tunnel-mode SA of a tunnel protection
 
 
 @dataclass(frozen=True)
@@ -114,30 +130,26 @@ class Spd:
         return [p for t in POLICY_TYPES for p in self.policies[t]]
 
 
-class Pool:
-    """Slot numbers as VPP's pools give them: the most recently freed first, else a new one."""
-
-    def __init__(self) -> None:
-        self._free: list[int] = []
-        self._next = 0
-
-    def take(self) -> int:
-        if self._free:
-            return self._free.pop()
-        self._next += 1
-        return self._next - 1
-
-    def release(self, index: int) -> None:
-        self._free.append(index)
+@dataclass
+class TunnelProtection:
+    index: int  # pool slot
+    sw_if_index: int
+    next_hop: IPAddress  # the key it was created with
+    sa_out: int  # SA ids
+    sa_in: list[int]
 
 
 class Ipsec:
-    def __init__(self, table_exists: Any) -> None:
+    def __init__(self, table_exists: Any, tunnel_is_p2p: Any) -> None:
         self._table_exists = table_exists  # (is_ip6, table_id) -> bool
+        # sw_if_index -> whether the tunnel is point-to-point; None: not a GRE/IPIP tunnel
+        self._tunnel_is_p2p = tunnel_is_p2p
+        self.protections: dict[int, TunnelProtection] = {}  # by pool slot
+        self._protect_pool = VppPool()
         self.sas: dict[int, SecurityAssociation] = {}  # by SA id
-        self._sa_pool = Pool()
+        self._sa_pool = VppPool()
         self.spds: dict[int, Spd] = {}  # by SPD id
-        self._spd_pool = Pool()
+        self._spd_pool = VppPool()
         self.interfaces: dict[int, int] = {}  # sw_if_index -> SPD pool index
 
     # ------------------------------------------------------------------ SAs
@@ -162,7 +174,7 @@ class Ipsec:
         if sa.flags & FLAG_UDP_ENCAP:
             sa.udp_src_port = sa.udp_src_port or UDP_PORT_IPSEC
             sa.udp_dst_port = sa.udp_dst_port or UDP_PORT_IPSEC
-        sa.stat_index = self._sa_pool.take()
+        sa.stat_index = self._sa_pool.get()
         sa.locks = 1
         self.sas[sa.sa_id] = sa
         return sa.stat_index
@@ -189,7 +201,7 @@ class Ipsec:
         sa.locks -= 1
         if sa.locks <= 0:
             del self.sas[sa_id]
-            self._sa_pool.release(sa.stat_index)
+            self._sa_pool.put(sa.stat_index)
 
     # ------------------------------------------------------------------ SPDs
     def add_del_spd(self, spd_id: int, is_add: bool) -> None:
@@ -197,14 +209,14 @@ class Ipsec:
         if is_add:
             if spd is not None:
                 raise ApiError(E.ENTRY_ALREADY_EXISTS, f"SPD {spd_id} exists")
-            self.spds[spd_id] = Spd(spd_id, self._spd_pool.take())
+            self.spds[spd_id] = Spd(spd_id, self._spd_pool.get())
             return
         if spd is None:
             raise ApiError(E.NO_SUCH_ENTRY, f"no SPD {spd_id}")
         for sw_if_index in [i for i, index in self.interfaces.items() if index == spd.index]:
             del self.interfaces[sw_if_index]
         del self.spds[spd_id]
-        self._spd_pool.release(spd.index)
+        self._spd_pool.put(spd.index)
 
     def interface_spd(self, sw_if_index: int, spd_id: int, is_add: bool) -> None:
         spd = self.spds.get(spd_id)
@@ -241,6 +253,75 @@ class Ipsec:
         policies.insert(position, policy)
         return sum(len(s.all_policies()) for s in self.spds.values()) - 1
 
+    # ------------------------------------------------------------------ tunnel protection
+    def _find_protection(self, sw_if_index: int, next_hop: IPAddress) -> TunnelProtection | None:
+        p2p = bool(self._tunnel_is_p2p(sw_if_index))
+        for protection in self.protections.values():
+            if protection.sw_if_index == sw_if_index and (p2p or protection.next_hop == next_hop):
+                return protection
+        return None
+
+    def _find_and_lock(self, sa_id: int) -> SecurityAssociation:
+        sa = self.sas.get(sa_id)
+        if sa is None:
+            raise ApiError(E.INVALID_VALUE, f"no SA {sa_id}")
+        sa.locks += 1
+        return sa
+
+    def protect(self, sw_if_index: int, next_hop: IPAddress, sa_out: int,
+                sa_in: list[int]) -> None:
+        if len(sa_in) > MAX_PROTECT_SA_IN:
+            raise ApiError(E.LIMIT_EXCEEDED, f"more than {MAX_PROTECT_SA_IN} inbound SAs")
+        protection = self._find_protection(sw_if_index, next_hop)
+        # VPP's own order; a refusal below leaves the locks taken so far (as VPP does).
+        found = [self._find_and_lock(sa_id) for sa_id in sa_in]
+        found.append(self._find_and_lock(sa_out))
+        if protection is None:
+            if self._tunnel_is_p2p(sw_if_index) is None:
+                raise ApiError(E.INVALID_SW_IF_INDEX, "not a tunnel interface")
+            protection = TunnelProtection(self._protect_pool.get(), sw_if_index, next_hop,
+                                          sa_out, list(sa_in))
+            self.protections[protection.index] = protection
+        else:
+            self._unconfigure(protection)
+            protection.sa_out, protection.sa_in = sa_out, list(sa_in)
+        self._configure(protection)
+        for sa in found:
+            self._unlock(sa.sa_id)
+
+    def _configure(self, protection: TunnelProtection) -> None:
+        for sa_id in (protection.sa_out, *protection.sa_in):
+            self.sas[sa_id].locks += 1
+        for sa_id in protection.sa_in:
+            sa = self.sas[sa_id]
+            sa.protected = sa.tunnel is not None
+
+    def _unconfigure(self, protection: TunnelProtection) -> None:
+        for sa_id in protection.sa_in:
+            if sa_id in self.sas:
+                self.sas[sa_id].protected = False
+        for sa_id in (protection.sa_out, *protection.sa_in):
+            self._unlock(sa_id)
+
+    def unprotect(self, sw_if_index: int, next_hop: IPAddress) -> None:
+        protection = self._find_protection(sw_if_index, next_hop)
+        if protection is None:
+            raise ApiError(E.NO_SUCH_ENTRY, "no tunnel protection")
+        self._unconfigure(protection)
+        del self.protections[protection.index]
+        self._protect_pool.put(protection.index)
+
+    def protections_in_order(self, sw_if_index: int | None = None) -> list[TunnelProtection]:
+        return [p for _index, p in sorted(self.protections.items())
+                if sw_if_index is None or p.sw_if_index == sw_if_index]
+
+    def protected_interface(self, sa: SecurityAssociation) -> int | None:
+        """The interface `sa_v5_details` names for a protected SA: its first protection's."""
+        if not sa.protected:
+            return None
+        return next((p.sw_if_index for p in self.protections_in_order()
+                     if sa.sa_id in (p.sa_out, *p.sa_in)), None)
+
     def forget_interface(self, sw_if_index: int) -> None:
         self.interfaces.pop(sw_if_index, None)
 
@@ -254,4 +335,6 @@ class Ipsec:
                       "policies": len(spd.all_policies())}
                      for spd in sorted(self.spds.values(), key=lambda s: s.index)],
             "interfaces": {str(i): index for i, index in sorted(self.interfaces.items())},
+            "protections": [{"sw_if_index": p.sw_if_index, "sa_out": p.sa_out,
+                             "sa_in": p.sa_in} for p in self.protections_in_order()],
         }

@@ -69,6 +69,7 @@ def _sa_details(ctx: HandlerContext, sa: SecurityAssociation) -> dict[str, Any]:
               "hop_limit": t.hop_limit if t else 0}
     udp = sa.flags & FLAG_UDP_ENCAP
     replay = sa.flags & FLAG_USE_ANTI_REPLAY
+    protected = ctx.dataplane.ipsec.protected_interface(sa)
     return {
         "context": ctx.context,
         "entry": {
@@ -80,7 +81,8 @@ def _sa_details(ctx: HandlerContext, sa: SecurityAssociation) -> dict[str, Any]:
             "udp_dst_port": sa.udp_dst_port if udp else 0,
             "anti_replay_window_size": sa.anti_replay_window if replay else 0,
         },
-        "sw_if_index": ANY, "seq_outbound": 0, "last_seq_inbound": 0, "replay_window": 0,
+        "sw_if_index": ANY if protected is None else protected, "seq_outbound": 0,
+        "last_seq_inbound": 0, "replay_window": 0,
         "thread_index": 0, "stat_index": sa.stat_index,
     }
 
@@ -155,3 +157,29 @@ def ipsec_spd_interface_dump(ctx: HandlerContext, msg: Any) -> Result:
             for sw_if_index, index in bound
             if not msg.spd_index_valid or index == msg.spd_index]
 
+
+
+@handles("ipsec_tunnel_protect_update")
+def ipsec_tunnel_protect_update(ctx: HandlerContext, msg: Any) -> Result:
+    t = msg.tunnel
+    ctx.dataplane.interface(t.sw_if_index)  # VALIDATE_SW_IF_INDEX
+    sa_in = list(t.sa_in)[:t.n_sa_in]
+    ctx.dataplane.ipsec.protect(t.sw_if_index, decode_address(t.nh), t.sa_out, sa_in)
+    return {}
+
+
+@handles("ipsec_tunnel_protect_del")
+def ipsec_tunnel_protect_del(ctx: HandlerContext, msg: Any) -> Result:
+    ctx.dataplane.interface(msg.sw_if_index)  # VALIDATE_SW_IF_INDEX
+    ctx.dataplane.ipsec.unprotect(msg.sw_if_index, decode_address(msg.nh))
+    return {}
+
+
+@handles("ipsec_tunnel_protect_dump")
+def ipsec_tunnel_protect_dump(ctx: HandlerContext, msg: Any) -> Result:
+    """Every protection in pool order, or those of one interface."""
+    wanted = None if msg.sw_if_index == ANY else msg.sw_if_index
+    return [("ipsec_tunnel_protect_details", {"context": ctx.context, "tun": {
+        "sw_if_index": p.sw_if_index, "nh": address_fields(p.next_hop), "sa_out": p.sa_out,
+        "n_sa_in": len(p.sa_in), "sa_in": p.sa_in}})
+        for p in ctx.dataplane.ipsec.protections_in_order(wanted)]

@@ -30,14 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from kvmesh.vppemu import (  # noqa: F401  (register their handlers)
+    abf_handlers,
     acl_handlers,
     bond_handlers,
     handlers_l2l3,
     ipsec_handlers,
+    l3_handlers,
     lcp_handlers,
     nat44_handlers,
+    punt_handlers,
+    span_handlers,
     srv6_handlers,
     tunnel_handlers,
+    wireguard_handlers,
 )
 from kvmesh.vppemu import errors as E
 from kvmesh.vppemu.apidef import (
@@ -48,7 +53,7 @@ from kvmesh.vppemu.apidef import (
     frame,
     load_api_dir,
 )
-from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.errors import ApiError, Unanswered
 from kvmesh.vppemu.faults import FaultPlan, rule_from_request
 from kvmesh.vppemu.handlers import HANDLERS, HandlerContext
 from kvmesh.vppemu.state import Dataplane, InterfaceEvent
@@ -253,6 +258,9 @@ class Emulator:
         ctx = HandlerContext(self.dataplane, msg.context)
         try:
             result = handler(ctx, msg)
+        except Unanswered as exc:
+            self.counters[f"unanswered.{info.name}"] += 1
+            log.debug("%s: no reply (%s)", info.name, exc)
         except ApiError as exc:
             self.counters[f"retval.{info.name}.{exc.retval}"] += 1
             log.debug("%s -> %s", info.name, exc)

@@ -18,15 +18,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvmesh.vppemu import errors as E
+from kvmesh.vppemu.abf import Abf
 from kvmesh.vppemu.acl import AclTable
-from kvmesh.vppemu.addrindex import AddressIndex, InstancePool
+from kvmesh.vppemu.addrindex import AddressIndex, InstancePool, VppPool
 from kvmesh.vppemu.bond import Bonds
 from kvmesh.vppemu.errors import ApiError
+from kvmesh.vppemu.ip6_nd import Ip6Nd
 from kvmesh.vppemu.ipsec import Ipsec
+from kvmesh.vppemu.l3xc import L3xc
 from kvmesh.vppemu.lcp import LinuxCp
 from kvmesh.vppemu.nat44 import Nat44
+from kvmesh.vppemu.plane import (
+    ADMIN_UP,
+    SUB_INNER_VLAN_ID_ANY,
+    SUB_NO_TAGS,
+    SUB_ONE_TAG,
+    SUB_OUTER_VLAN_ID_ANY,
+    SUB_TWO_TAGS,
+    check_path_target,
+)
+from kvmesh.vppemu.plane import SUB_EXACT_MATCH as SUB_EXACT_MATCH  # for handlers_l2l3
+from kvmesh.vppemu.proxy_arp import ProxyArp
+from kvmesh.vppemu.punt import PuntSockets
+from kvmesh.vppemu.span import Span
 from kvmesh.vppemu.srv6 import Srv6
 from kvmesh.vppemu.tunnels import Tunnels
+from kvmesh.vppemu.wireguard import Wireguard
 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -43,9 +60,7 @@ DEFAULT_MTU = 9000
 MAX_RING = 32768
 TAG_LEN = 64  # string[64] on the wire: 63 characters and the terminating NUL
 
-# Interface status flags (interface_types.api if_status_flags).
-ADMIN_UP = 1
-LINK_UP = 2
+LINK_UP = 2  # interface_types.api if_status_flags (ADMIN_UP: vppemu.plane)
 
 # Bridge domain flags (l2.api bd_flags).
 BD_LEARN = 1
@@ -64,14 +79,6 @@ PATH_DROP = 2
 PORT_NORMAL = 0
 PORT_BVI = 1
 
-
-# Sub-interface flags (interface_types.api sub_if_flags).
-SUB_NO_TAGS = 1
-SUB_ONE_TAG = 2
-SUB_TWO_TAGS = 4
-SUB_EXACT_MATCH = 16
-SUB_OUTER_VLAN_ID_ANY = 64
-SUB_INNER_VLAN_ID_ANY = 128
 
 # VLAN tag rewrite operations (l2_vtr.h), and how many configured tags each needs.
 VTR_DISABLED, VTR_PUSH_1, VTR_PUSH_2, VTR_POP_1, VTR_POP_2 = range(5)
@@ -290,6 +297,11 @@ class Dataplane:
             (False, 0): "ipv4-VRF:0",
             (True, 0): "ipv6-VRF:0",
         }
+        # (is_ip6, table_id) -> FIB index, from one pool per family as VPP's fib tables; VPP's
+        # own tables (0) take index 0. (VPP's IPv6 link-local tables take IPv6 indices too:
+        # not emulated.)
+        self.fib_indices: dict[tuple[bool, int], int] = {(False, 0): 0, (True, 0): 0}
+        self._fib_pools = {False: VppPool(first=1), True: VppPool(first=1)}
         # (is_ip6, table_id, prefix) -> paths added through the API
         self.routes: dict[tuple[bool, int, IPNetwork], list[Path]] = {}
         self.events: list[InterfaceEvent] = []
@@ -304,12 +316,20 @@ class Dataplane:
         self._add_interface("local", "local0", "local", bytes(6), mtu=0)
         # Plugins (their own modules): state that goes with the instance.
         self.acl = AclTable()
+        self.abf = Abf(self.acl)
         self.nat44 = Nat44(self._first_ip4)
         self.bonds = Bonds(self)
         self.tunnels = Tunnels(self)
         self.lcp = LinuxCp(self)
-        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables)
+        self.ipsec = Ipsec(lambda is_ip6, table: (is_ip6, table) in self.tables,
+                           self.tunnels.is_p2p)
         self.srv6 = Srv6(self)
+        self.proxy_arp = ProxyArp(self)
+        self.l3xc = L3xc(self)
+        self.ip6_nd = Ip6Nd(self)
+        self.wireguard = Wireguard(self)
+        self.span = Span()
+        self.punt = PuntSockets()
 
     # ------------------------------------------------------------------ interfaces
     def _add_interface(
@@ -348,6 +368,10 @@ class Dataplane:
 
     def delete_bond(self, sw_if_index: int) -> None:
         self.bonds.delete(sw_if_index)
+        self._delete_interface(self.interfaces[sw_if_index])
+
+    def delete_wireguard(self, sw_if_index: int) -> None:
+        self.wireguard.delete(sw_if_index)
         self._delete_interface(self.interfaces[sw_if_index])
 
     def interface(self, sw_if_index: int, retval: int = E.INVALID_SW_IF_INDEX) -> Interface:
@@ -495,6 +519,7 @@ class Dataplane:
         self.lcp.forget_interface(idx)
         self.ipsec.forget_interface(idx)
         self.srv6.forget_interface(idx)
+        self.ip6_nd.forget_interface(idx)
         del self.interfaces[idx]
         self.events.append(InterfaceEvent(idx, 0, True))
 
@@ -521,7 +546,7 @@ class Dataplane:
             raise ApiError(E.INVALID_VALUE, f"{iface.name} is not a hardware interface")
         if iface.kind == "local":
             raise ApiError(E.INVALID_VALUE, "local0 has no MTU")
-        if iface.kind in ("gre", "ipip") and not any(iface.mac):
+        if iface.kind in ("gre", "ipip", "wireguard") and not any(iface.mac):
             # hw_interface_set_mtu: no ethernet interface behind it
             raise ApiError(E.FEATURE_DISABLED, f"{iface.name} is not an ethernet interface")
         if not MIN_MTU <= mtu <= MAX_MTU:
@@ -587,6 +612,8 @@ class Dataplane:
                 self._addresses.remove(
                     iface.vrf[existing.version == 6], iface.sw_if_index, existing
                 )
+                if existing.version == 6:
+                    self.ip6_nd.link_disable(iface.sw_if_index)  # each address held a lock
             iface.addresses.clear()
             return
         if address is None:
@@ -599,6 +626,8 @@ class Dataplane:
                 )
             iface.addresses.remove(address)
             self._addresses.remove(table, iface.sw_if_index, address)
+            if address.version == 6:
+                self.ip6_nd.link_disable(iface.sw_if_index)
             return
         for other_table, other_index in self._addresses.tables_with_ip(address):
             if other_table != table:
@@ -618,6 +647,8 @@ class Dataplane:
                 )
         iface.addresses.append(address)
         self._addresses.add(table, iface.sw_if_index, address)
+        if address.version == 6:
+            self.ip6_nd.link_enable(iface.sw_if_index)  # an IPv6 address enables IPv6
 
     def set_table(self, sw_if_index: int, is_ip6: bool, vrf: int) -> None:
         iface = self.interface(sw_if_index)
@@ -648,11 +679,14 @@ class Dataplane:
         """Adding an existing table or deleting an absent one is accepted silently, like VPP."""
         key = (is_ip6, table_id)
         if is_add:
-            self.tables.setdefault(key, name or f"{'ipv6' if is_ip6 else 'ipv4'}-VRF:{table_id}")
+            if key not in self.tables:
+                self.tables[key] = name or f"{'ipv6' if is_ip6 else 'ipv4'}-VRF:{table_id}"
+                self.fib_indices[key] = self._fib_pools[is_ip6].get()
             return
         if table_id == 0 or key not in self.tables:
             return
         del self.tables[key]
+        self._fib_pools[is_ip6].put(self.fib_indices.pop(key))
         for route_key in [k for k in self.routes if k[0] == is_ip6 and k[1] == table_id]:
             del self.routes[route_key]
         for iface in self.interfaces.values():
@@ -681,9 +715,9 @@ class Dataplane:
             raise ApiError(E.NO_SUCH_FIB, f"no such table {table_id}")
         if not paths:
             raise ApiError(E.NO_PATHS_IN_ROUTE, "no paths in route")
-        for path in paths:
-            if path.path_type == PATH_NORMAL and path.sw_if_index != INVALID_INDEX:
-                self.interface(path.sw_if_index)
+        for path in paths:  # fib_api_path_decode's checks
+            if path.path_type == PATH_NORMAL:
+                check_path_target(self, path.sw_if_index, path.nh_table_id, is_ip6)
         key = (is_ip6, table_id, prefix)
         current = self.routes.get(key, [])
         if is_add:
@@ -1079,8 +1113,15 @@ class Dataplane:
             ],
             **self._snapshot_l2l3(),
             "acl": self.acl.snapshot(),
+            "abf": self.abf.snapshot(),
             "bonds": self.bonds.snapshot(),
             "ipsec": self.ipsec.snapshot(),
             "srv6": self.srv6.snapshot(),
+            "proxy_arp": self.proxy_arp.snapshot(),
+            "l3xc": self.l3xc.snapshot(),
+            "ip6_nd": self.ip6_nd.snapshot(),
+            "wireguard": self.wireguard.snapshot(),
+            "span": self.span.snapshot(),
+            "punt": self.punt.snapshot(),
             "nat44": self.nat44.snapshot(),
         }

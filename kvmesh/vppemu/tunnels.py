@@ -101,6 +101,14 @@ class Tunnels:
         self._instances[tunnel.kind].discard(tunnel.instance)
         self._pools[tunnel.kind].release(self._pool_index.pop(sw_if_index))
 
+    def is_p2p(self, sw_if_index: int) -> bool | None:
+        """Whether the tunnel is point-to-point (VPP's P2P interface class: an L3 tunnel, not
+        multipoint); None when the interface is no GRE/IPIP tunnel."""
+        tunnel = self.by_index.get(sw_if_index)
+        if tunnel is None:
+            return None
+        return tunnel.mode == MODE_P2P and (tunnel.kind == "ipip" or tunnel.gre_type == GRE_L3)
+
     def ipip_index(self, sw_if_index: int) -> int:
         tunnel = self.by_index.get(sw_if_index)
         if tunnel is None or tunnel.kind != "ipip":

@@ -31,6 +31,11 @@ BD_FLAG_BITS = {
 }
 
 
+def path_next_hop(path: Any) -> str:
+    """The next hop of a dumped fib_path (the unspecified address when there is none)."""
+    return str(path.nh.address.ip6 if int(path.proto) == 1 else path.nh.address.ip4)
+
+
 @dataclass(frozen=True)
 class SubInterfaceDetails:
     parent: int  # sup_sw_if_index
@@ -78,6 +83,31 @@ class RoutePath:
     weight: int
     preference: int
     path_type: int
+    table_id: int = 0  # where a path without an interface resolves its next hop
+
+
+def fib_path(next_hop: str, sw_if_index: int, table_id: int, weight: int,
+             preference: int) -> dict[str, Any]:
+    """One fib_types.api `fib_path` of type normal: to `next_hop` (the unspecified address of
+    its family when there is none) through `sw_if_index` (ANY_INDEX: resolved in `table_id`)."""
+    is_ip6 = ":" in next_hop
+    packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
+    return {
+        "sw_if_index": sw_if_index,
+        "table_id": table_id,
+        "weight": weight,
+        "preference": preference,
+        "type": PATH_NORMAL,
+        "proto": 1 if is_ip6 else 0,
+        "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
+        "label_stack": NO_LABELS,
+    }
+
+
+def route_path(p: Any) -> RoutePath:
+    """A fib_path as read back."""
+    return RoutePath(p.sw_if_index, path_next_hop(p), p.weight, p.preference, int(p.type),
+                     p.table_id)
 
 
 @dataclass(frozen=True)
@@ -274,18 +304,7 @@ class VppApi:
         preference: int,
     ) -> None:
         """One path of a route; paths are added and removed one by one (multipath)."""
-        is_ip6 = ":" in next_hop
-        packed = socket.inet_pton(socket.AF_INET6 if is_ip6 else socket.AF_INET, next_hop)
-        path = {
-            "sw_if_index": sw_if_index,
-            "table_id": vrf,
-            "weight": weight,
-            "preference": preference,
-            "type": PATH_NORMAL,
-            "proto": 1 if is_ip6 else 0,
-            "nh": {"address": {"ip6" if is_ip6 else "ip4": packed}},
-            "label_stack": NO_LABELS,
-        }
+        path = fib_path(next_hop, sw_if_index, vrf, weight, preference)
         self.conn.call(
             "ip_route_add_del",
             is_add=is_add,
@@ -300,11 +319,8 @@ class VppApi:
         result = []
         for d in self.conn.dump("ip_route_dump", table={"table_id": table_id, "is_ip6": is_ip6}):
             prefix = d.route.prefix
-            paths = []
-            for p in d.route.paths:
-                hop = str(p.nh.address.ip6 if int(p.proto) == 1 else p.nh.address.ip4)
-                paths.append(RoutePath(p.sw_if_index, hop, p.weight, p.preference, int(p.type)))
-            result.append(RouteDetails(d.route.table_id, str(prefix), tuple(paths)))
+            paths = tuple(route_path(p) for p in d.route.paths)
+            result.append(RouteDetails(d.route.table_id, str(prefix), paths))
         return result
 
     # ------------------------------------------------------------------ issue 19 additions

@@ -72,6 +72,7 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
     -144: ("INIT_FAILED", "Initialization Failed"),
     -145: ("NETLINK_ERROR", "Netlink error"),
     -147: ("INSTANCE_IN_USE", "Instance in use"),
+    -149: ("ACL_IN_USE_BY_LOOKUP_CONTEXT", "ACL in use by a lookup context"),
     -152: ("BD_ALREADY_HAS_BVI", "Bridge domain already has a BVI interface"),
     -153: ("INVALID_PROTOCOL", "Invalid Protocol"),
     -154: ("INVALID_ALGORITHM", "Invalid Algorithm"),
@@ -84,7 +85,10 @@ RETVAL_NAMES: dict[int, tuple[str, str]] = {
 }
 
 INVALID_SW_IF_INDEX = -2
+NO_SUCH_FIB = -3
 NO_SUCH_ENTRY = -6
+INVALID_VALUE = -7
+IP6_NOT_ENABLED = -62
 VALUE_EXIST = -81
 INVALID_INTERFACE = -71
 EAGAIN = -165  # a cursor get stopped half-way: go on from its cursor

@@ -41,6 +41,7 @@ from southbound.vpp.models import (
     parse_interface_address,
 )
 from southbound.vpp.models.vrf import vrf_dependencies
+from southbound.vpp.wireguard_api import redact_private_key
 
 log = logging.getLogger("southbound.vpp.interface")
 
@@ -110,6 +111,7 @@ class InterfaceDescriptor:
             derived_values=self.derived_values,
             with_metadata=True,
             conflicts=interface_conflicts,
+            redact=redact_private_key,
         )
 
     # ------------------------------------------------------------------ CRUD

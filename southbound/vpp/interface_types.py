@@ -14,6 +14,9 @@ and memif - what the interface descriptor does differently for each of them.
   not being kvmesh's, never removed.
 - gre, ipip: `gre_tunnel_add_del` (deleted by the same parameters) and `ipip_add_tunnel` /
   `ipip_del_tunnel`; depend on the outer VRF's table. An unset instance matches any.
+- wireguard: `wireguard_interface_create` / `wireguard_interface_delete` (VPP removes its peers
+  with it; kvmesh removes them first, as they depend on it), read back with its private key by
+  `wireguard_interface_dump` (southbound/vpp/wireguard_api.py). An unset instance matches any.
 - bond: `bond_create2` / `bond_delete` (VPP detaches its members); members are values of their
   own (`vpp/bond/<bond>/member/<interface>`, southbound/vpp/models/bond_member.py). VPP does not
   report a bond's GSO setting, and round-robin, active-backup and broadcast bonds have a
@@ -41,8 +44,9 @@ from southbound.vpp.context import Context, MemifSocket
 from southbound.vpp.errors import INVALID_SW_IF_INDEX, NO_SUCH_ENTRY, VppApiError, VppError
 from southbound.vpp.models import BOND_LOAD_BALANCE, BOND_MODES
 from southbound.vpp.models.vrf import vrf_dependencies
+from southbound.vpp.wireguard_api import WireguardApi
 
-TYPES = ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip")
+TYPES = ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip", "wireguard")
 TUNNEL_MODES = ("p2p", "mp")
 GRE_TYPES = ("l3", "teb", "erspan")
 BOND_MODE_IDS = {name: number for number, name in enumerate(BOND_MODES, start=1)}
@@ -82,6 +86,8 @@ def make(ctx: Context, name: str, v: dict[str, Any]) -> int:
         return api.gre_add_del(_tunnel_spec(v), True)
     if v["type"] == "ipip":
         return api.ipip_add(_tunnel_spec(v))
+    if v["type"] == "wireguard":
+        return WireguardApi(api.conn).create_interface(v["wireguard"])
     if v["type"] == "bond":
         b = v["bond"]
         return api.bond_create(b["id"], BOND_MODE_IDS[b["mode"]], BOND_LB_IDS[b["load_balance"]],
@@ -110,6 +116,8 @@ def unmake(ctx: Context, name: str, v: dict[str, Any], sw_if_index: int) -> None
             api.gre_add_del(_tunnel_spec(v), False)
         elif v["type"] == "ipip":
             api.ipip_delete(sw_if_index)
+        elif v["type"] == "wireguard":
+            WireguardApi(api.conn).delete_interface(sw_if_index)
         else:
             api.memif_delete(sw_if_index)
     except VppApiError as exc:
@@ -127,8 +135,8 @@ def _tunnel_spec(v: dict[str, Any]) -> TunnelSpec:
 
 
 def is_l3_tunnel(if_type: str, section: dict[str, Any] | None) -> bool:
-    """An IPIP or GRE-l3 tunnel: no MAC, no MTU of its own to set."""
-    return if_type == "ipip" or (if_type == "gre" and section is not None
+    """An IPIP, WireGuard or GRE-l3 tunnel: no MAC, no MTU of its own to set."""
+    return if_type in ("ipip", "wireguard") or (if_type == "gre" and section is not None
                                  and section["type"] == "l3")
 
 
@@ -179,7 +187,7 @@ def same_section(x: dict[str, Any], y: dict[str, Any], section: str) -> bool:
     left, right = x[section], y[section]
     if left is None or right is None:
         return bool(left == right)
-    if section in ("gre", "ipip"):
+    if section in ("gre", "ipip", "wireguard"):
         ignored_tunnel = {"instance"} if left["instance"] is None or \
             right["instance"] is None else set()
         return all(left[k] == right[k] for k in left if k not in ignored_tunnel)
@@ -201,6 +209,9 @@ class Retrieved:
         self.vxlans: dict[int, VxlanDetails] = {}
         self.memifs: dict[int, MemifDetails] = {}
         self.bonds: dict[int, BondDetails] = {}
+        self.wireguards: dict[int, dict[str, Any]] = {}
+        if any(d.dev_type == "Wireguard Tunnel" for d in details):
+            self.wireguards = WireguardApi(ctx.api.conn).interfaces()
         self.tunnels: dict[str, dict[int, TunnelSpec]] = {}
         if any(d.dev_type == "GRE tunnel device" for d in details):
             self.tunnels["gre"] = ctx.api.gre_tunnels()
@@ -224,6 +235,8 @@ class Retrieved:
             return "memif"
         if d.sw_if_index in self.bonds:
             return "bond"
+        if d.sw_if_index in self.wireguards:
+            return "wireguard"
         for kind, tunnels in self.tunnels.items():
             if d.sw_if_index in tunnels:
                 return kind
@@ -249,6 +262,8 @@ class Retrieved:
         for kind, tunnels in self.tunnels.items():
             if d.sw_if_index in tunnels:
                 return _tunnel_section(kind, tunnels[d.sw_if_index])
+        if d.sw_if_index in self.wireguards:
+            return dict(self.wireguards[d.sw_if_index])
         if d.sw_if_index in self.bonds:
             b = self.bonds[d.sw_if_index]
             mode = BOND_MODES[b.mode - 1]

@@ -3,8 +3,10 @@
 An SA is `ipsec_sad_entry_add_v2` / `ipsec_sad_entry_del`, read back by `ipsec_sa_v5_dump`; an
 SPD is `ipsec_spd_add_del`, its policies `ipsec_spd_entry_add_del_v2`, its interfaces
 `ipsec_interface_add_del_spd`, read back by `ipsec_spds_dump`, `ipsec_spd_dump` and
-`ipsec_spd_interface_dump`. Key material goes to VPP and comes back from its dump, and nowhere
-else: nothing here logs a request or puts one in an error.
+`ipsec_spd_interface_dump`; a tunnel protection is `ipsec_tunnel_protect_update` /
+`ipsec_tunnel_protect_del`, read back by `ipsec_tunnel_protect_dump`. Key material goes to
+VPP and comes back from its dump, and nowhere else: nothing here logs a request or puts one in
+an error.
 """
 
 from __future__ import annotations
@@ -147,3 +149,26 @@ class IpsecApi:
         to its index)."""
         return {d.sw_if_index: d.spd_index
                 for d in self.conn.dump("ipsec_spd_interface_dump", spd_index_valid=0)}
+
+    # ------------------------------------------------------------------ tunnel protection
+    def protect(self, sw_if_index: int, next_hop: str | None, sa_out: int,
+                sa_in: list[int]) -> None:
+        """Create or update (the SAs of) the protection of a tunnel."""
+        self.conn.call("ipsec_tunnel_protect_update", tunnel={
+            "sw_if_index": sw_if_index, "nh": next_hop or ZERO4, "sa_out": sa_out,
+            "n_sa_in": len(sa_in), "sa_in": sa_in})
+
+    def unprotect(self, sw_if_index: int, next_hop: str | None) -> None:
+        self.conn.call("ipsec_tunnel_protect_del", sw_if_index=sw_if_index,
+                       nh=next_hop or ZERO4)
+
+    def protections(self) -> list[tuple[int, dict[str, Any]]]:
+        """(sw_if_index, protection in the model's form), in VPP's order; the all-zeros next
+        hop (a point-to-point tunnel's) is None."""
+        result = []
+        for d in self.conn.dump("ipsec_tunnel_protect_dump", sw_if_index=ANY):
+            t = d.tun
+            next_hop = None if t.nh.is_unspecified else str(t.nh)
+            result.append((t.sw_if_index, {"sa_out": t.sa_out, "sa_in": sorted(t.sa_in),
+                                           "next_hop": next_hop}))
+        return result

@@ -71,6 +71,14 @@ def _tail(key: str, prefix: str) -> list[str] | None:
     return parts if parts[0] else None
 
 
+def key_parts(key: str, prefix: str, count: int) -> tuple[str, ...] | None:
+    """The `count` non-empty '/'-separated parts of a key after `prefix`, or None."""
+    parts = _tail(key, prefix)
+    if parts is None or len(parts) != count or not all(parts):
+        return None
+    return tuple(parts)
+
+
 def ip6_key_tail(key: str, prefix: str) -> str | None:
     """The IPv6 address ending a key (`vpp/srv6/policy/<bsid>`), if written canonically."""
     if not key.startswith(prefix):
@@ -80,6 +88,19 @@ def ip6_key_tail(key: str, prefix: str) -> str | None:
         return tail if str(ipaddress.IPv6Address(tail)) == tail else None
     except ValueError:
         return None
+
+
+U32_MAX = 0xFFFFFFFF
+
+
+def u32_key_tail(key: str, prefix: str) -> int | None:
+    """The u32 ending a key (`vpp/ipsec/sa/<id>`), if written canonically (no leading 0)."""
+    if not key.startswith(prefix):
+        return None
+    tail = key[len(prefix) :]
+    if not tail.isdigit() or (len(tail) > 1 and tail[0] == "0") or int(tail) > U32_MAX:
+        return None
+    return int(tail)
 
 
 def interface_name(key: str) -> str | None:
@@ -202,3 +223,9 @@ def parse_l2fib_key(key: str) -> tuple[str, str] | None:
         return None
     return parts[0], parts[2]
 
+
+
+def single_name(key: str, prefix: str) -> str | None:
+    """The one component after `prefix` (`vpp/ip6-nd/<interface>`), else None."""
+    parts = _tail(key, prefix)
+    return parts[0] if parts is not None and len(parts) == 1 else None

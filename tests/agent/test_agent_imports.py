@@ -4,7 +4,8 @@ what each process loads and why).
 A real agent (`kvmesh agent run`: a KvStore node, the Linux southbound in a namespace, the REST
 API) applies a value, and its own `-X importtime` record (PYTHONPROFILEIMPORTTIME, written to its
 log) says what it loaded: not networkx (no longer used), not prometheus_client until /metrics is
-scraped, not the CLI's other commands (YAML, the REST client), not pyroute2 beyond rtnetlink.
+scraped, not the console and the stream hub until it is browsed, not the CLI's other commands
+(YAML, the REST client), not pyroute2 beyond rtnetlink.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ pytestmark = [
 NOT_LOADED = (
     "networkx",
     "prometheus_client",  # until the first /metrics scrape
+    "kvmesh.agent.ui.console",  # the console: until its first /ui request
+    "kvmesh.agent.stream_hub",  # GET /stream's hub: until a stream or the console needs it
     "yaml",
     "kvmesh.rest_client",
     "pyroute2.ndb.main",
@@ -83,6 +86,8 @@ def test_an_agent_at_work_loads_only_what_it_uses(tmp_path: Path) -> None:
 
             rest().request("GET", "/metrics")  # prometheus_client loads now, on use
             assert "prometheus_client" in imported(log)
+            rest().request("GET", "/ui/login")  # the console: its login page, no credential
+            assert {"kvmesh.agent.ui.console", "kvmesh.agent.stream_hub"} <= imported(log)
             assert agent.stop() == 0
     finally:
         if agent is not None:

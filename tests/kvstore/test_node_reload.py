@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from zmq import curve_keypair
 
-from kvstore.client import KvStoreClient, KvStoreRequestError
-from tests.kvstore.conftest import REPO, Mesh, free_port
+from kvstore.authz import PEER
+from kvstore.client import KvStoreClient, KvStoreRequestError, make_value
+from kvstore.membership import Member, encode_member, member_key
+from tests.kvstore.conftest import REPO, Mesh, Node, free_port
 from tests.util import wait_until
 
 
@@ -25,8 +28,9 @@ class ConfiguredNode:
         self.path = workdir / f"{name}.toml"
         self.log_path = workdir / f"{name}.log"
         self.cmd_url = f"tcp://127.0.0.1:{free_port()}"
+        self.pub_url = f"tcp://127.0.0.1:{free_port()}"
         self.head = (f'name = "{name}"\ncmd_url = "{self.cmd_url}"\n'
-                     f'pub_url = "tcp://127.0.0.1:{free_port()}"\ninsecure = true\n'
+                     f'pub_url = "{self.pub_url}"\ninsecure = true\n'
                      "ephemeral = true\nsync_interval_s = 0\nsync_initial_backoff_ms = 100\n")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -152,3 +156,62 @@ def test_sighup_with_a_broken_file_keeps_the_running_configuration(
     assert "writable by group or others" in node.log()
     assert node.peers() == {"n2"} and node.counter("kvstore.config.reloads") == 0
     assert node.stop() == 0
+
+
+def _member(name: str, node: ConfiguredNode | Node, peers: tuple[str, ...] = ()) -> bytes:
+    return encode_member(Member(name=name, key=curve_keypair()[0].decode(), role=PEER,
+                                cmd_url=node.cmd_url, pub_url=node.pub_url, peers=peers,
+                                added_by="test", added_at=1))
+
+
+@pytest.mark.process
+def test_sighup_with_member_records_keeps_members_and_their_peerings(
+        mesh: Mesh, configured: ConfiguredNode) -> None:
+    """A node reloads its file while member records (member/<N>) exist: the live settings
+    change, the records stay, and so do the peerings they make, also a peer the file no longer
+    names but a record does (it is a member peering still: never dropped and dialed again, and
+    the records' from then on: it goes when they stop naming it)."""
+    n2, n3 = mesh.start(mesh.allocate("n2")), mesh.start(mesh.allocate("n3"))
+    node = configured
+    node.write(node.head + f'[peers]\nn2 = "{n2.cmd_url},{n2.pub_url}"\n')
+    node.start()
+    records = {member_key("n1"): _member("n1", node, peers=("n2", "n3")),
+               member_key("n2"): _member("n2", n2), member_key("n3"): _member("n3", n3)}
+    with node.client() as client:
+        client.set({key: make_value(raw, version=1, originator_id="op")
+                    for key, raw in records.items()})
+    wait_until(lambda: node.peers() == {"n2", "n3"}, timeout=15,
+               message=f"n3 peered by the member records\n{node.log()}")
+    wait_until(lambda: node.counter("kvstore.full_sync.success") >= 2, timeout=15,
+               message="both peers synced")
+    syncs = node.counter("kvstore.full_sync.started")
+    changes = node.counter("kvstore.members.peer_changes")
+
+    # A live setting changes; the file still names n2.
+    node.write(node.head + f'max_peers = 2\n[peers]\nn2 = "{n2.cmd_url},{n2.pub_url}"\n')
+    node.hangup()
+    wait_until(lambda: node.counter("kvstore.config.reloads") == 1, timeout=15,
+               message=f"reloaded\n{node.log()}")
+    assert "max_peers: 512 -> 2 (applied)" in node.log()
+    with node.client() as client, pytest.raises(KvStoreRequestError, match="max_peers is 2"):
+        client.add_peer("n4", "tcp://127.0.0.1:8")  # in force
+    # The file drops n2, which the records still name.
+    node.write(node.head + "max_peers = 2\n")
+    node.hangup()
+    wait_until(lambda: node.counter("kvstore.config.reloads") == 2, timeout=15,
+               message=f"reloaded\n{node.log()}")
+    assert node.peers() == {"n2", "n3"}
+    with node.client() as client:
+        held = client.dump(prefix="member/")
+        assert {key: value.value for key, value in held.items()} == records
+        assert client.counters()["kvstore.members.active"] == 3
+    assert node.counter("kvstore.members.peer_changes") == changes, node.log()
+    assert node.counter("kvstore.full_sync.started") == syncs, "a peering was restarted"
+    assert "peer n2 removed" not in node.log() and "peer n3 removed" not in node.log()
+    assert node.counter("kvstore.config.reload_failures") == 0
+    # n2 is the records' now: when they stop naming it, it goes.
+    with node.client() as client:
+        client.set({member_key("n1"): make_value(_member("n1", node, peers=("n3",)), version=2,
+                                                 originator_id="op")})
+    wait_until(lambda: node.peers() == {"n3"}, timeout=15,
+               message=f"n2 removed with its last naming record\n{node.log()}")

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from kvstore.aioclient import AsyncKvStoreClient, KeyManager
 from kvstore.client import make_value
 from kvstore.gen.kvstore_thrift.ttypes import Value
-from tests.kvstore.conftest import Mesh, wait_for_value, wait_subscription_live
+from tests.kvstore.conftest import Mesh, Node, wait_for_value, wait_subscription_live
 from tests.util import wait_until
 
 
@@ -66,6 +66,17 @@ def test_short_ttl_is_applied_locally_but_not_flooded(mesh: Mesh) -> None:
 
 
 def test_ttl_refresh_keeps_key_alive(mesh: Mesh) -> None:
+    """A key refreshed (TTL-only updates) lives; once the refreshes stop it expires everywhere.
+
+    Once seen failing under load: the key still at c 10 s after the refreshes stopped. Why no
+    node can keep it longer than the last refresh's TTL (docs/kvstore.md, "TTL"): every copy of
+    the key descends from a's last merge through floods and syncs; each hop's sender stamps what
+    it sends with the wall time of the instant its remaining TTL was read, and the receiver
+    charges the age; a node that expired the key takes it back only with what a sender still
+    has left. One leak was found and fixed: a sender that stalled between reading its clock
+    and stamping (tests/kvstore/test_ttl_send_stamp.py). Outside the nodes, a stall of the test
+    process itself (a reply read long after c sent it) looks the same from here: the failure
+    message says how long the last poll took, and what each node holds, with its counters."""
     a, _b, c = mesh.chain(["a", "b", "c"])
 
     async def scenario() -> None:
@@ -89,29 +100,62 @@ def test_ttl_refresh_keeps_key_alive(mesh: Mesh) -> None:
                 assert keys.counters["refreshes"] >= 8
                 # Stop refreshing: now it expires everywhere.
                 keys.unset_key("alive")
+                stopped = time.monotonic()
+                polls: list[tuple[float, float, Value | None]] = []  # (sent, answered, value)
 
                 async def gone() -> bool:
-                    return "alive" not in await far.get(["alive"])
+                    sent = time.monotonic()
+                    value = (await far.get(["alive"])).get("alive")
+                    polls.append((sent - stopped, time.monotonic() - stopped, value))
+                    return value is None
 
-                stopped = time.monotonic()
                 try:
                     await async_wait_until(gone, timeout=10)
                 except AssertionError:
-                    # Once seen under load: say what every node holds, for the next time.
-                    held = {}
-                    for node in (a, _b, c):
-                        async with AsyncKvStoreClient(node.cmd_url) as each:
-                            value = (await each.get(["alive"])).get("alive")
-                            held[node.name] = None if value is None else (
-                                value.ttl_ms, value.ttl_version, value.version)
                     raise AssertionError(
-                        f"{time.monotonic() - stopped:.1f}s after the refreshes stopped "
-                        f"({keys.counters['refreshes']} refreshes sent), the key is still "
-                        f"held as (ttl left ms, ttl_version, version): {held}") from None
+                        await _ttl_diagnosis((a, _b, c), "alive", keys.counters, polls)
+                    ) from None
 
     asyncio.run(scenario())
     with a.client() as client:
         assert "alive" not in client.get(["alive"])
+
+
+_TTL_COUNTERS = (
+    "kvstore.expired_key_vals", "kvstore.ttl.expired_in_transit", "kvstore.ttl.clock_ahead",
+    "kvstore.ttl.transit_age_ms_max", "kvstore.full_sync.success", "kvstore.peer_silent",
+)
+
+
+def _held(value: Value | None) -> str:
+    if value is None:
+        return "absent"
+    return (f"ttl left {value.ttl_ms} ms, ttl_version {value.ttl_version}, version "
+            f"{value.version}, originator {value.originator_id!r}")
+
+
+async def _ttl_diagnosis(
+    nodes: tuple[Node, ...], key: str, sent: dict[str, int],
+    polls: list[tuple[float, float, Value | None]],
+) -> str:
+    """What to know when a key outlived its refreshes: each poll of the far node (when sent and
+    answered, seconds after the refreshes stopped: a long one means the test process or that
+    node stalled, not the key living on), and what each node holds now with its TTL counters."""
+    shown = polls if len(polls) <= 6 else polls[:3] + polls[-3:]
+    lines = [f"'{key}' still held {polls[-1][1]:.1f}s after the refreshes stopped "
+             f"({sent['refreshes']} refreshes sent, {len(polls)} polls of the far node; first "
+             "and last, seconds after the stop when sent - answered: "
+             + ", ".join(f"{s:.2f}-{r:.2f} {_held(v)}" for s, r, v in shown) + ")"]
+    for node in nodes:
+        async with AsyncKvStoreClient(node.cmd_url) as each:
+            asked = time.monotonic()
+            value = (await each.get([key])).get(key)
+            counters = await each.counters()
+        wall = time.time()
+        lines.append(f"  {node.name} at {wall:.3f} (monotonic {asked:.3f}): {_held(value)}; "
+                     + ", ".join(f"{name.removeprefix('kvstore.')}={counters.get(name, 0)}"
+                                 for name in _TTL_COUNTERS))
+    return "\n".join(lines)
 
 
 def test_persist_key_wins_back_an_overridden_key(mesh: Mesh) -> None:

@@ -477,3 +477,25 @@ def test_resync_is_recorded_with_its_resync_type(
     assert f"      - type: NB transaction, {kind} resync\n" in text
     by_type = sched.stats()["transactions_by_type"]
     assert isinstance(by_type, dict) and by_type[f"NB transaction, {kind} resync"] == 1
+
+
+def test_a_plan_tells_a_dependency_nothing_provides_from_one_that_waits(
+    sched: KVScheduler, sb: MockSB
+) -> None:
+    """`kvmesh plan` reports values that would stay PENDING with why: `absent` names the
+    missing dependencies nothing in the graph provides (desired or found in the southbound), or
+    will provide (a value a waiting value derives once created); a dependency on a desired value
+    that itself waits, or on what it will derive, is missing but not absent."""
+    sched.register_descriptor(prefix_descriptor(
+        sb, "if", IF, deps=lambda k, v: [Dependency(label="uplink " + v["up"], key="up/" + v["up"])]
+        if "up" in v else [], derived=lambda k, v: [("addr/" + k[len(IF):], {"of": k})]))
+    sched.register_descriptor(prefix_descriptor(sb, "addr", "addr/"))
+    sched.register_descriptor(prefix_descriptor(sb, "rt", RT, deps=lambda k, v: [
+        Dependency(label="if", key=IF + v), Dependency(label="addr", key="addr/" + v)]))
+    plan = sched.plan({IF + "a": {"up": "x"}, RT + "r": "a", RT + "s": "b"})
+    assert [(op.key, op.new_state, op.details, op.absent) for op in plan] == [
+        (IF + "a", ValueState.PENDING, ("uplink x",), ("uplink x",)),
+        (RT + "r", ValueState.PENDING, ("if", "addr"), ()),
+        (RT + "s", ValueState.PENDING, ("if", "addr"), ("if", "addr")),
+    ]
+    assert sched.plan({IF + "a": {}, RT + "r": "a"})[-1].new_state is ValueState.CONFIGURED

@@ -19,7 +19,8 @@ Interface (`vpp/interface/<name>`)::
      "sub_interface": {"parent": "<name>", "sub_id": 10, "outer_vlan": 10,
                        "inner_vlan": null, "exact_match": true},
      "vxlan": {"src": "192.168.1.1", "dst": "192.168.1.2", "vni": 100, "encap_vrf": 0},
-     "memif": {"socket": "/run/vpp/app.sock", "id": 0, "master": true, "mode": "ethernet"}}
+     "memif": {"socket": "/run/vpp/app.sock", "id": 0, "master": true, "mode": "ethernet"},
+     "wireguard": {"private_key": "<base64>", "port": 51820, "src_addr": "192.0.2.1"}}
 
 The VRF table, neighbor, cross-connect and L2 FIB models have one module each (`vrf`,
 `neighbor`, `xconnect`, `l2fib`).
@@ -84,11 +85,14 @@ from scheduler import Dependency, Descriptor, InvalidValueError
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.errors import is_retriable
+from southbound.vpp.wireguard_api import WireguardKey
 
 INTERFACE_TYPES = ("loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif")
 # The sections of the interface types that have one (each only allowed with its type).
-TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif", "bond", "gre", "ipip")
+TYPE_SECTIONS = ("tap", "af_packet", "sub_interface", "vxlan", "memif", "bond", "gre", "ipip",
+                 "wireguard")
 TUNNEL_TYPES = ("gre", "ipip")  # L3 tunnel interfaces (a GRE teb/erspan one is ethernet)
+WG_MAX_INSTANCE = 16 * 1024 - 1  # WG_ITF_MAX_INSTANCE: instances below 16384
 # Bond modes and load-balance algorithms by their VPP names (bond.api bond_mode, bond_lb_algo).
 BOND_MODES = ("round-robin", "active-backup", "xor", "broadcast", "lacp")
 BOND_LOAD_BALANCE = ("l2", "l34", "l23")
@@ -186,6 +190,15 @@ def _ip(text: str) -> str:
         return str(ipaddress.ip_address(text))
     except ValueError:
         raise ValueError(f"must be an IP address, got {text!r}") from None
+
+
+def listed_once(items: list[Any]) -> list[Any]:
+    """A list whose order does not matter, sorted; an item listed twice is an error."""
+    problems = {f"[{i}]": f"{item!r} is listed twice" for i, item in enumerate(items)
+                if item in items[:i]}
+    if problems:
+        raise FieldProblems(problems)
+    return sorted(items)
 
 
 VppName = Annotated[str, AfterValidator(_vpp_name), Field(
@@ -320,12 +333,25 @@ class BondSection(StrictModel):
     gso: bool = Field(False, description="generic segmentation offload (members must have it)")
 
 
+class WireguardSection(StrictModel):
+    """A WireGuard tunnel interface (L3): its private key (never shown back), the UDP port it
+    listens on and the source address of its packets; its peers are
+    `vpp/wireguard/peer/<name>` values."""
+
+    private_key: WireguardKey
+    port: int = Field(ge=1, le=65535, description="the UDP port it listens on")
+    src_addr: Annotated[str, AfterValidator(_ip)] = Field(
+        description="the source address of its packets")
+    instance: int | None = Field(None, ge=0, le=WG_MAX_INSTANCE,
+                                 description="the interface's number, wg<instance> (unset: VPP's)")
+
+
 class VppInterface(StrictModel):
     """`vpp/interface/<name>`: a VPP interface kvmesh owns. `mtu` and `mac` unset (null) leave
     VPP's choice alone."""
 
     type: Literal["loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif",
-                  "bond", "gre", "ipip"] = Field(description="interface type")
+                  "bond", "gre", "ipip", "wireguard"] = Field(description="interface type")
     enabled: bool = Field(True, description="administratively up")
     mtu: int | None = Field(None, ge=MIN_MTU, le=MAX_MTU, description="MTU (unset: VPP's)")
     mac: Mac | None = Field(None, description="MAC address (unset: VPP's)")
@@ -342,6 +368,7 @@ class VppInterface(StrictModel):
     bond: BondSection | None = Field(None, description="required with type bond")
     gre: GreSection | None = Field(None, description="required with type gre")
     ipip: IpipSection | None = Field(None, description="required with type ipip")
+    wireguard: WireguardSection | None = Field(None, description="required with type wireguard")
 
     @classmethod
     def section_problems(cls, value: Mapping[str, Any]) -> dict[str, str]:
@@ -365,11 +392,11 @@ class VppInterface(StrictModel):
         if self.type == "af_packet" and self.af_packet is None:
             problems["af_packet"] = \
                 "required with type 'af_packet': {'host_if_name': <linux interface>}"
-        for section in ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip"):
+        for section in ("sub_interface", "vxlan", "memif", "bond", "gre", "ipip", "wireguard"):
             if self.type == section and getattr(self, section) is None:
                 problems[section] = f"required with type '{section}'"
-        l3_tunnel = self.type == "ipip" or (self.type == "gre" and self.gre is not None
-                                            and self.gre.type == "l3")
+        l3_tunnel = self.type in ("ipip", "wireguard") or (
+            self.type == "gre" and self.gre is not None and self.gre.type == "l3")
         if l3_tunnel:
             for field in ("mtu", "mac"):
                 if getattr(self, field) is not None:

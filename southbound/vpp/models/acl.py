@@ -38,7 +38,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import VppName, memoized, model_descriptor, name_problem
+from southbound.vpp.models import VppName, listed_once, memoized, model_descriptor, name_problem
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -102,15 +102,7 @@ class AclRuleSpec(StrictModel):
         return self
 
 
-def _names(names: list[str]) -> list[str]:
-    problems = {f"[{i}]": f"{name!r} is listed twice" for i, name in enumerate(names)
-                if name in names[:i]}
-    if problems:
-        raise FieldProblems(problems)
-    return sorted(names)
-
-
-Names = Annotated[list[VppName], AfterValidator(_names)]
+Names = Annotated[list[VppName], AfterValidator(listed_once)]
 
 
 class AclInterfaces(StrictModel):
@@ -184,6 +176,11 @@ class AclDetails:
     rules: list[dict[str, Any]]
 
 
+def model_name(acl: AclDetails) -> str:
+    """An ACL's name in the model: kvmesh's from its tag, `vpp-<index>` for the others."""
+    return owned_name(acl.tag) or f"vpp-{acl.index}"
+
+
 class AclApi:
     def __init__(self, conn: VppConnection) -> None:
         self.conn = conn
@@ -218,6 +215,10 @@ class AclApi:
             "src_ports": [r.srcport_or_icmptype_first, r.srcport_or_icmptype_last],
             "dst_ports": [r.dstport_or_icmpcode_first, r.dstport_or_icmpcode_last],
         } for r in d.r]) for d in self.conn.dump("acl_dump", acl_index=ANY_INDEX)]
+
+    def indexes_by_name(self) -> dict[str, int]:
+        """Every ACL VPP has, by its model name (what `vpp/acl/<name>` and its users say)."""
+        return {model_name(d): d.index for d in self.acls()}
 
     def interface_lists(self) -> dict[int, tuple[list[int], list[int]]]:
         return {d.sw_if_index: (list(d.acls[:d.n_input]), list(d.acls[d.n_input:]))
@@ -323,7 +324,7 @@ class AclState:
             name = owned.get(d.index)
             if name is None:
                 value = {"rules": d.rules, "interfaces": {"ingress": [], "egress": []}}
-                result.append((acl_key(f"vpp-{d.index}"), value, AclMeta(d.index),
+                result.append((acl_key(model_name(d)), value, AclMeta(d.index),
                                ValueOrigin.FROM_SB))
                 continue
             value = {"rules": d.rules, "interfaces": {

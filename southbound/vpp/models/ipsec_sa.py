@@ -29,6 +29,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from scheduler import REDACTED, Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
+from southbound.vpp import keys
 from southbound.vpp.context import Context
 from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError
 from southbound.vpp.ipsec_api import CRYPTO_ALGS, REPLAY_WINDOW, UDP_PORT, IpsecApi
@@ -129,12 +130,7 @@ class VppIpsecSa(StrictModel):
 
 
 def sa_id(key: str) -> int | None:
-    if not key.startswith(PREFIX):
-        return None
-    tail = key[len(PREFIX):]
-    if not tail.isdigit() or (len(tail) > 1 and tail[0] == "0") or int(tail) > MAX_U32:
-        return None
-    return int(tail)
+    return keys.u32_key_tail(key, PREFIX)
 
 
 def sa_key(number: int) -> str:

@@ -55,7 +55,7 @@ from southbound.vpp.errors import (
     is_retriable,
 )
 from southbound.vpp.ipsec_api import IpsecApi
-from southbound.vpp.models import MAX_U32, VppName, memoized, model_descriptor
+from southbound.vpp.models import MAX_U32, VppName, listed_once, memoized, model_descriptor
 from southbound.vpp.models.ipsec_sa import sa_key
 
 PREFIX = "vpp/ipsec/spd/"
@@ -131,30 +131,17 @@ class SpdPolicy(StrictModel):
         return self
 
 
-def _interfaces(names: list[str]) -> list[str]:
-    problems = {f"[{i}]": f"{name!r} is listed twice" for i, name in enumerate(names)
-                if name in names[:i]}
-    if problems:
-        raise FieldProblems(problems)
-    return sorted(names)
-
-
 class VppIpsecSpd(StrictModel):
     """`vpp/ipsec/spd/<id>`: an IPsec security policy database (id 1..4294967295): its
     policies and the interfaces it applies to (an interface has at most one SPD)."""
 
     policies: list[SpdPolicy] = Field(default_factory=list, description="the policies")
-    interfaces: Annotated[list[VppName], AfterValidator(_interfaces)] = Field(
+    interfaces: Annotated[list[VppName], AfterValidator(listed_once)] = Field(
         default_factory=list, description="vpp/interface names it applies to")
 
 
 def spd_id(key: str) -> int | None:
-    if not key.startswith(PREFIX):
-        return None
-    tail = key[len(PREFIX):]
-    if not tail.isdigit() or tail[0] == "0" or int(tail) > MAX_U32:
-        return None
-    return int(tail)
+    return keys.u32_key_tail(key, PREFIX) or None  # SPD ids start at 1
 
 
 def spd_key(number: int) -> str:

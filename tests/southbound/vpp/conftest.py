@@ -52,6 +52,22 @@ def papi(emulator: EmulatorProcess) -> Iterator[VPPApiClient]:
             client.disconnect()
 
 
+@pytest.fixture
+def ref_papi(emulator: EmulatorProcess) -> Iterator[VPPApiClient]:
+    """A client built from VPP 24.06's own API files (what a real VPP installs), not from the
+    emulator's: it checks the emulator speaks VPP's definitions (skipped without them)."""
+    from tests.southbound.vpp.reference import require_reference_dir
+
+    client = VPPApiClient(apidir=str(require_reference_dir()),
+                          server_address=emulator.socket_path, read_timeout=10)
+    client.connect("kvmesh-reference")
+    try:
+        yield client
+    finally:
+        if client.transport.connected:
+            client.disconnect()
+
+
 class VppHarness:
     """A scheduler with the VPP southbound registered against the emulator, plus helpers."""
 

@@ -80,6 +80,9 @@ SCENARIO: dict[str, Any] = {
                               {"action": "reflect", "src": "fd00::/64", "protocol": "icmpv6"},
                               {"action": "deny"}],
                     "interfaces": {"ingress": ["lo1"], "egress": ["tap1"]}},
+    "vpp/abf/7": {"acl": "web", "paths": [{"next_hop": "10.0.0.2", "interface": "lo1"},
+                                          {"next_hop": "10.8.0.1", "table": 10}],
+                  "interfaces": [{"interface": "lo2", "priority": 3}]},
     "vpp/nat44/global": {"sessions": 2048},
     "vpp/nat44/interface/lo1": {"outside": True},
     "vpp/nat44/interface/lo2": {"inside": True},
@@ -119,6 +122,7 @@ SCENARIO: dict[str, Any] = {
         {"priority": 5, "direction": "inbound", "action": "protect", "sa": 20},
         {"direction": "inbound", "action": "bypass", "protocol": "esp"}],
         "interfaces": ["lo1"]},
+    "vpp/ipsec/tunnel-protection/gre1": {"sa_out": 10, "sa_in": [20]},
     "vpp/srv6/localsid/fc00::1": {"behavior": "end.dt4", "table": 10},
     "vpp/srv6/localsid/fc00::2": {"behavior": "end.x", "interface": "lo1",
                                   "next_hop": "fd00::2"},
@@ -126,6 +130,16 @@ SCENARIO: dict[str, Any] = {
                                                     {"segments": ["fc00::c"], "weight": 2}]},
     "vpp/srv6/steering/to-b": {"bsid": "fc00:b::1", "prefix": "10.8.0.0/16", "table": 10},
     "vpp/srv6/steering/l2": {"bsid": "fc00:b::1", "interface": "tap1"},
+    "vpp/interface/wg0": {"type": "wireguard", "addresses": ["10.55.0.1/24"], "wireguard": {
+        "private_key": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "port": 51820,
+        "src_addr": "10.0.0.1"}},
+    "vpp/wireguard/peer/p1": {"interface": "wg0", "endpoint": "10.0.0.99", "port": 51820,
+                              "public_key": "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=",
+                              "allowed_ips": ["10.56.0.0/16", "fd56::/64"]},
+    "vpp/span/lo4/lo1": {"state": "rx"},
+    "vpp/span/tap1/lo1": {"state": "both", "l2": True},
+    "vpp/punt/l4/ipv4/udp/67": {"socket": "/run/kvt/dhcp.sock"},
+    "vpp/punt/exception/ipsec4-no-such-tunnel": {"socket": "/run/kvt/ike.sock"},
 }
 
 
@@ -165,10 +179,13 @@ def test_the_southbound_with_vpp_24_06s_definitions_as_apidir(emulator) -> None:
         assert [i["name"] for i in state["interfaces"]] == ["local0"]
         assert state["bridge_domains"] == []
         assert state["acl"] == {"acls": [], "interfaces": {}}
+        assert state["abf"] == {"policies": [], "attachments": []}
         assert state["nat44"]["enabled"] is False
-        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+        assert state["ipsec"] == {"sas": [], "spds": [], "interfaces": {}, "protections": []}
         assert state["srv6"] == {"localsids": [], "policies": {}, "steerings": 0,
                                  "encap_source": "::"}
+        assert state["wireguard"] == {"interfaces": [], "peers": []}
+        assert (state["span"], state["punt"]) == ([], [])
     finally:
         plugin.close()
         scheduler.close()

@@ -204,7 +204,11 @@ def test_routes_ipv4_ipv6_multipath(papi):
     assert add(is_add=True, route=route("10.2.0.0/16", [path_to(idx)], table_id=9)).retval == -3
     assert add(is_add=True, route=route("10.2.0.1/16", [path_to(idx)])).retval == -88
     assert add(is_add=True, route=route("10.2.0.0/16", [])).retval == -52
-    assert add(is_add=True, route=route("10.2.0.0/16", [path_to(55)])).retval == -2
+    # fib_api_path_decode: a path through an interface VPP lacks is NO_MATCHING_INTERFACE (not
+    # INVALID_SW_IF_INDEX); one without an interface needs its next hop's table (NO_SUCH_FIB).
+    assert add(is_add=True, route=route("10.2.0.0/16", [path_to(55)])).retval == -54
+    unresolved = {**path_to(0xFFFFFFFF, "10.0.0.9"), "table_id": 9}
+    assert add(is_add=True, route=route("10.2.0.0/16", [unresolved])).retval == -3
 
 
 def test_tap_v2_interfaces(papi):

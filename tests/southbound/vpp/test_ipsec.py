@@ -75,7 +75,8 @@ def test_sas_and_an_spd_applied_read_back_and_removed(vpp):
     # Removed in the order VPP needs: policies before their SAs (an SA a policy holds stays).
     vpp.commit({"vpp/ipsec/sa/10": None, "vpp/ipsec/sa/20": None, "vpp/ipsec/spd/1": None})
     assert sas(vpp) == {}
-    assert vpp.control.state()["ipsec"] == {"sas": [], "spds": [], "interfaces": {}}
+    assert vpp.control.state()["ipsec"] == {"sas": [], "spds": [], "interfaces": {},
+                                            "protections": []}
 
 
 def test_policies_and_interfaces_wait_for_their_sa_and_interface(vpp):

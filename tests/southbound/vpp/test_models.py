@@ -39,6 +39,7 @@ def test_interface_defaults_and_canonical_form():
         "bond": None,
         "gre": None,
         "ipip": None,
+        "wireguard": None,
     }
     tap = normalize_interface("vpp/interface/t", {"type": "tap"})
     assert tap["tap"] == {"host_if_name": None, "rx_ring_size": 256, "tx_ring_size": 256}
