@@ -27,7 +27,7 @@ from scheduler.effects import ExecuteEffects, PlanEffects
 from scheduler.gcpause import GcPause
 from scheduler.graph import Graph, Node
 from scheduler.history import History
-from scheduler.readiness import absent_labels
+from scheduler.readiness import absent_labels, waited_keys
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
@@ -233,6 +233,7 @@ class Engine:
                 if op.new_state is ValueState.PENDING and node is not None \
                         and node.state is ValueState.PENDING:
                     op.absent = absent_labels(graph, node)
+                    op.waits_for = waited_keys(graph, node)
             return ops
         finally:
             graph.rollback()
@@ -484,7 +485,7 @@ class Engine:
                     )
                 )
                 continue
-            status = _status_of(node, record.seq)
+            status = _status_of(self.graph, node, record.seq)
             if previous is not None and _same_status(previous, status) and key not in named:
                 continue
             updates[key] = status
@@ -528,7 +529,7 @@ class Engine:
         return found if found is not None else ValueStatus(key=key, state=ValueState.NONEXISTENT)
 
 
-def _status_of(node: Node, seq: int) -> ValueStatus:
+def _status_of(graph: Graph, node: Node, seq: int) -> ValueStatus:
     return ValueStatus(
         key=node.key,
         state=node.state,
@@ -538,6 +539,7 @@ def _status_of(node: Node, seq: int) -> ValueStatus:
         origin=node.origin,
         derived_from=node.derived_from,
         seq=seq,
+        waits_for=waited_keys(graph, node),
     )
 
 

@@ -46,6 +46,41 @@ def missing_labels(graph: Graph, node: Node) -> tuple[str, ...]:
     return tuple(dep.label for dep in node.deps if not satisfied(graph, dep))
 
 
+def accepted_keys(dep: Dependency) -> tuple[Key, ...]:
+    """The keys that satisfy `dep` that can be named without a graph: its key, or those of its
+    prefixes its predicate accepts as whole keys (a dependency on any of a few named keys, e.g.
+    a kvmesh interface or the host link of that name). Empty for a predicate over a key space
+    (any address on an interface): such a dependency cannot be named key by key."""
+    if dep.key is not None:
+        return (dep.key,)
+    return tuple(prefix for prefix in dep.key_prefixes if dep.matches(prefix))
+
+
+def waited_keys(graph: Graph, node: Node) -> tuple[tuple[Key, ...], ...]:
+    """What a PENDING `node` waits for, by key: for each missing dependency (those its
+    `details` name), the keys any one of which would satisfy it once created: its named keys
+    (``accepted_keys``), the values of the graph it accepts (desired values that wait), and,
+    for a dependency on something a waiting value derives once created (an interface's
+    address), that value's key. Readers outside the scheduler (`kvmesh apply --wait`, `kvmesh
+    plan`) match them against what other values make (``ModelSpec.provides``); labels are for
+    people. Cost: a scan of the waiting values for a dependency with no key to name otherwise."""
+    if node.state is not ValueState.PENDING or not node.details:
+        return ()
+    groups = []
+    deriving: list[tuple[Key, Key]] | None = None  # (derived key, the waiting value deriving it)
+    for dep in node.deps:
+        if dep.label not in node.details:
+            continue
+        keys = dict.fromkeys((*accepted_keys(dep), *candidate_keys(graph, dep)))
+        if not keys:
+            if deriving is None:
+                deriving = [(key, other.key) for other in graph.nodes.values()
+                            if not other.available for key, _value in other.derived]
+            keys = dict.fromkeys(parent for key, parent in deriving if dep.matches(key))
+        groups.append(tuple(keys))
+    return tuple(groups)
+
+
 def absent_labels(graph: Graph, node: Node) -> tuple[str, ...]:
     """The labels of `node`'s unsatisfied dependencies that nothing in the graph provides or
     will provide: no key of the graph is accepted, nor any value a waiting value will derive
