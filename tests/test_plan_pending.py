@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvmesh.cli.devices import (
     Waiting,
     describe_coming,
@@ -18,7 +20,8 @@ ROUTE = "linux/route/100/0.0.0.0/0/-"
 
 def _op(key: str, state: str, details: list[str] | None = None,
         absent: list[str] | None = None, keys: list[list[str]] | None = None) -> dict:
-    op = {"operation": "CREATE", "key": key, "new_state": state, "details": details or []}
+    op: dict[str, Any] = {"operation": "CREATE", "key": key, "new_state": state,
+                          "details": details or []}
     if absent is not None:
         op["absent"] = absent
     if keys is not None:
@@ -73,9 +76,10 @@ def test_a_node_not_asked_is_unchecked_never_missing() -> None:
 # docs/examples/vpp-router.yaml: a Linux-CP pair makes the Linux link be0 that Linux values use.
 LCP, BE0, BE0_ROUTE = "vpp/lcp/bond0", "linux/interface/be0", "linux/route/main/10.0.0.2/32/be0"
 HOST_BE0 = "linux/interface/host/be0"
-ROUTER_N1 = {"vpp/interface/bond0": {"type": "bond"}, LCP: {"host_if_name": "be0"},
-             BE0: {"type": "existing", "addresses": ["192.0.2.1/24"]},
-             BE0_ROUTE: {"dst": "10.0.0.2/32", "dev": "be0", "gateway": "192.0.2.2"}}
+ROUTER_N1: dict[str, dict[str, Any]] = {
+    "vpp/interface/bond0": {"type": "bond"}, LCP: {"host_if_name": "be0"},
+    BE0: {"type": "existing", "addresses": ["192.0.2.1/24"]},
+    BE0_ROUTE: {"dst": "10.0.0.2/32", "dev": "be0", "gateway": "192.0.2.2"}}
 # The node's plan: the pair CONFIGURED, the link and the route PENDING (the link does not exist
 # until VPP makes it), with what they wait for by key, as an agent of this release says it.
 ROUTER_PLAN = {"n1": {"operations": [
