@@ -8,7 +8,7 @@ link waits (PENDING) until it is found: not for something missing, but for its p
 
 The rule, for the PENDING values of one node, each with what it waits for by key (for each
 missing dependency the keys any one of which would satisfy it; the scheduler's
-``waited_keys``): a value waits for its providers when every one of its missing dependencies
+``WaitedKeys``): a value waits for its providers when every one of its missing dependencies
 accepts a key that is
 
 * made by a value of the same node that is *live* (the caller says what that is: in a plan,

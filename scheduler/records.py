@@ -42,7 +42,7 @@ class RecordedOp:
     # southbound (a plan tells "stays PENDING: not there at all" from "waits for a value that
     # waits itself").
     absent: tuple[str, ...] = ()
-    # `details` by key (``scheduler.readiness.waited_keys``): set by plans only.
+    # `details` by key (``scheduler.readiness.WaitedKeys``): set by plans only.
     waits_for: tuple[tuple[Key, ...], ...] = ()
 
     def flags(self) -> list[str]:

@@ -118,6 +118,16 @@ def test_a_provider_that_would_not_apply_leaves_its_dependents_reported() -> Non
         _op(LCP, "PENDING", ["interface bond0"], ["interface bond0"], [["vpp/interface/bond0"]])]}}
     pending, coming = pending_values(plan_pair_pending, diffs)
     assert coming == {} and set(pending["n1"]) == {LCP, BE0, BE0_ROUTE}
+    # The pair applies, but the route lacks something else too: no word against the pair.
+    plan_route_missing = {"n1": {"operations": [
+        *ROUTER_PLAN["n1"]["operations"],
+        _op(BE0_ROUTE, "PENDING", ["interface be0", "table 7"], ["table 7"],
+            [[BE0, HOST_BE0], ["linux/table/7"]])]}}
+    pending, coming = pending_values(plan_route_missing, diffs)
+    assert set(coming["n1"]) == {BE0} and set(pending["n1"]) == {BE0_ROUTE}
+    assert describe_pending(pending) == [
+        f"node n1: {BE0_ROUTE} would stay PENDING: table 7: not on node n1 and not in the "
+        "desired state; waits for interface be0 (desired, but not created: it waits itself)"]
     elsewhere = {**ROUTER_N1, LCP: {"host_if_name": "be0", "netns": "dataplane"}}
     pending, coming = pending_values(ROUTER_PLAN, {"n1": NodeDiff("n1", added=elsewhere)})
     assert coming == {} and set(pending["n1"]) == {BE0, BE0_ROUTE}

@@ -30,7 +30,7 @@ GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
 
 
 #: A PENDING value's missing dependencies by key: a list per dependency of the keys any one of
-#: which would satisfy it (``scheduler.readiness.waited_keys``). Added in 0.5; a record without
+#: which would satisfy it (``scheduler.readiness.WaitedKeys``). Added in 0.5; a record without
 #: it (an older agent's, or a value that waits for nothing namable) says nothing by key.
 WAITS_FOR_KEYS = "waits_for_keys"
 

@@ -115,15 +115,16 @@ def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
                    if last[key].get("new_state") == "PENDING"}
         refused = set(waiting).union(*(missing or {}).get(node, {}).values())
         provided = provided_by(written)
+        live = written.keys() - refused
         found = waiting_for_providers(
             {key: w.keys for key, w in waiting.items() if w.keys is not None}, provided,
-            (written.keys() - refused).__contains__)
+            live.__contains__)
         if found:
             coming[node] = found
         for key, w in waiting.items():
             if key not in found:
                 makers = sorted({provided[k] for keys in w.keys or () for k in keys
-                                 if k in provided})
+                                 if k in provided} - live - found.keys())
                 pending.setdefault(node, {})[key] = dataclasses.replace(
                     w, makers_not_applied=tuple(makers))
     return pending, coming
