@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler.api import (
     REDACTED,
+    ConflictError,
     Dependency,
     Descriptor,
     DescriptorError,
@@ -43,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "REDACTED",
+    "ConflictError",
     "Dependency",
     "Descriptor",
     "DescriptorError",

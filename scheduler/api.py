@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -169,6 +169,14 @@ class Descriptor:
     # The value as the scheduler shows it (transaction records and their log, key timelines,
     # graph snapshots, dumps): e.g. key material replaced. Callbacks always get the real value.
     redact: Callable[[Key, Value], Value] | None = None
+    # The NB values of this descriptor that the southbound refuses together (two claims on one
+    # resource): given every NB value it has (after the transaction: key -> value), the keys
+    # that must give way, each with why (naming the key it gives way to). They are INVALID
+    # (``ConflictError``) and, if they exist, removed first, so the one that wins can be
+    # created. Which one wins must follow from the values alone, never from their arrival
+    # order (e.g. the first in key order). Runs once per transaction that touches a key of
+    # this descriptor, over all its NB values: keep it cheap.
+    conflicts: Callable[[Mapping[Key, Value]], Mapping[Key, str]] | None = None
 
     def label_of(self, key: Key) -> str:
         if self.key_label is None:
@@ -307,6 +315,10 @@ class InvalidValueError(NonRetriableError):
         self.fields = tuple(fields)
 
 
+class ConflictError(InvalidValueError):
+    """A value the southbound would refuse together with another NB value (``conflicts``)."""
+
+
 class UnimplementedOperationError(NonRetriableError):
     """The descriptor lacks the callback the scheduler needed (e.g. ``create``)."""
 
@@ -322,6 +334,7 @@ __all__ = [
     "NONEXISTENT_STATUS",
     "REDACTED",
     "Cancel",
+    "ConflictError",
     "Dependency",
     "Descriptor",
     "DescriptorError",

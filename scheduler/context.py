@@ -33,6 +33,8 @@ class WalkContext:
         default_factory=dict
     )
     validation_cache: dict[Key, tuple[Value, BaseException | None]] = field(default_factory=dict)
+    # Keys that give way to a conflicting NB value (``scheduler.conflicts``), with why.
+    refused: dict[Key, str] = field(default_factory=dict)
     # Filled by a walk (reset between simulation and execution).
     ops: list[RecordedOp | None] = field(default_factory=list)
     errors: dict[Key, tuple[TxnOperation, BaseException]] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from scheduler.api import (
     ValueState,
     ValueStatus,
 )
+from scheduler.conflicts import find_conflicts
 from scheduler.context import WalkContext
 from scheduler.effects import ExecuteEffects, PlanEffects
 from scheduler.gcpause import GcPause
@@ -123,7 +124,7 @@ class Engine:
             keep_retry_policy=keep_retry_policy,
         )
         ctx.txn_keys = set(values)
-        ordered = self._order(values)
+        ordered = self._ordered(values, ctx)
         return self._process(Txn(ctx, record, self._nb_applier(ordered), revert_values=ordered))
 
     def run_resync(
@@ -153,7 +154,7 @@ class Engine:
             record.values = [RecordedValue(k, v, NB) for k, v in desired.items() if v is not None]
         ctx = WalkContext(seq=record.seq, txn_type=record.txn_type, retry=retry)
         ctx.txn_keys = set(desired)
-        ordered = self._order(desired)
+        ordered = self._ordered(desired, ctx)
         follow_up = list(refreshed.availability_changed)
         apply = self._nb_applier(ordered, follow_up)
         return self._process(Txn(ctx, record, apply, extra_touched=refreshed.touched))
@@ -224,7 +225,7 @@ class Engine:
             ctx.txn_keys = set(desired)
             ctx.reset_outcome()
             walker = Walker(graph, self.registry, ctx, PlanEffects())
-            self._nb_applier(self._order(desired))(walker)
+            self._nb_applier(self._ordered(desired, ctx))(walker)
             ops = ctx.recorded_ops()
             # What the values left waiting lack for good, on the graph as the plan leaves it
             # (`kvmesh plan`: "not on the node and not in the desired state").
@@ -394,9 +395,21 @@ class Engine:
         return TxnRecord(seq=seq, txn_type=txn_type, start=self.clock(), description=description,
                          shown=self.registry.shown)
 
-    def _order(self, values: Mapping[Key, Value]) -> list[tuple[Key, Value]]:
-        """Deletes, then creates, then updates; by key within each group (deterministic)."""
+    def _ordered(self, values: Mapping[Key, Value], ctx: WalkContext) -> list[tuple[Key, Value]]:
+        """``values`` in order, with the NB values whose conflict verdict they change (see
+        ``scheduler.conflicts``); the keys that give way go to ``ctx.refused``."""
+        verdicts = find_conflicts(self.graph, self.registry, values)
+        ctx.refused = verdicts.refused
+        applied = {**values, **verdicts.reapply} if verdicts.reapply else values
+        return self._order(applied, verdicts.refused)
+
+    def _order(self, values: Mapping[Key, Value],
+               giving_way: Mapping[Key, str] | None = None) -> list[tuple[Key, Value]]:
+        """Deletes, then existing values that give way to a conflicting one (removed: the one
+        that wins may need their place), then creates, then updates; by key within each group
+        (deterministic)."""
         deletes: list[tuple[Key, Value]] = []
+        removed: list[tuple[Key, Value]] = []
         creates: list[tuple[Key, Value]] = []
         updates: list[tuple[Key, Value]] = []
         nodes = self.graph.nodes
@@ -407,12 +420,13 @@ class Engine:
             node = nodes.get(key)
             if node is None or not node.available:
                 creates.append((key, value))
+            elif giving_way and key in giving_way:
+                removed.append((key, value))
             else:
                 updates.append((key, value))
-        deletes.sort(key=_key_of)
-        creates.sort(key=_key_of)
-        updates.sort(key=_key_of)
-        return deletes + creates + updates
+        for group in (deletes, removed, creates, updates):
+            group.sort(key=_key_of)
+        return deletes + removed + creates + updates
 
     def _resync_values(
         self,

@@ -10,6 +10,7 @@ touches.
 from __future__ import annotations
 
 from scheduler.api import (
+    ConflictError,
     Dependency,
     Descriptor,
     InvalidValueError,
@@ -323,6 +324,11 @@ class Walker:
         rec = _op_record(UPDATE, node, value)
         if descriptor is not None and origin is NB:
             invalid = self._validate(descriptor, key, value)
+            if isinstance(invalid, ConflictError) and node.origin is NB:
+                # It gives way: removed, so the value that wins can take its place.
+                if not self._delete(node, recreate=True):
+                    return False
+                return self._create(key, node, value, origin, node.derived_from, recreate=True)
             if invalid is not None:
                 self.graph.touch(node)
                 self._touched(key)
@@ -617,6 +623,18 @@ class Walker:
         return deps, derived
 
     def _validate(self, descriptor: Descriptor, key: Key, value: Value) -> BaseException | None:
+        """The value's own validation, then whether it gives way to a conflicting value
+        (not while a failed transaction is put back: the values were fine together before)."""
+        invalid = self._validate_value(descriptor, key, value)
+        if invalid is None and not self.ctx.reverting:
+            why = self.ctx.refused.get(key)
+            if why is not None:
+                return ConflictError(why)
+        return invalid
+
+    def _validate_value(
+        self, descriptor: Descriptor, key: Key, value: Value
+    ) -> BaseException | None:
         if descriptor.validate is None:
             return None
         cached = self.ctx.validation_cache.get(key)

@@ -37,8 +37,8 @@ def test_same_tags_under_another_sub_id_and_qinq() -> None:
               "vpp/interface/d": sub(sub_id=4, outer=20, inner_vlan=5)}
     errors = invalid_values(values)
     assert sorted(errors) == ["vpp/interface/b", "vpp/interface/d"]
-    assert "VLAN 20/5 on lo1 is vpp/interface/c already: VPP refuses the second (vlan is " \
-           "already in use)" in str(errors["vpp/interface/d"])
+    assert ("VLAN 20/5 on lo1 is vpp/interface/c already (the first in key order wins): "
+            "VPP refuses the second (vlan is already in use)") in str(errors["vpp/interface/d"])
 
 
 def test_no_conflict_on_other_parents_or_other_matches() -> None:

@@ -29,7 +29,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import normalize_bd
+from southbound.vpp.models import interface_dependency, model_descriptor, normalize_bd
 
 FLAG_FIELDS = tuple(BD_FLAG_BITS)
 
@@ -46,24 +46,19 @@ class BridgeDomainDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=BD_DESCRIPTOR,
-            key_selector=lambda key: keys.bd_name(key) is not None,
+        return model_descriptor(
+            BD_DESCRIPTOR, normalize_bd, lambda key: keys.bd_name(key) is not None,
+            # Members are derived values: only the domain's own fields are compared.
+            agree=lambda x, y: all(x[f] == y[f] for f in ("bd_id", *FLAG_FIELDS)),
             key_label=_name,
-            validate=self.validate,
             create=self.create,
             delete=self.delete,
             update=self.update,
             update_with_recreate=self.update_with_recreate,
             retrieve=self.retrieve,
-            is_retriable_failure=is_retriable,
             derived_values=self.derived_values,
-            value_comparator=self.equivalent,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_bd(key, value)
 
     def create(self, key: str, value: Any) -> None:
         v = normalize_bd(key, value)
@@ -85,14 +80,6 @@ class BridgeDomainDescriptor:
 
     def update_with_recreate(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
         return bool(normalize_bd(key, old)["bd_id"] != normalize_bd(key, new)["bd_id"])
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        """Members are derived values: only the domain's own fields are compared."""
-        try:
-            x, y = normalize_bd(key, a), normalize_bd(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        return all(x[f] == y[f] for f in ("bd_id", *FLAG_FIELDS))
 
     def derived_values(self, key: str, value: Any) -> list[tuple[str, Any]]:
         try:
@@ -156,10 +143,7 @@ def bd_member_descriptor(ctx: Context) -> Descriptor:
 
     def dependencies(key: str, value: Any) -> Sequence[Dependency]:
         return (
-            Dependency(
-                label=f"interface {value['interface']}",
-                key=keys.interface_key(value["interface"]),
-            ),
+            interface_dependency(value["interface"]),
         )
 
     return Descriptor(

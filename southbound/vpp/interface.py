@@ -31,10 +31,15 @@ from southbound.vpp.errors import (
     SYSCALL_ERROR_1,
     VppApiError,
     VppError,
-    is_retriable,
 )
 from southbound.vpp.interface_types import type_dependencies
-from southbound.vpp.models import address_sort_key, normalize_interface, parse_interface_address
+from southbound.vpp.models import (
+    address_sort_key,
+    interface_conflicts,
+    model_descriptor,
+    normalize_interface,
+    parse_interface_address,
+)
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.wireguard_api import redact_private_key
 
@@ -50,34 +55,66 @@ def _name(key: str) -> str:
     return name
 
 
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    # Its VRF's tables: IPv4 always, IPv6 when it has IPv6 addresses.
+    deps = list(vrf_dependencies(v["vrf"], (False, True) if _has_ip6(v) else (False,)))
+    deps.extend(type_dependencies(v))
+    if v["type"] != "af_packet":
+        return deps
+    host = v["af_packet"]["host_if_name"]
+    wanted = (keys.linux_host_key(host), keys.linux_interface_key(host))
+    deps.append(
+        Dependency(
+            label=f"host interface {host}",
+            any_of=lambda k, wanted=wanted: k in wanted,  # type: ignore[misc]
+            key_prefixes=wanted,
+        ),
+    )
+    return deps
+
+
+def _agree(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Equal for the fields this descriptor applies; None (unspecified) matches anything."""
+    for field in ("type", "enabled", "vrf", "af_packet"):
+        if x[field] != y[field]:
+            return False
+    for section in interface_types.TYPES:
+        if not interface_types.same_section(x, y, section):
+            return False
+    for field in ("mtu", "mac"):
+        if x[field] is not None and y[field] is not None and x[field] != y[field]:
+            return False
+    if x["tap"] is not None and y["tap"] is not None:
+        for field, left in x["tap"].items():
+            right = y["tap"][field]
+            if left is not None and right is not None and left != right:
+                return False
+    return True
+
+
 class InterfaceDescriptor:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=INTERFACE_DESCRIPTOR,
-            key_selector=keys.is_interface_key,
+        return model_descriptor(
+            INTERFACE_DESCRIPTOR, normalize_interface, keys.is_interface_key,
+            depends_on=_dependencies,
+            agree=_agree,
             key_label=_name,
-            validate=self.validate,
             create=self.create,
             delete=self.delete,
             update=self.update,
             update_with_recreate=self.update_with_recreate,
             retrieve=self.retrieve,
-            is_retriable_failure=is_retriable,
             derived_values=self.derived_values,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
             with_metadata=True,
+            conflicts=interface_conflicts,
             redact=redact_private_key,
         )
 
     # ------------------------------------------------------------------ CRUD
-    def validate(self, key: str, value: Any) -> None:
-        normalize_interface(key, value)
-
     def create(self, key: str, value: Any) -> InterfaceMeta:
         v = normalize_interface(key, value)
         sw_if_index = self._make(v, _name(key))
@@ -183,49 +220,6 @@ class InterfaceDescriptor:
                 )
             )
         return derived
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_interface(key, value)
-        except InvalidValueError:
-            return ()
-        # Its VRF's tables: IPv4 always, IPv6 when it has IPv6 addresses.
-        deps = list(vrf_dependencies(v["vrf"], (False, True) if _has_ip6(v) else (False,)))
-        deps.extend(type_dependencies(v))
-        if v["type"] != "af_packet":
-            return deps
-        host = v["af_packet"]["host_if_name"]
-        wanted = (keys.linux_host_key(host), keys.linux_interface_key(host))
-        deps.append(
-            Dependency(
-                label=f"host interface {host}",
-                any_of=lambda k, wanted=wanted: k in wanted,  # type: ignore[misc]
-                key_prefixes=wanted,
-            ),
-        )
-        return deps
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        """Equal for the fields this descriptor applies; None (unspecified) matches anything."""
-        try:
-            x, y = normalize_interface(key, a), normalize_interface(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        for field in ("type", "enabled", "vrf", "af_packet"):
-            if x[field] != y[field]:
-                return False
-        for section in interface_types.TYPES:
-            if not interface_types.same_section(x, y, section):
-                return False
-        for field in ("mtu", "mac"):
-            if x[field] is not None and y[field] is not None and x[field] != y[field]:
-                return False
-        if x["tap"] is not None and y["tap"] is not None:
-            for field, left in x["tap"].items():
-                right = y["tap"][field]
-                if left is not None and right is not None and left != right:
-                    return False
-        return True
 
     # ------------------------------------------------------------------ retrieve
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:

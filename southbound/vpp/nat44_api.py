@@ -9,11 +9,11 @@ the plugin and are removed before it is disabled.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from scheduler import Dependency, InvalidValueError
+from scheduler import Dependency
+from southbound.vpp.models import canonical_comparator
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -40,16 +40,9 @@ def ip4(text: str) -> str:
         raise ValueError(f"must be an IPv4 address, got {text!r}") from None
 
 
-def same_canonical(check: Callable[[str, Any], object]) -> Callable[[str, Any, Any], bool]:
-    """A value comparator: equal canonical forms (an invalid value: equal as written)."""
-
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        try:
-            return bool(check(key, a) == check(key, b))
-        except InvalidValueError:
-            return bool(a == b)
-
-    return equivalent
+# The value comparator of the models, under the name model modules written before
+# `southbound.vpp.models.model_descriptor` (which wires it by itself) import.
+same_canonical = canonical_comparator
 
 
 @dataclass(frozen=True)

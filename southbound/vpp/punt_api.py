@@ -17,8 +17,8 @@ from pydantic import AfterValidator, Field
 
 from scheduler import Descriptor, ValueOrigin
 from southbound.validation import StrictModel
-from southbound.vpp.errors import VppError, is_retriable
-from southbound.vpp.models import same_normalized
+from southbound.vpp.errors import VppError
+from southbound.vpp.models import model_descriptor
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -96,9 +96,6 @@ def punt_descriptor(conn: VppConnection, name: str, prefix: str,
     read back; what VPP has and the desired state does not name is OBTAINED (no owner)."""
     api = PuntApi(conn)
 
-    def validate(key: str, value: Any) -> None:
-        check(key, value)
-
     def create(key: str, value: Any) -> None:
         api.register(punt_of(api, key, True) or {}, check(key, value)["socket"])
 
@@ -114,14 +111,10 @@ def punt_descriptor(conn: VppConnection, name: str, prefix: str,
         return [(key, {"socket": socket}, None, ValueOrigin.UNKNOWN)
                 for key, socket in registered(api)]
 
-    return Descriptor(
-        name=name,
-        key_selector=lambda key: key.startswith(prefix),
-        validate=validate,
+    return model_descriptor(
+        name, check, lambda key: key.startswith(prefix),
         create=create,
         update=update,
         delete=delete,
         retrieve=retrieve,
-        value_comparator=lambda key, a, b: same_normalized(check, key, a, b),
-        is_retriable_failure=is_retriable,
     )

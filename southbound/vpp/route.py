@@ -16,13 +16,26 @@ import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.vpp import keys
 from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, ROUTE_DESCRIPTOR, Context
-from southbound.vpp.errors import is_retriable
-from southbound.vpp.models import normalize_route, route_key_for
+from southbound.vpp.models import (
+    interface_dependency,
+    model_descriptor,
+    normalize_route,
+    route_key_for,
+)
 from southbound.vpp.models.vrf import vrf_dependencies
+
+
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    oif = v["outgoing_interface"]
+    # The route's table (table 0 is VPP's own and always there).
+    deps = list(vrf_dependencies(v["vrf"], (":" in v["dst"],)))
+    if oif is not None:
+        deps.append(interface_dependency(oif))
+    return deps
 
 
 class RouteDescriptor:
@@ -31,21 +44,14 @@ class RouteDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=ROUTE_DESCRIPTOR,
-            key_selector=keys.is_route_key,
-            validate=self.validate,
+        return model_descriptor(
+            ROUTE_DESCRIPTOR, normalize_route, keys.is_route_key,
+            depends_on=_dependencies,
             create=self.create,
             delete=self.delete,
             retrieve=self.retrieve,
-            is_retriable_failure=is_retriable,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_route(key, value)
 
     def _apply(self, key: str, value: Any, is_add: bool) -> None:
         v = normalize_route(key, value)
@@ -61,24 +67,6 @@ class RouteDescriptor:
     def delete(self, key: str, value: Any, metadata: Any) -> None:
         # Removing a path that is not there is not an error in VPP.
         self._apply(key, value, False)
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_route(key, value)
-        except InvalidValueError:
-            return ()
-        oif = v["outgoing_interface"]
-        # The route's table (table 0 is VPP's own and always there).
-        deps = list(vrf_dependencies(v["vrf"], (":" in v["dst"],)))
-        if oif is not None:
-            deps.append(Dependency(label=f"interface {oif}", key=keys.interface_key(oif)))
-        return deps
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        try:
-            return normalize_route(key, a) == normalize_route(key, b)
-        except InvalidValueError:
-            return bool(a == b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         wanted = {key for key, _value, _meta in correlate}

@@ -37,6 +37,37 @@ Route (`vpp/route/<vrf>/<dst cidr>/<next hop>`)::
 
     {"dst": "10.1.0.0/16", "next_hop": "10.0.0.2", "outgoing_interface": "<name>",
      "vrf": 0, "weight": 1, "preference": 0}
+
+Writing a model module: its descriptor is wired from its normaliser by ``model_descriptor``
+(don't write validate / value comparator / dependencies / key selector by hand)::
+
+    @memoized                                   # once per value (see memoized)
+    def normalize_thing(key: str, value: Any) -> dict[str, Any]:
+        ...                                     # validate(VppThing, key, value, ...) -> dict
+
+    def descriptors(ctx: Context) -> list[Descriptor]:
+        def create(key: str, value: Any) -> None:
+            v = normalize_thing(key, value)     # the canonical form, from the memo
+            ...
+
+        return [model_descriptor(
+            DESCRIPTOR, normalize_thing, KEY_RE,  # KEY_RE: the whole key must match
+            depends_on=lambda v: (interface_dependency(v["interface"]),),
+            create=create, delete=delete, retrieve=retrieve,   # any other Descriptor field
+            retrieve_dependencies=(INTERFACE_DESCRIPTOR,))]
+
+What it gives the descriptor:
+
+- ``validate``: ``normalize_thing(key, value)`` (its ``FieldsInvalidError`` is the INVALID);
+- ``value_comparator``: equivalent when the canonical forms are equal, or when
+  ``agree(x, y)`` says so (``agree=``: e.g. an unset field matches whatever VPP reports); a
+  value that does not validate compares as it is (``canonical_comparator(normalize, agree)``
+  is the same comparator on its own, ``same_normalized`` the plain one as a function);
+- ``dependencies``: ``depends_on(canonical value)``, none for a value that does not validate
+  (omit ``depends_on`` for a model that depends on nothing, or that depends only on its key:
+  then pass ``dependencies=`` yourself);
+- ``key_selector``: ``selects``, a predicate or a compiled pattern matched in full;
+- ``is_retriable_failure``: ``southbound.vpp.errors.is_retriable`` (unless given).
 """
 
 from __future__ import annotations
@@ -45,14 +76,15 @@ import ipaddress
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
-from scheduler import InvalidValueError
+from scheduler import Dependency, Descriptor, InvalidValueError
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
+from southbound.vpp.errors import is_retriable
 from southbound.vpp.wireguard_api import WireguardKey
 
 INTERFACE_TYPES = ("loopback", "tap", "af_packet", "sub_interface", "vxlan", "memif")
@@ -455,39 +487,120 @@ Normalizer = Callable[[str, Any], dict[str, Any]]
 MEMO_SIZE = 8192
 
 
-def same_normalized(normalize: Normalizer, key: str, a: Any, b: Any) -> bool:
-    """The value comparator of a descriptor whose values are equal when their canonical forms
-    are (a value that does not validate compares as it is)."""
+Canonical = dict[str, Any]
+# Whether two canonical forms of one key mean the same (e.g. an unset field matching whatever
+# VPP reports).
+Agreement = Callable[[Canonical, Canonical], bool]
+Comparator = Callable[[str, Any, Any], bool]
+
+
+def _agree(normalize: Normalizer, agree: Agreement | None, key: str, a: Any, b: Any) -> bool:
     try:
-        return bool(normalize(key, a) == normalize(key, b))
+        x, y = normalize(key, a), normalize(key, b)
     except InvalidValueError:
-        return bool(a == b)
+        return bool(a == b)  # a value that does not validate compares as it is
+    return bool(x == y) if agree is None else bool(agree(x, y))
+
+
+def canonical_comparator(normalize: Normalizer, agree: Agreement | None = None) -> Comparator:
+    """A value comparator: two values are equivalent when their canonical forms agree
+    (``agree``; without it, when they are equal); a value that does not validate compares as
+    it is."""
+    return lambda key, a, b: _agree(normalize, agree, key, a, b)
+
+
+def same_normalized(normalize: Normalizer, key: str, a: Any, b: Any) -> bool:
+    """``canonical_comparator(normalize)(key, a, b)``, for modules that call it directly."""
+    return _agree(normalize, None, key, a, b)
+
+
+def interface_dependency(name: str) -> Dependency:
+    """What a value on a VPP interface waits for: its `vpp/interface/<name>` value."""
+    return Dependency(label=f"interface {name}", key=keys.interface_key(name))
+
+
+def model_descriptor(
+    name: str,
+    normalize: Normalizer,
+    selects: Callable[[str], bool] | re.Pattern[str],
+    *,
+    depends_on: Callable[[Canonical], Iterable[Dependency]] | None = None,
+    agree: Agreement | None = None,
+    **callbacks: Any,
+) -> Descriptor:
+    """The descriptor of a model, wired from its memoized normaliser (see the module
+    docstring): ``validate`` normalises, ``value_comparator`` is ``canonical_comparator(
+    normalize, agree)``, ``dependencies`` are ``depends_on(canonical value)`` (none for a value
+    that does not validate), ``key_selector`` is ``selects`` (a predicate, or a pattern the
+    whole key must match); ``callbacks`` are the rest of the ``Descriptor`` fields
+    (``is_retriable_failure`` is VPP's ``southbound.vpp.errors.is_retriable`` unless given)."""
+
+    def validate(key: str, value: Any) -> None:
+        normalize(key, value)
+
+    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
+        assert depends_on is not None
+        try:
+            canonical = normalize(key, value)
+        except InvalidValueError:
+            return ()
+        return tuple(depends_on(canonical))
+
+    if isinstance(selects, re.Pattern):
+        pattern = selects
+        selects = lambda key: pattern.fullmatch(key) is not None  # noqa: E731
+    callbacks.setdefault("is_retriable_failure", is_retriable)
+    if depends_on is not None:
+        if "dependencies" in callbacks:
+            raise TypeError(f"{name}: give depends_on or dependencies, not both")
+        callbacks["dependencies"] = dependencies
+    return Descriptor(
+        name=name,
+        key_selector=selects,
+        validate=validate,
+        value_comparator=canonical_comparator(normalize, agree),
+        **callbacks,
+    )
 
 
 def memoized(fn: Normalizer) -> Normalizer:
-    """Cache normalisation by (key, repr(value)).
+    """Cache normalisation by (key, repr(value)), and by the value object itself.
 
-    The scheduler hands the same value to validate, create, the comparator, derived values and
-    dependencies; normalising (address parsing above all) is then done once. Keyed by the
-    value's repr, so an equal value hits and a changed one misses; results are shared and must
-    not be mutated by callers.
+    The scheduler hands the same value object to validate, create, the comparator, derived
+    values and dependencies; normalising (address parsing above all) is then done once, and
+    the calls after the first for that object cost a dictionary look-up (no repr, no lock: per
+    key the last value object seen, held so its identity cannot be reused; values are never
+    mutated in place, as the scheduler requires). Keyed by the value's repr otherwise, so an
+    equal value hits and a changed one misses; results are shared and must not be mutated by
+    callers.
     """
     cache: OrderedDict[tuple[str, str], dict[str, Any] | InvalidValueError] = OrderedDict()
     lock = threading.Lock()
+    # key -> (the last value object normalised for it, its result): replaced as a whole, so a
+    # reader in another thread sees an old pair or a new one, never a mix.
+    last: dict[str, tuple[Any, dict[str, Any] | InvalidValueError]] = {}
 
     def normalize(key: str, value: Any) -> dict[str, Any]:
-        memo_key = (key, repr(value))
-        with lock:
-            hit = cache.get(memo_key)
-        if hit is None:
-            try:
-                hit = fn(key, value)
-            except InvalidValueError as exc:
-                hit = exc
+        hit: dict[str, Any] | InvalidValueError | None
+        seen = last.get(key)
+        if seen is not None and seen[0] is value:
+            hit = seen[1]
+        else:
+            memo_key = (key, repr(value))
             with lock:
-                cache[memo_key] = hit
-                if len(cache) > MEMO_SIZE:
-                    cache.popitem(last=False)
+                hit = cache.get(memo_key)
+            if hit is None:
+                try:
+                    hit = fn(key, value)
+                except InvalidValueError as exc:
+                    hit = exc
+                with lock:
+                    cache[memo_key] = hit
+                    if len(cache) > MEMO_SIZE:
+                        cache.popitem(last=False)
+            if len(last) >= MEMO_SIZE:
+                last.clear()
+            last[key] = (value, hit)
         if isinstance(hit, InvalidValueError):
             raise hit
         return hit
@@ -517,12 +630,18 @@ def normalize_interface(key: str, value: Any) -> dict[str, Any]:
 def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
     """Sub-interfaces VPP would refuse together: one sub-interface id twice on a parent
     (`VNET_API_ERROR_VLAN_ALREADY_EXISTS`), or the same tags and match twice on it ("vlan is
-    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only). The
-    second, in key order, is the one refused; values that do not validate on their own are left
-    to their own errors."""
+    already in use", `VNET_API_ERROR_UNSPECIFIED`: a frame goes to one sub-interface only).
+
+    The first in key order wins, whatever order the values arrived in; each later one is
+    refused with a reason naming the key it gives way to. Values that do not validate on their
+    own are left to their own errors. The one rule of both the CLI's `plan` (``ModelSpec``) and
+    the agent's scheduler (``Descriptor.conflicts``: run over every desired interface at each
+    transaction that touches one, so it looks at sub-interfaces only)."""
     taken: dict[tuple[Any, ...], str] = {}
     found: dict[str, str] = {}
-    for key in sorted(values):
+    subs = [key for key, value in values.items()
+            if isinstance(value, Mapping) and value.get("type") == "sub_interface"]
+    for key in sorted(subs):
         try:
             v = normalize_interface(key, values[key])
         except InvalidValueError:
@@ -541,8 +660,8 @@ def interface_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
                                                            if sub["inner_vlan"] else ""))
                 refusal = ("VNET_API_ERROR_VLAN_ALREADY_EXISTS" if claim[0] == "sub_id"
                            else "vlan is already in use")
-                found[key] = (f"{what} on {sub['parent']} is {other} already: VPP refuses "
-                              f"the second ({refusal})")
+                found[key] = (f"{what} on {sub['parent']} is {other} already (the first "
+                              f"in key order wins): VPP refuses the second ({refusal})")
                 break
             taken[claim] = key
     return found

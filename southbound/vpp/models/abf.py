@@ -52,7 +52,14 @@ from southbound.vpp.errors import (
     is_retriable,
 )
 from southbound.vpp.fib_paths import MAX_PATHS, FibPathSpec, distinct_paths, place
-from southbound.vpp.models import MAX_U32, VppName, _ip, memoized
+from southbound.vpp.models import (
+    MAX_U32,
+    VppName,
+    _ip,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+)
 from southbound.vpp.models.acl import AclApi, acl_key
 from southbound.vpp.models.vrf import vrf_dependencies
 
@@ -160,8 +167,14 @@ def check_abf(key: str, value: Any) -> dict[str, Any]:
     return canonical(v["acl"], v["paths"], v["interfaces"])
 
 
-def _validate(key: str, value: Any) -> None:
-    check_abf(key, value)
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    deps = [Dependency(label=f"ACL {v['acl']}", key=acl_key(v["acl"]))]
+    for path in v["paths"]:
+        if path["interface"] is not None:
+            deps.append(interface_dependency(path["interface"]))
+        else:
+            deps += vrf_dependencies(path["table"], (":" in path["next_hop"],))
+    return list({d.key: d for d in deps}.values())
 
 
 class AbfState:
@@ -172,19 +185,17 @@ class AbfState:
 
     # -------------------------------------------------------------- the policy
     def policy_descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=DESCRIPTOR,
-            key_selector=lambda key: policy_id(key) is not None,
-            validate=_validate,
+        return model_descriptor(
+            DESCRIPTOR, check_abf, lambda key: policy_id(key) is not None,
+            depends_on=_dependencies,
+            # The ACL and paths: the attachments are the derived values' business.
+            agree=lambda x, y: bool((x["acl"], x["paths"]) == (y["acl"], y["paths"])),
             create=self.create,
             update=self.update,
             update_with_recreate=self.recreate,
             delete=self.delete,
-            dependencies=self.dependencies,
             retrieve=self.retrieve,
             derived_values=self.derived_values,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
 
@@ -247,29 +258,6 @@ class AbfState:
         except VppApiError as exc:
             if exc.retval != INVALID_VALUE:  # no such policy
                 raise
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = check_abf(key, value)
-        except InvalidValueError:
-            return ()
-        deps = [Dependency(label=f"ACL {v['acl']}", key=acl_key(v["acl"]))]
-        for path in v["paths"]:
-            if path["interface"] is not None:
-                deps.append(Dependency(label=f"interface {path['interface']}",
-                                       key=keys.interface_key(path["interface"])))
-            else:
-                deps += vrf_dependencies(path["table"], (":" in path["next_hop"],))
-        return list({d.key: d for d in deps}.values())
-
-    @staticmethod
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        """The ACL and paths: the attachments are the derived values' business."""
-        try:
-            x, y = check_abf(key, a), check_abf(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        return bool((x["acl"], x["paths"]) == (y["acl"], y["paths"]))
 
     @staticmethod
     def derived_values(key: str, value: Any) -> list[tuple[str, Any]]:

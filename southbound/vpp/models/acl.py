@@ -38,7 +38,7 @@ from southbound.vpp.errors import (
     VppApiError,
     is_retriable,
 )
-from southbound.vpp.models import VppName, listed_once, memoized, name_problem
+from southbound.vpp.models import VppName, listed_once, memoized, model_descriptor, name_problem
 
 if TYPE_CHECKING:
     from southbound.vpp.connection import VppConnection
@@ -146,10 +146,6 @@ def parse_binding_key(key: str) -> tuple[str, str, str] | None:
     return parts[0], parts[2], parts[3]
 
 
-def _validate(key: str, value: Any) -> None:
-    check_acl(key, value)
-
-
 def _canonical_rule(rule: AclRuleSpec) -> dict[str, Any]:
     family = next((ipaddress.ip_network(n).version for n in (rule.src, rule.dst) if n), 4)
     anywhere = "0.0.0.0/0" if family == 4 else "::/0"
@@ -250,18 +246,16 @@ class AclState:
 
     # -------------------------------------------------------------- the ACL
     def acl_descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=ACL_DESCRIPTOR,
-            key_selector=lambda key: acl_name(key) is not None,
+        return model_descriptor(
+            ACL_DESCRIPTOR, check_acl, lambda key: acl_name(key) is not None,
+            # Only the rules: where the ACL applies is the derived values' business.
+            agree=lambda x, y: bool(x["rules"] == y["rules"]),
             key_label=lambda key: str(acl_name(key)),
-            validate=_validate,
             create=self.create,
             update=self.update,
             delete=self.delete,
             retrieve=self.retrieve,
             derived_values=self.derived_values,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             with_metadata=True,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
@@ -289,13 +283,6 @@ class AclState:
                 if exc.retval != NO_SUCH_ENTRY:
                     raise
         self.indexes.pop(name, None)
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        """Only the rules: where the ACL applies is the derived values' business."""
-        try:
-            return bool(check_acl(key, a)["rules"] == check_acl(key, b)["rules"])
-        except InvalidValueError:
-            return bool(a == b)
 
     def derived_values(self, key: str, value: Any) -> list[tuple[str, Any]]:
         try:

@@ -11,12 +11,11 @@ VPP; the scheduler removes them first anyway, and a member already detached coun
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, StrictModel, validate
 from southbound.vpp import keys
@@ -26,9 +25,13 @@ from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import memoized, name_problem, same_normalized
+from southbound.vpp.models import (
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 
 DESCRIPTOR = "vpp-bond-member"
 KEY_RE = re.compile(r"vpp/bond/([^/]+)/member/([^/]+)")
@@ -74,22 +77,17 @@ class BondMemberDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=DESCRIPTOR,
-            key_selector=lambda key: KEY_RE.fullmatch(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            DESCRIPTOR, normalize_member, KEY_RE,
+            depends_on=lambda v: (
+                Dependency(label=f"bond {v['bond']}", key=keys.interface_key(v["bond"])),
+                interface_dependency(v["interface"])),
             create=self.create,
             update=self.update,
             delete=self.delete,
             retrieve=self.retrieve,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_member(key, value)
 
     def create(self, key: str, value: Any) -> None:
         v = normalize_member(key, value)
@@ -111,18 +109,6 @@ class BondMemberDescriptor:
             # Already detached (its bond deleted) or the interface gone: removed.
             if exc.retval not in (INVALID_INTERFACE, INVALID_SW_IF_INDEX):
                 raise
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_member(key, value)
-        except InvalidValueError:
-            return ()
-        return (Dependency(label=f"bond {v['bond']}", key=keys.interface_key(v["bond"])),
-                Dependency(label=f"interface {v['interface']}",
-                           key=keys.interface_key(v["interface"])))
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        return same_normalized(normalize_member, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces are retrieved first (retrieve_dependencies): their names are current.

@@ -38,11 +38,15 @@ from southbound.vpp.errors import (
     IP6_NOT_ENABLED,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
 from southbound.vpp.l3_api import INFINITE, L3Api
-from southbound.vpp.models import MAX_U32, memoized, name_problem
-from southbound.vpp.nat44_api import same_canonical
+from southbound.vpp.models import (
+    MAX_U32,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 
 PREFIX = "vpp/ip6-nd/"
 DESCRIPTOR = "vpp-ip6-nd"
@@ -157,10 +161,6 @@ def untouched(ra: dict[str, Any]) -> bool:
         return False
 
 
-def _validate(key: str, value: Any) -> None:
-    check_ip6_nd(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = L3Api(ctx.api.conn)
 
@@ -221,7 +221,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         name = interface_of(key)
         if name is None:
             return ()
-        return (Dependency(label=f"interface {name}", key=keys.interface_key(name)),)
+        return (interface_dependency(name),)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         wanted = {key for key, _value, _meta in correlate}
@@ -236,17 +236,13 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                 result.append((key, ra, None, ValueOrigin.UNKNOWN))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: interface_of(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_ip6_nd, lambda key: interface_of(key) is not None,
         create=create,
         update=update,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_ip6_nd),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -27,19 +27,24 @@ from pydantic import AfterValidator, Field
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     NO_SUCH_ENTRY,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
 from southbound.vpp.ipsec_api import IpsecApi
-from southbound.vpp.models import MAX_U32, _ip, listed_once, memoized, name_problem
+from southbound.vpp.models import (
+    MAX_U32,
+    _ip,
+    interface_dependency,
+    listed_once,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 from southbound.vpp.models.ipsec_sa import sa_key
-from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = "vpp/ipsec/tunnel-protection/"
 DESCRIPTOR = "vpp-ipsec-tunnel-protection"
@@ -81,10 +86,6 @@ def check_protection(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
-def _validate(key: str, value: Any) -> None:
-    check_protection(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = IpsecApi(ctx.api.conn)
 
@@ -119,7 +120,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         except InvalidValueError:
             return ()
         iface = str(protected_interface(key))
-        return [Dependency(label=f"interface {iface}", key=keys.interface_key(iface)),
+        return [interface_dependency(iface),
                 *(Dependency(label=f"IPsec SA {sa}", key=sa_key(sa))
                   for sa in dict.fromkeys((v["sa_out"], *v["sa_in"])))]
 
@@ -131,18 +132,14 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             result.setdefault(key, (key, value, None, ValueOrigin.UNKNOWN))
         return list(result.values())
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: protected_interface(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_protection, lambda key: protected_interface(key) is not None,
         create=create,
         update=update,
         update_with_recreate=recreate,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_protection),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -26,16 +26,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from scheduler import REDACTED, Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import REDACTED, Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import Context
-from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError, is_retriable
+from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError
 from southbound.vpp.ipsec_api import CRYPTO_ALGS, REPLAY_WINDOW, UDP_PORT, IpsecApi
-from southbound.vpp.models import MAX_U32, MAX_VRF, _ip, memoized
+from southbound.vpp.models import MAX_U32, MAX_VRF, _ip, memoized, model_descriptor
 from southbound.vpp.models.vrf import vrf_dependencies
-from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = "vpp/ipsec/sa/"
 DESCRIPTOR = "vpp-ipsec-sa"
@@ -153,8 +152,11 @@ def redact_sa(key: str, value: Any) -> Any:
             for name, field in value.items()}
 
 
-def _validate(key: str, value: Any) -> None:
-    check_sa(key, value)
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    tunnel = v["tunnel"]
+    if tunnel is None:
+        return ()
+    return vrf_dependencies(tunnel["table_id"], (ipaddress.ip_address(tunnel["dst"]).version == 6,))
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -170,30 +172,17 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             if exc.retval != NO_SUCH_ENTRY:
                 raise
 
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            tunnel = check_sa(key, value)["tunnel"]
-        except InvalidValueError:
-            return ()
-        if tunnel is None:
-            return ()
-        return vrf_dependencies(tunnel["table_id"],
-                                (ipaddress.ip_address(tunnel["dst"]).version == 6,))
-
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         return [(sa_key(number), value, None, ValueOrigin.UNKNOWN)
                 for number, value in api.sas().items()]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_sa,
+        lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
+        depends_on=_dependencies,
         create=create,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_sa),
-        is_retriable_failure=is_retriable,
         redact=redact_sa,
     )]
 

@@ -55,7 +55,7 @@ from southbound.vpp.errors import (
     is_retriable,
 )
 from southbound.vpp.ipsec_api import IpsecApi
-from southbound.vpp.models import MAX_U32, VppName, listed_once, memoized
+from southbound.vpp.models import MAX_U32, VppName, listed_once, memoized, model_descriptor
 from southbound.vpp.models.ipsec_sa import sa_key
 
 PREFIX = "vpp/ipsec/spd/"
@@ -206,10 +206,6 @@ def check_spd(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
-def _validate(key: str, value: Any) -> None:
-    check_spd(key, value)
-
-
 class SpdState:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -220,16 +216,14 @@ class SpdState:
 
     # -------------------------------------------------------------- the SPD
     def spd_descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=DESCRIPTOR,
-            key_selector=lambda key: spd_id(key) is not None,
-            validate=_validate,
+        return model_descriptor(
+            DESCRIPTOR, check_spd, lambda key: spd_id(key) is not None,
+            # The SPD itself is only its id: policies and interfaces are derived values.
+            agree=lambda x, y: True,
             create=self.create,
             delete=self.delete,
             retrieve=self.retrieve,
             derived_values=self.derived_values,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
 
@@ -242,16 +236,6 @@ class SpdState:
         except VppApiError as exc:
             if exc.retval != NO_SUCH_ENTRY:
                 raise
-
-    @staticmethod
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        """The SPD itself is only its id: policies and interfaces are derived values."""
-        try:
-            check_spd(key, a)
-            check_spd(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        return True
 
     @staticmethod
     def derived_values(key: str, value: Any) -> list[tuple[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
@@ -25,8 +25,8 @@ from southbound.vpp.context import (
     L2FIB_DESCRIPTOR,
     Context,
 )
-from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError, is_retriable
-from southbound.vpp.models import Mac, VppName, _mac, memoized, name_problem, same_normalized
+from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError
+from southbound.vpp.models import Mac, VppName, _mac, memoized, model_descriptor, name_problem
 
 
 class VppL2Fib(StrictModel):
@@ -73,28 +73,31 @@ def normalize_l2fib(key: str, value: Any) -> dict[str, Any]:
             "static": model.static, "bvi": model.bvi}
 
 
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    bd, interface = v["bridge_domain"], v["interface"]
+    return (
+        Dependency(label=f"bridge domain {bd}", key=keys.bd_key(bd)),
+        Dependency(label=f"interface {interface} in bridge domain {bd}",
+                   key=keys.bd_member_key(bd, interface)),
+    )
+
+
 class L2FibDescriptor:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=L2FIB_DESCRIPTOR,
-            key_selector=lambda key: keys.parse_l2fib_key(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            L2FIB_DESCRIPTOR, normalize_l2fib,
+            lambda key: keys.parse_l2fib_key(key) is not None,
+            depends_on=_dependencies,
             create=self.create,
             update=self.update,
             delete=self.delete,
             retrieve=self.retrieve,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR, BD_DESCRIPTOR),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_l2fib(key, value)
 
     def _bd_id(self, bd: str) -> int:
         bd_id = self.ctx.bd_ids.get(bd)
@@ -121,21 +124,6 @@ class L2FibDescriptor:
         except VppApiError as exc:
             if exc.retval != NO_SUCH_ENTRY:
                 raise
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_l2fib(key, value)
-        except InvalidValueError:
-            return ()
-        bd, interface = v["bridge_domain"], v["interface"]
-        return (
-            Dependency(label=f"bridge domain {bd}", key=keys.bd_key(bd)),
-            Dependency(label=f"interface {interface} in bridge domain {bd}",
-                       key=keys.bd_member_key(bd, interface)),
-        )
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        return same_normalized(normalize_l2fib, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces and bridge domains are retrieved first, which refreshes these maps.

@@ -23,7 +23,6 @@ from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.binapi import ANY_INDEX, PATH_NORMAL
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
@@ -31,13 +30,11 @@ from southbound.vpp.errors import (
     INVALID_VALUE,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
 from southbound.vpp.fib_paths import MAX_PATHS, FibPathSpec, distinct_paths, place
 from southbound.vpp.l3_api import L3Api
-from southbound.vpp.models import memoized, name_problem
+from southbound.vpp.models import interface_dependency, memoized, model_descriptor, name_problem
 from southbound.vpp.models.vrf import vrf_dependencies
-from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = "vpp/l3xc/"
 DESCRIPTOR = "vpp-l3xc"
@@ -91,10 +88,6 @@ def check_l3xc(key: str, value: Any) -> dict[str, Any]:
     return {"interface": interface, "family": family, **model.model_dump()}
 
 
-def _validate(key: str, value: Any) -> None:
-    check_l3xc(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = L3Api(ctx.api.conn)
 
@@ -131,7 +124,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         except InvalidValueError:
             return ()
         names = [v["interface"], *sorted({p["interface"] for p in v["paths"] if p["interface"]})]
-        deps = [Dependency(label=f"interface {name}", key=keys.interface_key(name))
+        deps = [interface_dependency(name)
                 for name in names]
         for table in sorted({p["table"] for p in v["paths"] if not p["interface"]}):
             deps += vrf_dependencies(table, (v["family"] == "ipv6",))
@@ -158,17 +151,13 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             result.append((l3xc_key(interface, xc.is_ip6), value, None, ValueOrigin.UNKNOWN))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: parse_key(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_l3xc, lambda key: parse_key(key) is not None,
         create=create,
         update=update,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_l3xc),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -17,24 +17,27 @@ make is never deleted.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Descriptor, InvalidValueError, ValueOrigin
 from southbound.linux.keys import host_key
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import LinuxIfName, memoized, name_problem, same_normalized
+from southbound.vpp.models import (
+    LinuxIfName,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 
 DESCRIPTOR = "vpp-lcp"
 KEY_RE = re.compile(r"vpp/lcp/([^/]+)")
@@ -70,22 +73,15 @@ class LcpDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=DESCRIPTOR,
-            key_selector=lambda key: KEY_RE.fullmatch(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            DESCRIPTOR, normalize_lcp, KEY_RE,
+            depends_on=lambda v: (interface_dependency(v["interface"]),),
             create=self.create,
             update=self.update,
             delete=self.delete,
             retrieve=self.retrieve,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_lcp(key, value)
 
     def create(self, key: str, value: Any) -> None:
         v = normalize_lcp(key, value)
@@ -105,17 +101,6 @@ class LcpDescriptor:
         except VppApiError as exc:
             if exc.retval != INVALID_SW_IF_INDEX:
                 raise
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_lcp(key, value)
-        except InvalidValueError:
-            return ()
-        return (Dependency(label=f"interface {v['interface']}",
-                           key=keys.interface_key(v["interface"])),)
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        return same_normalized(normalize_lcp, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names = self.ctx.names_by_index  # current: interfaces are retrieved first

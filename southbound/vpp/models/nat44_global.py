@@ -20,8 +20,8 @@ from scheduler import Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, StrictModel, validate
 from southbound.vpp.context import Context
-from southbound.vpp.errors import VppApiError, is_retriable
-from southbound.vpp.models import memoized
+from southbound.vpp.errors import VppApiError
+from southbound.vpp.models import memoized, model_descriptor
 from southbound.vpp.nat44_api import ENABLED_KEY, GLOBAL_KEY, PLUGIN_ALREADY_THERE, Nat44Api
 
 GLOBAL_DESCRIPTOR = "vpp-nat44-global"
@@ -43,8 +43,11 @@ def check_global(key: str, value: Any) -> dict[str, Any]:
     return validate(VppNat44Global, key, value, key_problems=problems).model_dump()
 
 
-def validate_global(key: str, value: Any) -> None:
-    check_global(key, value)
+def agree(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Unset `sessions` (VPP's default) matches whatever VPP reports; a disabled plugin has
+    none to compare."""
+    sessions_agree = None in (x["sessions"], y["sessions"]) or x["sessions"] == y["sessions"]
+    return bool(x["enabled"] == y["enabled"] and (not x["enabled"] or sessions_agree))
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -66,14 +69,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             except VppApiError as exc:
                 if exc.retval != PLUGIN_ALREADY_THERE:
                     raise
-
-    def equivalent(key: str, a: Any, b: Any) -> bool:
-        try:
-            x, y = check_global(key, a), check_global(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        sessions_agree = None in (x["sessions"], y["sessions"]) or x["sessions"] == y["sessions"]
-        return bool(x["enabled"] == y["enabled"] and (not x["enabled"] or sessions_agree))
 
     def derived_values(key: str, value: Any) -> list[tuple[str, Any]]:
         try:
@@ -98,16 +93,13 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             if disabled_wanted else []
 
     return [
-        Descriptor(
-            name=GLOBAL_DESCRIPTOR,
-            key_selector=lambda key: key == GLOBAL_KEY,
-            validate=validate_global,
+        model_descriptor(
+            GLOBAL_DESCRIPTOR, check_global, lambda key: key == GLOBAL_KEY,
+            agree=agree,
             create=create,
             delete=delete,
             retrieve=retrieve,
             derived_values=derived_values,
-            value_comparator=equivalent,
-            is_retriable_failure=is_retriable,
         ),
         # The marker NAT values depend on: it only exists while the plugin is enabled.
         Descriptor(

@@ -19,17 +19,15 @@ from pydantic import Field, model_validator
 from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
 from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     NO_SUCH_ENTRY,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import memoized, name_problem
-from southbound.vpp.nat44_api import ENABLED, Nat44Api, same_canonical
+from southbound.vpp.models import interface_dependency, memoized, model_descriptor, name_problem
+from southbound.vpp.nat44_api import ENABLED, Nat44Api
 
 PREFIX = "vpp/nat44/interface/"
 DESCRIPTOR = "vpp-nat44-interface"
@@ -64,10 +62,6 @@ def check_interface(key: str, value: Any) -> dict[str, Any]:
     return model.model_dump()
 
 
-def validate_interface(key: str, value: Any) -> None:
-    check_interface(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = Nat44Api(ctx.api.conn)
 
@@ -99,7 +93,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
 
     def dependencies(key: str, value: Any) -> Sequence[Dependency]:
         name = str(interface_of(key))
-        return (ENABLED, Dependency(label=f"interface {name}", key=keys.interface_key(name)))
+        return (ENABLED, interface_dependency(name))
 
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
@@ -108,17 +102,13 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                  ValueOrigin.FROM_NB)
                 for idx, (inside, outside) in api.interfaces().items() if idx in names]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: interface_of(key) is not None,
-        validate=validate_interface,
+    return [model_descriptor(
+        DESCRIPTOR, check_interface, lambda key: interface_of(key) is not None,
         create=create,
         update=update,
         delete=delete,
-        dependencies=dependencies,
+        dependencies=dependencies,  # of the key alone
         retrieve=retrieve,
-        value_comparator=same_canonical(check_interface),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

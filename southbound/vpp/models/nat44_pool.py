@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp.context import Context
-from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError, is_retriable
-from southbound.vpp.models import MAX_VRF, memoized
-from southbound.vpp.nat44_api import ENABLED, Nat44Api, PoolAddress, ip4, same_canonical
+from southbound.vpp.errors import NO_SUCH_ENTRY, VppApiError
+from southbound.vpp.models import MAX_VRF, memoized, model_descriptor
+from southbound.vpp.nat44_api import ENABLED, Nat44Api, PoolAddress, ip4
 
 PREFIX = "vpp/nat44/pool/"
 DESCRIPTOR = "vpp-nat44-pool"
@@ -91,10 +90,6 @@ def check_pool(key: str, value: Any) -> dict[str, Any]:
             "twice_nat": model.twice_nat}
 
 
-def validate_pool(key: str, value: Any) -> None:
-    check_pool(key, value)
-
-
 def _addresses(first: str, last: str) -> list[ipaddress.IPv4Address]:
     low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
     return [ipaddress.IPv4Address(n) for n in range(low, high + 1)]
@@ -123,9 +118,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                     if inner.retval != NO_SUCH_ENTRY:
                         raise
 
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        return (ENABLED,)
-
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         present = {a.address: a for a in api.addresses()}
@@ -148,16 +140,12 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             result.append((pool_key(str(first), str(last)), value, None, ValueOrigin.FROM_SB))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX) and key.count("/") == 3,
-        validate=validate_pool,
+    return [model_descriptor(
+        DESCRIPTOR, check_pool, lambda key: key.startswith(PREFIX) and key.count("/") == 3,
+        depends_on=lambda v: (ENABLED,),
         create=create,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_pool),
-        is_retriable_failure=is_retriable,
     )]
 
 

@@ -18,14 +18,20 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context, owned_name, owner_tag
-from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError, is_retriable
-from southbound.vpp.models import MAX_VRF, VppName, memoized, name_problem
-from southbound.vpp.nat44_api import ENABLED, PROTOCOLS, Nat44Api, ip4, same_canonical
+from southbound.vpp.errors import NO_SUCH_ENTRY, MissingInterfaceError, VppApiError
+from southbound.vpp.models import (
+    MAX_VRF,
+    VppName,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
+from southbound.vpp.nat44_api import ENABLED, PROTOCOLS, Nat44Api, ip4
 
 PREFIX = "vpp/nat44/static/"
 DESCRIPTOR = "vpp-nat44-static"
@@ -91,8 +97,9 @@ def check_static(key: str, value: Any) -> dict[str, Any]:
     return result
 
 
-def validate_static(key: str, value: Any) -> None:
-    check_static(key, value)
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    external_if = v["external_interface"]
+    return (ENABLED,) if external_if is None else (ENABLED, interface_dependency(external_if))
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -117,16 +124,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         except VppApiError as exc:
             if exc.retval != NO_SUCH_ENTRY:
                 raise
-
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            external_if = check_static(key, value)["external_interface"]
-        except InvalidValueError:
-            return (ENABLED,)
-        if external_if is None:
-            return (ENABLED,)
-        return (ENABLED, Dependency(label=f"interface {external_if}",
-                                    key=keys.interface_key(external_if)))
 
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
@@ -153,16 +150,12 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         return [(f"{PREFIX}{name}", value, None, ValueOrigin.FROM_NB)
                 for name, value in found.items()]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: mapping_name(key) is not None,
-        validate=validate_static,
+    return [model_descriptor(
+        DESCRIPTOR, check_static, lambda key: mapping_name(key) is not None,
+        depends_on=_dependencies,
         create=create,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_static),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

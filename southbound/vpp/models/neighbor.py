@@ -10,12 +10,11 @@ plus any entry the scheduler asks about (a dynamic one configured through kvmesh
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
@@ -26,9 +25,16 @@ from southbound.vpp.errors import (
     NO_SUCH_ENTRY,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import Mac, VppName, _ip, memoized, name_problem, same_normalized
+from southbound.vpp.models import (
+    Mac,
+    VppName,
+    _ip,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 
 
 class VppNeighbor(StrictModel):
@@ -87,23 +93,17 @@ class NeighborDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=NEIGHBOR_DESCRIPTOR,
-            key_selector=lambda key: keys.parse_neighbor_key(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            NEIGHBOR_DESCRIPTOR, normalize_neighbor,
+            lambda key: keys.parse_neighbor_key(key) is not None,
+            depends_on=lambda v: (interface_dependency(v["interface"]),),
             create=self.create,
             update=self.update,
             delete=self.delete,
             update_with_recreate=self.flags_changed,
             retrieve=self.retrieve,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_neighbor(key, value)
 
     def _add(self, key: str, value: Any) -> None:
         v = normalize_neighbor(key, value)
@@ -130,16 +130,6 @@ class NeighborDescriptor:
     def flags_changed(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
         o, n = normalize_neighbor(key, old), normalize_neighbor(key, new)
         return bool(_flags(o) != _flags(n))
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            interface = normalize_neighbor(key, value)["interface"]
-        except InvalidValueError:
-            return ()
-        return (Dependency(label=f"interface {interface}", key=keys.interface_key(interface)),)
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        return same_normalized(normalize_neighbor, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         wanted = {key for key, _value, _meta in correlate}

@@ -22,11 +22,10 @@ from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp.context import VRF_DESCRIPTOR, Context
-from southbound.vpp.errors import NO_SUCH_ENTRY, NO_SUCH_FIB, VppApiError, is_retriable
+from southbound.vpp.errors import NO_SUCH_ENTRY, NO_SUCH_FIB, VppApiError
 from southbound.vpp.l3_api import L3Api
-from southbound.vpp.models import MAX_VRF, memoized
+from southbound.vpp.models import MAX_VRF, memoized, model_descriptor
 from southbound.vpp.models.vrf import vrf_dependencies
-from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = "vpp/proxy-arp/"
 INTERFACE = "interface"  # vpp/proxy-arp/interface/<name> is the other model
@@ -113,10 +112,6 @@ def check_proxy_arp(key: str, value: Any) -> dict[str, Any]:
     return fields
 
 
-def _validate(key: str, value: Any) -> None:
-    check_proxy_arp(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = L3Api(ctx.api.conn)
 
@@ -147,16 +142,12 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         return [(range_key(vrf, low, high), {"vrf": vrf, "low": low, "high": high}, None,
                  ValueOrigin.UNKNOWN) for vrf, low, high in api.proxy_arp_ranges()]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: _key_parts(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_proxy_arp, lambda key: _key_parts(key) is not None,
         create=create,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_proxy_arp),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(VRF_DESCRIPTOR,),
     )]
 

@@ -24,13 +24,17 @@ from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
 from southbound.vpp.l3_api import L3Api
-from southbound.vpp.models import VppName, memoized, name_problem
+from southbound.vpp.models import (
+    VppName,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 from southbound.vpp.models.proxy_arp import INTERFACE
 from southbound.vpp.models.proxy_arp import PREFIX as PROXY_ARP_PREFIX
-from southbound.vpp.nat44_api import same_canonical
 
 PREFIX = f"{PROXY_ARP_PREFIX}{INTERFACE}/"
 DESCRIPTOR = "vpp-proxy-arp-interface"
@@ -65,10 +69,6 @@ def check_proxy_arp_interface(key: str, value: Any) -> dict[str, Any]:
     return {"interface": name}
 
 
-def _validate(key: str, value: Any) -> None:
-    check_proxy_arp_interface(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     api = L3Api(ctx.api.conn)
 
@@ -93,7 +93,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             name = check_proxy_arp_interface(key, value)["interface"]
         except InvalidValueError:
             return ()
-        return (Dependency(label=f"interface {name}", key=keys.interface_key(name)),)
+        return (interface_dependency(name),)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names = ctx.names_by_index  # refreshed: interfaces are retrieved first
@@ -101,16 +101,12 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                  ValueOrigin.UNKNOWN)
                 for index in sorted(api.proxy_arp_interfaces()) if index in names]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: interface_of(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_proxy_arp_interface, lambda key: interface_of(key) is not None,
         create=create,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_proxy_arp_interface),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -28,9 +28,8 @@ from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import memoized, name_problem, same_normalized
+from southbound.vpp.models import interface_dependency, memoized, model_descriptor, name_problem
 
 PREFIX = "vpp/span/"
 DESCRIPTOR = "vpp-span"
@@ -68,10 +67,6 @@ def check_span(key: str, value: Any) -> dict[str, Any]:
                     key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_span(key, value)
-
-
 def descriptors(ctx: Context) -> list[Descriptor]:
     conn = ctx.api.conn
 
@@ -106,7 +101,7 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         ends = span_ends(key)
         if ends is None:
             return ()
-        return tuple(Dependency(label=f"interface {name}", key=keys.interface_key(name))
+        return tuple(interface_dependency(name)
                      for name in ends)
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
@@ -130,18 +125,14 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                     found[key] = {"state": state, "l2": l2}
         return [(key, value, None, ValueOrigin.UNKNOWN) for key, value in found.items()]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: span_ends(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_span, lambda key: span_ends(key) is not None,
         create=create,
         update=update,
         update_with_recreate=recreate,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=lambda key, a, b: same_normalized(check_span, key, a, b),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -27,10 +27,17 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import VppApiError, is_retriable
-from southbound.vpp.models import MAX_U32, MAX_VRF, VppName, _ip, memoized
+from southbound.vpp.errors import VppApiError
+from southbound.vpp.models import (
+    MAX_U32,
+    MAX_VRF,
+    VppName,
+    _ip,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+)
 from southbound.vpp.models.vrf import vrf_dependencies
-from southbound.vpp.nat44_api import same_canonical
 from southbound.vpp.srv6_api import Srv6Api
 
 PREFIX = "vpp/srv6/localsid/"
@@ -90,8 +97,13 @@ def check_localsid(key: str, value: Any) -> dict[str, Any]:
     return validate(VppSrv6LocalSid, key, value, key_problems=problems).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_localsid(key, value)
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    deps = list(vrf_dependencies(v["fib_table"], (True,)))
+    if v["behavior"] in WITH_TABLE:
+        deps += vrf_dependencies(v["table"], (WITH_TABLE[v["behavior"]],))
+    if v["interface"] is not None:
+        deps.append(interface_dependency(v["interface"]))
+    return deps
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -112,19 +124,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
         except VppApiError as exc:
             if exc.retval != NO_SUCH_LOCALSID:
                 raise
-
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = check_localsid(key, value)
-        except InvalidValueError:
-            return ()
-        deps = list(vrf_dependencies(v["fib_table"], (True,)))
-        if v["behavior"] in WITH_TABLE:
-            deps += vrf_dependencies(v["table"], (WITH_TABLE[v["behavior"]],))
-        if v["interface"] is not None:
-            deps.append(Dependency(label=f"interface {v['interface']}",
-                                   key=keys.interface_key(v["interface"])))
-        return deps
 
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         desired = {key: value for key, value, _ in correlate}
@@ -149,16 +148,13 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             result.append((key, value, None, ValueOrigin.UNKNOWN))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_localsid,
+        lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
+        depends_on=_dependencies,
         create=create,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_localsid),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

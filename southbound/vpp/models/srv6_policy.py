@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import Context
-from southbound.vpp.errors import VppApiError, is_retriable
-from southbound.vpp.models import MAX_U32, MAX_VRF, memoized
+from southbound.vpp.errors import VppApiError
+from southbound.vpp.models import MAX_U32, MAX_VRF, memoized, model_descriptor
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.srv6_api import MAX_SIDS, Srv6Api
 
@@ -81,19 +80,11 @@ def check_policy(key: str, value: Any) -> dict[str, Any]:
     return validate(VppSrv6Policy, key, value, key_problems=problems).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_policy(key, value)
-
-
-def equivalent(key: str, a: Any, b: Any) -> bool:
+def agree(x: dict[str, Any], y: dict[str, Any]) -> bool:
     """Equal canonical forms; an unset `encap_src` (VPP's) matches whatever VPP reports."""
-    try:
-        x, y = check_policy(key, a), check_policy(key, b)
-    except InvalidValueError:
-        return bool(a == b)
     if x["encap_src"] is None or y["encap_src"] is None:
         x, y = {**x, "encap_src": None}, {**y, "encap_src": None}
-    return bool(x == y)
+    return x == y
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -109,26 +100,18 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             if exc.retval != NO_SUCH_POLICY:
                 raise
 
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            return vrf_dependencies(check_policy(key, value)["fib_table"], (True,))
-        except InvalidValueError:
-            return ()
-
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         return [(f"{PREFIX}{bsid}", value, None, ValueOrigin.UNKNOWN)
                 for bsid, value in api.policies().items()]
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_policy,
+        lambda key: key.startswith(PREFIX) and "/" not in key[len(PREFIX):],
+        depends_on=lambda v: vrf_dependencies(v["fib_table"], (True,)),
+        agree=agree,
         create=create,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=equivalent,
-        is_retriable_failure=is_retriable,
     )]
 
 

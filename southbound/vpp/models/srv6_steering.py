@@ -24,14 +24,19 @@ from pydantic import AfterValidator, Field, model_validator
 from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
-from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import MissingInterfaceError, VppApiError, is_retriable
-from southbound.vpp.models import MAX_VRF, VppName, memoized, name_problem
+from southbound.vpp.errors import MissingInterfaceError, VppApiError
+from southbound.vpp.models import (
+    MAX_VRF,
+    VppName,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 from southbound.vpp.models.srv6_policy import PREFIX as POLICY_PREFIX
 from southbound.vpp.models.srv6_policy import IPv6
 from southbound.vpp.models.vrf import vrf_dependencies
-from southbound.vpp.nat44_api import same_canonical
 from southbound.vpp.srv6_api import Srv6Api
 
 PREFIX = "vpp/srv6/steering/"
@@ -82,13 +87,18 @@ def check_steering(key: str, value: Any) -> dict[str, Any]:
                     key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
 
 
-def _validate(key: str, value: Any) -> None:
-    check_steering(key, value)
-
-
 def what(value: dict[str, Any]) -> tuple[Any, ...]:
     """What a steering steers (VPP's key for it)."""
     return (value["prefix"], value["table"], value["interface"])
+
+
+def _dependencies(v: dict[str, Any]) -> Sequence[Dependency]:
+    deps = [Dependency(label=f"SRv6 policy {v['bsid']}", key=f"{POLICY_PREFIX}{v['bsid']}")]
+    if v["interface"] is not None:
+        deps.append(interface_dependency(v["interface"]))
+    else:
+        deps += vrf_dependencies(v["table"], (":" in str(v["prefix"]),))
+    return deps
 
 
 def descriptors(ctx: Context) -> list[Descriptor]:
@@ -120,19 +130,6 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             if exc.retval != NO_SUCH_STEERING:
                 raise
 
-    def dependencies(key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = check_steering(key, value)
-        except InvalidValueError:
-            return ()
-        deps = [Dependency(label=f"SRv6 policy {v['bsid']}", key=f"{POLICY_PREFIX}{v['bsid']}")]
-        if v["interface"] is not None:
-            deps.append(Dependency(label=f"interface {v['interface']}",
-                                   key=keys.interface_key(v["interface"])))
-        else:
-            deps += vrf_dependencies(v["table"], (":" in str(v["prefix"]),))
-        return deps
-
     def retrieve(correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         names_by_what: dict[tuple[Any, ...], str] = {}
         for key, value, _ in correlate:
@@ -155,18 +152,14 @@ def descriptors(ctx: Context) -> list[Descriptor]:
             result.append((f"{PREFIX}{foreign}", value, None, ValueOrigin.FROM_SB))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: steering_name(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_steering, lambda key: steering_name(key) is not None,
+        depends_on=_dependencies,
         create=create,
         update=update,
         update_with_recreate=recreate,
         delete=delete,
-        dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=same_canonical(check_steering),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

@@ -16,13 +16,12 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Dependency, Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import VRF_DESCRIPTOR, Context
-from southbound.vpp.errors import is_retriable
-from southbound.vpp.models import MAX_VRF, memoized
+from southbound.vpp.models import MAX_VRF, canonical_comparator, memoized, model_descriptor
 
 TABLE_NAME_MAX = 63  # string[64]
 
@@ -78,25 +77,27 @@ def vrf_dependencies(vrf: int, families: Iterable[bool]) -> Sequence[Dependency]
     )
 
 
+def names_agree(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """A name left unset matches whatever name VPP gave the table."""
+    return x["name"] is None or y["name"] is None or x["name"] == y["name"]
+
+
+same_table = canonical_comparator(normalize_vrf, names_agree)
+
+
 class VrfDescriptor:
     def __init__(self, ctx: Context) -> None:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=VRF_DESCRIPTOR,
-            key_selector=lambda key: keys.parse_vrf_key(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            VRF_DESCRIPTOR, normalize_vrf, lambda key: keys.parse_vrf_key(key) is not None,
+            agree=names_agree,
             create=self.create,
             delete=self.delete,
             update_with_recreate=self.renamed,
             retrieve=self.retrieve,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_vrf(key, value)
 
     def _apply(self, key: str, value: Any, is_add: bool) -> None:
         v = normalize_vrf(key, value)
@@ -111,15 +112,7 @@ class VrfDescriptor:
         self._apply(key, value, False)
 
     def renamed(self, key: str, old: Any, new: Any, metadata: Any) -> bool:
-        return not self.equivalent(key, old, new)
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        """A name left unset matches whatever name VPP gave the table."""
-        try:
-            x, y = normalize_vrf(key, a), normalize_vrf(key, b)
-        except InvalidValueError:
-            return bool(a == b)
-        return x["name"] is None or y["name"] is None or x["name"] == y["name"]
+        return not same_table(key, old, new)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         result = []

@@ -27,8 +27,8 @@ from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
-from southbound.vpp.errors import MissingInterfaceError, VppError, is_retriable
-from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, name_problem, same_normalized
+from southbound.vpp.errors import MissingInterfaceError, VppError
+from southbound.vpp.models import MAX_VRF, VppName, _ip, memoized, model_descriptor, name_problem
 from southbound.vpp.models.vrf import vrf_dependencies
 from southbound.vpp.wireguard_api import WireguardApi, WireguardKey
 
@@ -92,10 +92,6 @@ def check_peer(key: str, value: Any) -> dict[str, Any]:
         problem = "names vpp-... are reserved for peers kvmesh did not create"
     return validate(VppWireguardPeer, key, value,
                     key_problems={KEY_FIELD: problem} if problem else {}).model_dump()
-
-
-def _validate(key: str, value: Any) -> None:
-    check_peer(key, value)
 
 
 def peer_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
@@ -166,16 +162,12 @@ def descriptors(ctx: Context) -> list[Descriptor]:
                 result.append((f"{PREFIX}{FOREIGN}{index}", value, None, ValueOrigin.FROM_SB))
         return result
 
-    return [Descriptor(
-        name=DESCRIPTOR,
-        key_selector=lambda key: peer_name(key) is not None,
-        validate=_validate,
+    return [model_descriptor(
+        DESCRIPTOR, check_peer, lambda key: peer_name(key) is not None,
         create=create,
         delete=delete,
         dependencies=dependencies,
         retrieve=retrieve,
-        value_comparator=lambda key, a, b: same_normalized(check_peer, key, a, b),
-        is_retriable_failure=is_retriable,
         retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
     )]
 

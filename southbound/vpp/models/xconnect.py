@@ -11,12 +11,11 @@ removed. A new `transmit_interface` is applied in place.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from scheduler import Dependency, Descriptor, InvalidValueError, ValueOrigin
+from scheduler import Descriptor, ValueOrigin
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 from southbound.vpp import keys
@@ -26,9 +25,14 @@ from southbound.vpp.errors import (
     INVALID_SW_IF_INDEX,
     MissingInterfaceError,
     VppApiError,
-    is_retriable,
 )
-from southbound.vpp.models import VppName, memoized, name_problem, same_normalized
+from southbound.vpp.models import (
+    VppName,
+    interface_dependency,
+    memoized,
+    model_descriptor,
+    name_problem,
+)
 
 HOLDER = "a cross-connect"
 
@@ -70,22 +74,17 @@ class XconnectDescriptor:
         self.api = ctx.api
 
     def descriptor(self) -> Descriptor:
-        return Descriptor(
-            name=XCONNECT_DESCRIPTOR,
-            key_selector=lambda key: keys.xconnect_interface(key) is not None,
-            validate=self.validate,
+        return model_descriptor(
+            XCONNECT_DESCRIPTOR, normalize_xconnect,
+            lambda key: keys.xconnect_interface(key) is not None,
+            depends_on=lambda v: (interface_dependency(v["receive_interface"]),
+                                  interface_dependency(v["transmit_interface"])),
             create=self.create,
             update=self.update,
             delete=self.delete,
             retrieve=self.retrieve,
-            dependencies=self.dependencies,
-            value_comparator=self.equivalent,
-            is_retriable_failure=is_retriable,
             retrieve_dependencies=(INTERFACE_DESCRIPTOR,),
         )
-
-    def validate(self, key: str, value: Any) -> None:
-        normalize_xconnect(key, value)
 
     def create(self, key: str, value: Any) -> None:
         v = normalize_xconnect(key, value)
@@ -108,19 +107,6 @@ class XconnectDescriptor:
         except VppApiError as exc:
             if exc.retval != INVALID_SW_IF_INDEX:
                 raise
-
-    def dependencies(self, key: str, value: Any) -> Sequence[Dependency]:
-        try:
-            v = normalize_xconnect(key, value)
-        except InvalidValueError:
-            return ()
-        return tuple(
-            Dependency(label=f"interface {name}", key=keys.interface_key(name))
-            for name in (v["receive_interface"], v["transmit_interface"])
-        )
-
-    def equivalent(self, key: str, a: Any, b: Any) -> bool:
-        return same_normalized(normalize_xconnect, key, a, b)
 
     def retrieve(self, correlate: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any, Any]]:
         # Interfaces are retrieved first (retrieve_dependencies), which refreshes this map.
