@@ -9,7 +9,7 @@ not strings re-declared here.
 PENDING is final (the value may wait for something that never comes), unless it waits only for
 what a value written with it makes: the Linux end of a Linux-CP pair, which the node's Linux
 watcher reports a moment after VPP made it. The status says what a PENDING value waits for by key
-(``WAITS_FOR_KEYS``), the model registry what each value makes (``ModelSpec.provides``), and
+(``waits_for_keys``), the model registry what each value makes (``ModelSpec.provides``), and
 ``kvmesh.provided`` the rule: such a value is followed while each provider written to its node
 in this apply is CONFIGURED or not reported on yet (``hold_pending``), until its status changes
 or the deadline passes. A status without the keys (an older agent's) is final, as it always was.
@@ -23,8 +23,8 @@ from typing import Any
 
 from kvmesh.agent.keys import STATUS, status_prefix
 from kvmesh.agent.models import provided_by
-from kvmesh.agent.status import WAITS_FOR_KEYS, decode_status
-from kvmesh.provided import Waits, waiting_for_providers
+from kvmesh.agent.status import decode_status, waits_for_keys
+from kvmesh.provided import waiting_for_providers
 from kvmesh.statefile import NodeDiff
 from kvstore import KvStoreClient, Publication
 from scheduler import ValueState
@@ -66,17 +66,6 @@ def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
     if now is None or _state_of(now) not in SETTLED_STATES:
         return False
     return before is None or now.get("seq") != before.get("seq")
-
-
-def waits_for_keys(record: Mapping[str, Any]) -> Waits | None:
-    """What a PENDING status waits for by key, or None when it does not say (an older agent's
-    record, or a malformed one: then nothing is known to be coming)."""
-    waits = record.get(WAITS_FOR_KEYS)
-    if not isinstance(waits, list) or not all(
-            isinstance(keys, list) and all(isinstance(key, str) for key in keys)
-            for keys in waits):
-        return None
-    return waits
 
 
 def hold_pending(rows: Rows, written: Mapping[str, Any]) -> Rows:

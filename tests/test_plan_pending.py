@@ -139,3 +139,6 @@ def test_an_older_agent_saying_no_keys_is_taken_at_its_word() -> None:
         _op(BE0, "PENDING", ["existing link be0"], ["existing link be0"])]}}
     pending, coming = pending_values(plan, {"n1": NodeDiff("n1", added=dict(ROUTER_N1))})
     assert coming == {} and set(pending["n1"]) == {BE0}
+    plan["n1"]["operations"][0]["waits_for_keys"] = HOST_BE0  # malformed: no better
+    pending, coming = pending_values(plan, {"n1": NodeDiff("n1", added=dict(ROUTER_N1))})
+    assert coming == {} and set(pending["n1"]) == {BE0}

@@ -52,6 +52,17 @@ def status_record(status: ValueStatus, now: float | None = None) -> dict[str, An
     return record
 
 
+def waits_for_keys(record: Mapping[str, Any]) -> list[list[str]] | None:
+    """What a PENDING status (or a plan's operation) says it waits for by key, or None when it
+    does not say (an older agent's record, or a malformed one: then nothing is known to come)."""
+    waits = record.get(WAITS_FOR_KEYS)
+    if not isinstance(waits, list) or not all(
+            isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+            for keys in waits):
+        return None
+    return waits
+
+
 def refusal_status(model_key: str, reason: str) -> ValueStatus:
     """The INVALID status of a desired value the agent refused before the scheduler saw it
     (undecodable, or not a value the agent may apply): same shape as any other status."""

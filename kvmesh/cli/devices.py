@@ -30,7 +30,7 @@ import click
 
 from kvmesh.agent.keys import NODE, device_of
 from kvmesh.agent.models import provided_by
-from kvmesh.agent.status import WAITS_FOR_KEYS
+from kvmesh.agent.status import waits_for_keys
 from kvmesh.provided import Coming, describe_waits, waiting_for_providers
 from kvmesh.statefile import NodeDiff
 from kvstore import KvStoreClient
@@ -131,7 +131,7 @@ def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
 
 
 def _waiting(op: Mapping[str, Any]) -> Waiting:
-    absent, keys = op.get("absent"), op.get(WAITS_FOR_KEYS)
+    absent, keys = op.get("absent"), waits_for_keys(op)
     return Waiting(tuple(op.get("details") or ()), None if absent is None else tuple(absent),
                    None if keys is None else tuple(tuple(k) for k in keys))
 
