@@ -6,11 +6,13 @@ the stream may miss what was published while the subscription connected) until e
 value settled or the deadline passed. The states are the scheduler's (``scheduler.ValueState``),
 not strings re-declared here.
 
-PENDING is final (the value may wait for something that never comes), but not at once: a value
-may wait for something its own node makes a moment after the values it was written with, e.g.
-the Linux end of a Linux-CP pair, which the node's Linux watcher reports after VPP made it. So a
-node's PENDING values are followed for `PENDING_GRACE_S` more after its other written values
-settled (``hold_pending``).
+PENDING is final (the value may wait for something that never comes), unless it waits only for
+what a value written with it makes: the Linux end of a Linux-CP pair, which the node's Linux
+watcher reports a moment after VPP made it. The status says what a PENDING value waits for by key
+(``waits_for_keys``), the model registry what each value makes (``ModelSpec.provides``), and
+``kvmesh.provided`` the rule: such a value is followed while each provider written to its node
+in this apply is CONFIGURED or not reported on yet (``hold_pending``), until its status changes
+or the deadline passes. A status without the keys (an older agent's) is final, as it always was.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvmesh.agent.keys import STATUS, status_prefix
-from kvmesh.agent.status import decode_status
+from kvmesh.agent.models import provided_by
+from kvmesh.agent.status import decode_status, waits_for_keys
+from kvmesh.provided import waiting_for_providers
 from kvmesh.statefile import NodeDiff
 from kvstore import KvStoreClient, Publication
 from scheduler import ValueState
@@ -29,13 +33,13 @@ from scheduler import ValueState
 SETTLED_STATES = frozenset({ValueState.CONFIGURED, ValueState.FAILED, ValueState.RETRYING,
                             ValueState.INVALID, ValueState.PENDING, ValueState.UNIMPLEMENTED})
 GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
-PENDING_GRACE_S = 2.0  # a node's PENDING values followed this long after the rest (above)
 POLL_S = 0.2  # longest wait for the stream before re-checking the deadline
 REDUMP_S = 1.0
 
 Statuses = dict[str, dict[str, Any]]  # model key -> status record
 #: node -> model key -> (settled, the last status record or None)
 Settled = dict[str, dict[str, tuple[bool, dict[str, Any] | None]]]
+Rows = dict[str, tuple[bool, dict[str, Any] | None]]  # one node's: model key -> (settled, status)
 
 
 def _state_of(record: Mapping[str, Any]) -> ValueState | None:
@@ -64,22 +68,27 @@ def settled(wanted: dict[str, Any] | None, before: dict[str, Any] | None,
     return before is None or now.get("seq") != before.get("seq")
 
 
-def hold_pending(rows: dict[str, tuple[bool, dict[str, Any] | None]], quiet_since: float | None,
-                 now: float) -> tuple[dict[str, tuple[bool, dict[str, Any] | None]], float | None]:
-    """One node's `rows` (key -> (settled, status)) with its settled PENDING values held back
-    until `PENDING_GRACE_S` after every other row settled, and the time that happened (None
-    while some other row has not settled): the new `quiet_since` to pass next time."""
-    def pending(record: dict[str, Any] | None) -> bool:
-        return record is not None and _state_of(record) is ValueState.PENDING
+def hold_pending(rows: Rows, written: Mapping[str, Any]) -> Rows:
+    """One node's `rows` with its settled PENDING values that wait for their providers held
+    back (not settled): those every missing dependency of which a value `written` to the node
+    in this apply makes, while that value is CONFIGURED or not reported on yet
+    (``kvmesh.provided``)."""
+    waiting = {}
+    for key, (done, record) in rows.items():
+        if done and record is not None and _state_of(record) is ValueState.PENDING:
+            waits = waits_for_keys(record)
+            if waits is not None:
+                waiting[key] = waits
+    if not waiting:
+        return rows
 
-    if not all(done for done, record in rows.values() if not pending(record)):
-        quiet_since = None
-    elif quiet_since is None:
-        quiet_since = now
-    if quiet_since is not None and now - quiet_since >= PENDING_GRACE_S:
-        return rows, quiet_since
-    return {key: (done and not pending(record), record)
-            for key, (done, record) in rows.items()}, quiet_since
+    def live(maker: str) -> bool:
+        done, record = rows.get(maker, (True, None))
+        return not done or (record is not None and _state_of(record) is ValueState.CONFIGURED)
+
+    provided = provided_by({key: value for key, value in written.items() if value is not None})
+    coming = waiting_for_providers(waiting, provided, live)
+    return {key: (done and key not in coming, record) for key, (done, record) in rows.items()}
 
 
 def _take(publication: Publication, prefixes: Mapping[str, str],
@@ -113,14 +122,12 @@ def wait_settled(client: KvStoreClient, diffs: Mapping[str, NodeDiff],
         statuses = {node: status_snapshot(client, node) for node in writes}
         next_dump = time.monotonic() + REDUMP_S
         shown = ""
-        quiet_since: dict[str, float | None] = dict.fromkeys(writes)
         while True:
             result = {}
             for node, keys in writes.items():
-                result[node], quiet_since[node] = hold_pending(
+                result[node] = hold_pending(
                     {key: (settled(value, before[node].get(key), statuses[node].get(key)),
-                           statuses[node].get(key)) for key, value in keys.items()},
-                    quiet_since[node], time.monotonic())
+                           statuses[node].get(key)) for key, value in keys.items()}, keys)
             line = "  ".join(f"{node}: {sum(d for d, _r in rows.values())}/{len(rows)} settled"
                              for node, rows in result.items())
             if progress is not None and line != shown:

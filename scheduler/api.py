@@ -236,6 +236,9 @@ class ValueStatus(NamedTuple):
     origin: ValueOrigin = ValueOrigin.UNKNOWN
     derived_from: Key | None = None
     seq: int | None = None  # transaction that produced this status
+    # A PENDING value's missing dependencies by key: for each, the keys any one of which would
+    # satisfy it, as far as they can be named (``scheduler.readiness.WaitedKeys``).
+    waits_for: tuple[tuple[Key, ...], ...] = ()
 
     @property
     def error_message(self) -> str:

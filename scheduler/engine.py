@@ -28,7 +28,7 @@ from scheduler.effects import ExecuteEffects, PlanEffects
 from scheduler.gcpause import GcPause
 from scheduler.graph import Graph, Node
 from scheduler.history import History
-from scheduler.readiness import absent_labels
+from scheduler.readiness import WaitedKeys, absent_labels
 from scheduler.records import RecordedOp, RecordedValue, TxnRecord
 from scheduler.refresh import Refresher, RefreshResult
 from scheduler.registry import Registry
@@ -229,11 +229,13 @@ class Engine:
             ops = ctx.recorded_ops()
             # What the values left waiting lack for good, on the graph as the plan leaves it
             # (`kvmesh plan`: "not on the node and not in the desired state").
+            waited_keys = WaitedKeys(graph)
             for op in ops:
                 node = graph.nodes.get(op.key)
                 if op.new_state is ValueState.PENDING and node is not None \
                         and node.state is ValueState.PENDING:
                     op.absent = absent_labels(graph, node)
+                    op.waits_for = waited_keys(node)
             return ops
         finally:
             graph.rollback()
@@ -478,6 +480,7 @@ class Engine:
         named = ({value.key for value in record.values}
                  if record.txn_type is TxnType.NB_TRANSACTION and record.resync is None
                  else set())
+        waited_keys = WaitedKeys(self.graph)
         for key in touched:
             node = self.graph.get(key)
             changes.append((key, node))
@@ -498,7 +501,7 @@ class Engine:
                     )
                 )
                 continue
-            status = _status_of(node, record.seq)
+            status = _status_of(node, record.seq, waited_keys)
             if previous is not None and _same_status(previous, status) and key not in named:
                 continue
             updates[key] = status
@@ -542,7 +545,7 @@ class Engine:
         return found if found is not None else ValueStatus(key=key, state=ValueState.NONEXISTENT)
 
 
-def _status_of(node: Node, seq: int) -> ValueStatus:
+def _status_of(node: Node, seq: int, waited_keys: WaitedKeys) -> ValueStatus:
     return ValueStatus(
         key=node.key,
         state=node.state,
@@ -552,6 +555,7 @@ def _status_of(node: Node, seq: int) -> ValueStatus:
         origin=node.origin,
         derived_from=node.derived_from,
         seq=seq,
+        waits_for=waited_keys(node),
     )
 
 

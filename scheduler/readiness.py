@@ -7,6 +7,7 @@ one unit: they are ready together once every dependency leaving the cycle is sat
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 
 from scheduler.api import Dependency, Key, ValueOrigin, ValueState
@@ -44,6 +45,58 @@ def satisfied(graph: Graph, dep: Dependency) -> bool:
 
 def missing_labels(graph: Graph, node: Node) -> tuple[str, ...]:
     return tuple(dep.label for dep in node.deps if not satisfied(graph, dep))
+
+
+def accepted_keys(dep: Dependency) -> tuple[Key, ...]:
+    """The keys that satisfy `dep` that can be named without a graph: its key, or those of its
+    prefixes its predicate accepts as whole keys (a dependency on any of a few named keys, e.g.
+    a kvmesh interface or the host link of that name). Empty for a predicate over a key space
+    (any address on an interface): such a dependency cannot be named key by key."""
+    if dep.key is not None:
+        return (dep.key,)
+    return tuple(prefix for prefix in dep.key_prefixes if dep.matches(prefix))
+
+
+class WaitedKeys:
+    """What PENDING values wait for, by key (``__call__``), over one state of `graph` (make one
+    per pass over it: it keeps what the waiting values will derive, found on first need).
+
+    For each missing dependency of a PENDING value (those its `details` name): the keys any one
+    of which would satisfy it once created: its named keys (``accepted_keys``), the values of
+    the graph it accepts (desired values that wait), and, for a dependency on something a
+    waiting value derives once created (an interface's address), that value's key. Readers
+    outside the scheduler (`kvmesh apply --wait`, `kvmesh plan`) match them against what other
+    values make (``ModelSpec.provides``); labels are for people."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._deriving: list[tuple[Key, Key]] | None = None  # sorted (derived key, its value)
+
+    def __call__(self, node: Node) -> tuple[tuple[Key, ...], ...]:
+        if node.state is not ValueState.PENDING or not node.details:
+            return ()
+        groups = []
+        for dep in node.deps:
+            if dep.label in node.details:
+                keys = dict.fromkeys((*accepted_keys(dep), *candidate_keys(self.graph, dep)))
+                groups.append(tuple(keys) if keys else self._derivers(dep))
+        return tuple(groups)
+
+    def _derivers(self, dep: Dependency) -> tuple[Key, ...]:
+        """The waiting values that will derive a key `dep` accepts (by its prefixes, when it
+        has some: a bisection, not a scan)."""
+        if self._deriving is None:
+            self._deriving = sorted((key, other.key) for other in self.graph.nodes.values()
+                                    if not other.available for key, _value in other.derived)
+        pairs = self._deriving
+        found: dict[Key, None] = {}
+        for prefix in dep.key_prefixes or ("",):
+            at = bisect.bisect_left(pairs, (prefix,))
+            while at < len(pairs) and pairs[at][0].startswith(prefix):
+                if dep.matches(pairs[at][0]):
+                    found[pairs[at][1]] = None
+                at += 1
+        return tuple(found)
 
 
 def absent_labels(graph: Graph, node: Node) -> tuple[str, ...]:

@@ -42,6 +42,8 @@ class RecordedOp:
     # southbound (a plan tells "stays PENDING: not there at all" from "waits for a value that
     # waits itself").
     absent: tuple[str, ...] = ()
+    # `details` by key (``scheduler.readiness.WaitedKeys``): set by plans only.
+    waits_for: tuple[tuple[Key, ...], ...] = ()
 
     def flags(self) -> list[str]:
         """Flag names in the anchor's order (shown in brackets in the log)."""

@@ -8,6 +8,10 @@ A model module (e.g. ``southbound/linux/models/neighbor.py``) defines, in one pl
 * ``check(model_key, value)``: validate a value against the key and return the canonical spec
   the descriptor works with (raises ``FieldsInvalidError``),
 * ``descriptors(context)``: the scheduler descriptors that apply it, with their dependencies,
+* optionally ``provides(model_key, value)``: the keys of what the value makes that another
+  plane reports (a Linux-CP pair makes the Linux link ``linux/interface/host/<name>`` that the
+  Linux southbound then finds): values of that plane that wait for those keys wait for this
+  value, not for something missing (``kvmesh plan``, ``kvmesh apply --wait``),
 * optionally ``conflicts(values)``: values that are each valid but that the plane would refuse
   together (two sub-interfaces with one VLAN on one parent), found in a node's whole desired
   state before anything is applied,
@@ -50,6 +54,9 @@ class ModelSpec(Generic[ContextT]):
     examples: Sequence[tuple[str, Any]] = field(default_factory=tuple)  # (model key, value)
     # (a node's desired values: model key -> value) -> {model key: why it conflicts}
     conflicts: Callable[[Mapping[str, Any]], dict[str, str]] | None = None
+    # (model key, value) -> the keys of what the value makes that another plane reports (an
+    # invalid value provides nothing)
+    provides: Callable[[str, Any], Sequence[str]] | None = None
 
     @property
     def description(self) -> str:
@@ -92,6 +99,16 @@ class ModelRegistry(Generic[ContextT]):
                 mine = {k: v for k, v in values.items() if model.matches(k)}
                 if mine:
                     found.update(model.conflicts(mine))
+        return found
+
+    def provided(self, values: Mapping[str, Any]) -> dict[str, str]:
+        """What values of a node's desired state make for another plane: provided key -> the
+        model key of the value that makes it (``ModelSpec.provides``)."""
+        found: dict[str, str] = {}
+        for model_key, value in values.items():
+            model = self.model_for(model_key)
+            if model is not None and model.provides is not None:
+                found.update(dict.fromkeys(model.provides(model_key, value), model_key))
         return found
 
     def descriptors(self, context: ContextT) -> list[Descriptor]:

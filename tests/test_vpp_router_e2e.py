@@ -167,6 +167,19 @@ def test_router_is_built_planned_empty_resynced_by_reads_and_removed_cleanly(
     linux_before = {node: router.linux(node) for node in NODES}
     wanted = yaml.safe_load(ROUTER.read_text())["nodes"]
 
+    # Planned first: the Linux values on the Linux-CP pairs' links wait for the pairs that make
+    # those links (n1's own plan says so by key), not for something missing: nothing refused.
+    planned = router.cli("plan", "-f", str(ROUTER), "--detailed-exitcode")
+    assert planned.returncode == 2, planned.stdout + planned.stderr
+    notes = [line for line in planned.stdout.splitlines() if line[:2] in ("= ", "! ")]
+    assert notes == [
+        "= node n1: linux/interface/be0 waits for linux/interface/host/be0 (made by "
+        "vpp/lcp/bond0)",
+        "= node n1: linux/interface/lo0-host waits for linux/interface/host/lo0-host (made by "
+        "vpp/lcp/lo0)",
+        "= node n1: linux/route/main/10.0.0.2/32/be0 waits for linux/interface/host/be0 (made "
+        "by vpp/lcp/bond0), linux/interface/be0 (which waits for its provider)"]
+
     applied = router.cli("--json", "apply", "-f", str(ROUTER), "--wait", "--timeout", "90")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     rows = {(row["node"], row["key"]): row["result"] for row in json.loads(applied.stdout)}

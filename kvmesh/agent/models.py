@@ -66,6 +66,15 @@ def invalid_values(values: Mapping[str, Any]) -> dict[str, ModelError]:
     return errors
 
 
+def provided_by(values: Mapping[str, Any]) -> dict[str, str]:
+    """What values of a node's desired state make that another plane reports: made key -> the
+    model key of the value that makes it (``ModelSpec.provides``; ``kvmesh.provided``)."""
+    found: dict[str, str] = {}
+    for registry in REGISTRIES:
+        found.update(registry.provided(values))
+    return found
+
+
 def json_schema(name: str | None = None) -> dict[str, Any]:
     """The JSON Schema of one model (by name), or of all: ``{"models": {name: schema}}``."""
     if name is not None:

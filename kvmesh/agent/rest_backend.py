@@ -12,6 +12,7 @@ from kvmesh.agent.desired import Model
 from kvmesh.agent.northbound import NorthboundFollower
 from kvmesh.agent.reconcile import Reconciliation
 from kvmesh.agent.scrape import MetricsScrape
+from kvmesh.agent.status import WAITS_FOR_KEYS
 from kvstore import KvStoreClient, KvStoreError
 from scheduler import KVScheduler, TransactionError, ValueState
 
@@ -114,6 +115,7 @@ class RestBackend:
         return [{"operation": op.op.value, "key": op.key, "flags": op.flags(),
                  "new_state": op.new_state.name, "details": list(op.details),
                  "absent": list(op.absent),
+                 WAITS_FOR_KEYS: [list(keys) for keys in op.waits_for],
                  "error": None if op.error is None else str(op.error)}
                 for op in self.scheduler.plan(dict(values))]
 

@@ -29,9 +29,15 @@ TOMBSTONE_TTL_MS = 5_000
 GONE_STATES = frozenset({ValueState.REMOVED, ValueState.NONEXISTENT})
 
 
+#: A PENDING value's missing dependencies by key: a list per dependency of the keys any one of
+#: which would satisfy it (``scheduler.readiness.WaitedKeys``). Added in 0.5; a record without
+#: it (an older agent's, or a value that waits for nothing namable) says nothing by key.
+WAITS_FOR_KEYS = "waits_for_keys"
+
+
 def status_record(status: ValueStatus, now: float | None = None) -> dict[str, Any]:
     """The published form of a value status (a msgpack map)."""
-    return {
+    record: dict[str, Any] = {
         "state": status.state.name,
         "error": status.error_message,
         "last_op": status.last_op.name,
@@ -41,6 +47,20 @@ def status_record(status: ValueStatus, now: float | None = None) -> dict[str, An
         "seq": status.seq,
         "time": round(time.time() if now is None else now, 3),
     }
+    if status.waits_for:
+        record[WAITS_FOR_KEYS] = [list(keys) for keys in status.waits_for]
+    return record
+
+
+def waits_for_keys(record: Mapping[str, Any]) -> list[list[str]] | None:
+    """What a PENDING status (or a plan's operation) says it waits for by key, or None when it
+    does not say (an older agent's record, or a malformed one: then nothing is known to come)."""
+    waits = record.get(WAITS_FOR_KEYS)
+    if not isinstance(waits, list) or not all(
+            isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+            for keys in waits):
+        return None
+    return waits
 
 
 def refusal_status(model_key: str, reason: str) -> ValueStatus:

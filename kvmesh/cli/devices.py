@@ -8,6 +8,9 @@ them unless `--allow-missing-device` (docs/operator.md). Two kinds:
   that say it, which missing dependencies nothing desired or found there provides, `absent`).
   A node whose scheduler was not asked (`plan --offline`, no agent with a REST API, the agent
   down) is not judged: its dependencies are said to be unchecked, never missing.
+  A missing dependency that a desired value of the same node makes for another plane (a Linux-CP
+  pair's Linux link, ``ModelSpec.provides``) is not missing: the value waits for its provider,
+  which `plan` says; unless the provider would not apply itself (``kvmesh.provided``).
 
 A node's agent announces each southbound device it drives as `node/<N>/device/<dev>` (`linux`,
 `vpp`), whatever its state. A value of plane `vpp` for a node that announces devices but no
@@ -18,6 +21,7 @@ an unknown node written with --allow-unknown-node) is not judged: nothing is kno
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,6 +29,9 @@ from typing import Any, TypeVar
 import click
 
 from kvmesh.agent.keys import NODE, device_of
+from kvmesh.agent.models import provided_by
+from kvmesh.agent.status import waits_for_keys
+from kvmesh.provided import Coming, describe_waits, waiting_for_providers
 from kvmesh.statefile import NodeDiff
 from kvstore import KvStoreClient
 
@@ -39,6 +46,10 @@ class Waiting:
 
     waits_for: tuple[str, ...]  # the labels of its missing dependencies
     absent: tuple[str, ...] | None  # of those, what nothing provides; None: the agent is older
+    # the same dependencies by key (the keys any one of which satisfies each); None: older agent
+    keys: tuple[tuple[str, ...], ...] | None = None
+    # desired values that would make a missing dependency but would not apply themselves
+    makers_not_applied: tuple[str, ...] = ()
 
 
 Pending = dict[str, dict[str, Waiting]]  # node -> model key -> why it would stay PENDING
@@ -85,22 +96,50 @@ def describe(missing: Missing) -> list[str]:
     return lines
 
 
-def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff]) -> Pending:
+def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
+                   missing: Missing | None = None) -> tuple[Pending, dict[str, Coming]]:
     """For each node whose scheduler plan was fetched: the values to write it would leave
-    PENDING (the last operation on a key is the state the plan ends in)."""
+    PENDING (the last operation on a key is the state the plan ends in), split into those that
+    would stay PENDING and those that wait for a provider: a desired value of the node that
+    makes what they lack and is not refused itself (`missing`: values for a device the node
+    does not have; ``kvmesh.provided``)."""
     pending: Pending = {}
+    coming: dict[str, Coming] = {}
     for node, plan in plans.items():
         if "error" in plan or node not in diffs:
             continue
-        written = {key for key, value in diffs[node].writes().items() if value is not None}
+        written = {key: value for key, value in diffs[node].writes().items()
+                   if value is not None}
         last = {op["key"]: op for op in plan.get("operations") or ()}
-        for key in sorted(written & last.keys()):
-            op = last[key]
-            if op.get("new_state") == "PENDING":
-                absent = op.get("absent")
-                pending.setdefault(node, {})[key] = Waiting(
-                    tuple(op.get("details") or ()), None if absent is None else tuple(absent))
-    return pending
+        waiting = {key: _waiting(last[key]) for key in sorted(written.keys() & last.keys())
+                   if last[key].get("new_state") == "PENDING"}
+        refused = set(waiting).union(*(missing or {}).get(node, {}).values())
+        provided = provided_by(written)
+        live = written.keys() - refused
+        found = waiting_for_providers(
+            {key: w.keys for key, w in waiting.items() if w.keys is not None}, provided,
+            live.__contains__)
+        if found:
+            coming[node] = found
+        for key, w in waiting.items():
+            if key not in found:
+                makers = sorted({provided[k] for keys in w.keys or () for k in keys
+                                 if k in provided} - live - found.keys())
+                pending.setdefault(node, {})[key] = dataclasses.replace(
+                    w, makers_not_applied=tuple(makers))
+    return pending, coming
+
+
+def _waiting(op: Mapping[str, Any]) -> Waiting:
+    absent, keys = op.get("absent"), waits_for_keys(op)
+    return Waiting(tuple(op.get("details") or ()), None if absent is None else tuple(absent),
+                   None if keys is None else tuple(tuple(k) for k in keys))
+
+
+def describe_coming(coming: Mapping[str, Coming]) -> list[str]:
+    """One line per value that waits for a provider, saying which."""
+    return [f"node {node}: {key} waits for {describe_waits(waits)}"
+            for node, values in sorted(coming.items()) for key, waits in sorted(values.items())]
 
 
 def unchecked_nodes(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
@@ -130,6 +169,9 @@ def describe_pending(pending: Pending) -> list[str]:
                      for label in waiting.absent]
                     + [f"waits for {label} (desired, but not created: it waits itself)"
                        for label in waiting.waits_for if label not in waiting.absent])
+            if waiting.makers_not_applied:
+                why += (f" (made by {', '.join(waiting.makers_not_applied)}, which would not "
+                        "apply either)")
             lines.append(f"node {node}: {key} would stay PENDING: {why}")
     return lines
 

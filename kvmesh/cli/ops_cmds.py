@@ -26,6 +26,7 @@ from kvmesh.cli.devices import (
     ALLOW_OPTION,
     allow_missing_device_option,
     describe,
+    describe_coming,
     describe_pending,
     describe_unchecked,
     missing_devices,
@@ -223,7 +224,7 @@ def plan(path: str, replace: bool, detailed_exitcode: bool, offline: bool,
                 missing_devices(client, diffs))
 
     diffs, plans, missing = run_client(action)
-    pending = pending_values(plans, diffs)
+    pending, coming = pending_values(plans, diffs, missing)
     unchecked = unchecked_nodes(plans, diffs, offline)
     changed = any(not d.empty for d in diffs.values())
     as_json = {node: {"added": sorted(d.added), "changed": {
@@ -233,11 +234,14 @@ def plan(path: str, replace: bool, detailed_exitcode: bool, offline: bool,
         "would_stay_pending": {key: {"waits_for": list(w.waits_for), "absent": None if w.absent
                                      is None else list(w.absent)}
                                for key, w in pending.get(node, {}).items()},
+        "waits_for_provider": {key: {dep: maker for dep, maker in waits}
+                               for key, waits in coming.get(node, {}).items()},
         "dependencies_unchecked": unchecked.get(node)}
         for node, d in diffs.items()}
     text = plan_text(diffs, plans) if changed else "no changes"
     notes = [*describe(missing), *describe_pending(pending), *describe_unchecked(unchecked)]
-    emit(as_json, "\n".join([text, *(f"! {line}" for line in notes)]))
+    emit(as_json, "\n".join([text, *(f"= {line}" for line in describe_coming(coming)),
+                              *(f"! {line}" for line in notes)]))
     unasked = sorted(node for node, found in plans.items() if "error" in found)
     if unasked:
         fail(f"the scheduler of {', '.join(unasked)} could not be asked (see above; --offline "
@@ -311,7 +315,7 @@ def refuse_unappliable(client: KvStoreClient, diffs: Mapping[str, NodeDiff]) -> 
     missing = missing_devices(client, diffs)
     changed = {node: diff for node, diff in diffs.items() if not diff.empty}
     plans = scheduler_plans(client, changed, APPLY_CHECK_TIMEOUT_S) if changed else {}
-    problems = [*describe(missing), *describe_pending(pending_values(plans, changed))]
+    problems = [*describe(missing), *describe_pending(pending_values(plans, changed, missing)[0])]
     if problems:
         fail("; ".join(problems) + f"; nothing was written (give {ALLOW_OPTION} to write them "
              "anyway)")

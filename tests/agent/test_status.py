@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmesh.agent.status import TOMBSTONE_TTL_MS, StatusPublisher, decode_status
+from kvmesh.agent.status import TOMBSTONE_TTL_MS, StatusPublisher, decode_status, status_record
 from kvstore.gen.kvstore_thrift.ttypes import Value
 from scheduler import TxnOperation, ValueOrigin, ValueState, ValueStatus
 
@@ -117,3 +117,18 @@ def test_refusals_survive_the_schedulers_removed_and_are_withdrawn() -> None:
     gone = pub.take(0.0)
     assert gone["status/n1/linux/interface/a"].value == b""
     assert gone["status/n1/linux/interface/host/lo"].value == b""
+
+
+def test_a_pending_status_says_what_it_waits_for_by_key_in_a_field_old_readers_skip() -> None:
+    """`waits_for_keys` (what `kvmesh apply --wait` matches against what other values make) is
+    an extra map key: only a status that has something to say carries it, so every other record
+    is as an older release wrote it."""
+    waiting = ValueStatus(key="linux/interface/be0", state=ValueState.PENDING,
+                          details=("existing link be0",), seq=3,
+                          waits_for=(("linux/interface/host/be0",), ()))
+    record = status_record(waiting, now=1.0)
+    assert record["waits_for_keys"] == [["linux/interface/host/be0"], []]
+    assert record["details"] == ["existing link be0"]
+    configured = status_record(waiting._replace(state=ValueState.CONFIGURED, waits_for=()), 1.0)
+    assert "waits_for_keys" not in configured
+    assert set(record) - set(configured) == {"waits_for_keys"}

@@ -499,3 +499,35 @@ def test_a_plan_tells_a_dependency_nothing_provides_from_one_that_waits(
         (RT + "s", ValueState.PENDING, ("if", "addr"), ("if", "addr")),
     ]
     assert sched.plan({IF + "a": {}, RT + "r": "a"})[-1].new_state is ValueState.CONFIGURED
+
+
+def test_a_pending_value_says_what_it_waits_for_by_key(sched: KVScheduler, sb: MockSB) -> None:
+    """A PENDING value's status and plan operation name each missing dependency by the keys any
+    one of which satisfies it (`kvmesh apply --wait` and `plan` match them against what other
+    values make): a key, the named keys of an any-of dependency, the desired values it accepts,
+    the waiting value that will derive what it accepts, nothing for a predicate over a key space
+    nothing in the graph matches. A satisfied dependency is not listed; a value no longer
+    PENDING lists nothing."""
+    named = ("up/x", "host/x")
+    sched.register_descriptor(prefix_descriptor(sb, "up", "up/"))
+    sched.register_descriptor(prefix_descriptor(sb, "addr", "addr/"))
+    sched.register_descriptor(prefix_descriptor(
+        sb, "if", IF, deps=lambda k, v: [Dependency(label="uplink z", key="up/z")],
+        derived=lambda k, v: [("addr/" + k[len(IF):], {"of": k})]))
+    sched.register_descriptor(prefix_descriptor(sb, "rt", RT, deps=lambda k, v: [
+        Dependency(label="if", key=IF + "a"),
+        Dependency(label="link x", any_of=lambda key: key in named, key_prefixes=named),
+        Dependency(label="an address", any_of=lambda key: key == "addr/" + v,
+                   key_prefixes=("addr/",)),
+        Dependency(label="an uplink", any_of=lambda key: len(key) > len("up/"),
+                   key_prefixes=("up/",))]))
+    (op,) = sched.plan({RT + "r": "a"})
+    assert op.new_state is ValueState.PENDING
+    assert op.waits_for == ((IF + "a",), named, (), ())
+    sched.start_txn().set_value(RT + "r", "a").set_value(IF + "a", {}).commit()
+    status = sched.get_value_status(RT + "r")
+    assert status.state is ValueState.PENDING
+    assert status.waits_for == ((IF + "a",), named, (IF + "a",), ())
+    sched.start_txn().set_value("up/z", {}).set_value("up/x", {}).commit()
+    assert sched.get_value_status(RT + "r").state is ValueState.CONFIGURED
+    assert sched.get_value_status(RT + "r").waits_for == ()

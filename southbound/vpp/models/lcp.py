@@ -6,8 +6,12 @@ empty), with the VPP interface's MAC and MTU: what the kernel routes there, VPP 
 Linux southbound sees that link appear as an OBTAINED host link, so Linux values can use it -
 e.g. `linux/interface/<host_if_name>` of type `existing` with addresses, or routes through it -
 and wait (PENDING) until it exists: one desired state across both planes, ordered by the
-scheduler. Depends on the VPP interface. Any change of the pair makes a new one (VPP has no
-update). A pair kvmesh did not make is never deleted.
+scheduler. A pair in the node's own namespace (`netns` empty) says so (`provides`: the host link
+`linux/interface/host/<host_if_name>`), so `kvmesh plan` does not take those Linux values for
+ones that would wait for ever, and `kvmesh apply --wait` follows them until the link appears; a
+pair in another namespace makes a link the node's Linux southbound does not see. Depends on the
+VPP interface. Any change of the pair makes a new one (VPP has no update). A pair kvmesh did not
+make is never deleted.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from scheduler import Descriptor, ValueOrigin
+from scheduler import Descriptor, InvalidValueError, ValueOrigin
+from southbound.linux.keys import host_key
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, StrictModel, validate
 from southbound.vpp.context import INTERFACE_DESCRIPTOR, Context
@@ -110,6 +115,16 @@ class LcpDescriptor:
         return result
 
 
+def provides(key: str, value: Any) -> tuple[str, ...]:
+    """The Linux link the pair makes, when the node's Linux southbound will see it: in VPP's
+    own namespace, which is the node's (the Linux southbound reports it by this key)."""
+    try:
+        v = normalize_lcp(key, value)
+    except InvalidValueError:
+        return ()
+    return () if v["netns"] else (host_key(v["host_if_name"]),)
+
+
 def descriptors(ctx: Context) -> list[Descriptor]:
     return [LcpDescriptor(ctx).descriptor()]
 
@@ -117,4 +132,5 @@ def descriptors(ctx: Context) -> list[Descriptor]:
 MODEL: ModelSpec[Context] = ModelSpec(
     "vpp/lcp", "vpp/lcp/<vpp interface>", KEY_RE, VppLcpPair, normalize_lcp, descriptors,
     examples=(("vpp/lcp/uplink", {"host_if_name": "uplink", "netns": "dataplane"}),),
+    provides=provides,
 )
