@@ -9,15 +9,26 @@ detection, so they are usable at once.
 Every address kvmesh adds carries its address protocol (``Ownership.address_proto``). On a link
 kvmesh did not create (``"type": "existing"``, derived value ``{"existing": true}``) delete
 removes an address only if it carries that marker: one the link had before is never removed.
+
+Nor is one removed there as a side effect: the kernel deletes an IPv4 subnet's secondary addresses
+together with its primary unless the link promotes them (``promote_secondaries``). So when
+another address of the same subnet is on the link, kvmesh turns promotion on for the one
+deletion and sets it back to what it was.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from southbound.linux import keys
 from southbound.linux.context import PluginContext
+from southbound.linux.procsys import PROC_SYS, ProcSys
+from southbound.linux.records import Address
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +63,39 @@ class AddressDescriptor:
         index = self.ctx.links.lookup(name)
         if index is None:
             return  # the link is gone, and its addresses with it
-        if isinstance(value, dict) and value.get("existing") and not self._added_by_kvmesh(
-                index, cidr):
+        interface = ipaddress.ip_interface(cidr)
+        existing = isinstance(value, dict) and bool(value.get("existing"))
+        # Only on a link kvmesh did not create: there the dump is taken anyway (who added the
+        # address), and others' addresses are expected; a link kvmesh made holds its own.
+        on_link = [a for a in self.ctx.client.dump_addresses() if a.index == index] \
+            if existing else []
+        if existing and not self._added_by_kvmesh(on_link, cidr):
             log.info("not deleting address %s of %s: kvmesh did not add it", cidr, name)
             return
-        self.ctx.client.delete_address(index, cidr, f"delete address {cidr} from {name}")
+        purpose = f"delete address {cidr} from {name}"
+        if interface.version == 4 and any(
+                a.cidr != cidr and ipaddress.ip_interface(a.cidr).network == interface.network
+                for a in on_link):
+            with self._secondaries_promoted(name):
+                self.ctx.client.delete_address(index, cidr, purpose)
+        else:
+            self.ctx.client.delete_address(index, cidr, purpose)
 
-    def _added_by_kvmesh(self, index: int, cidr: str) -> bool:
+    def _added_by_kvmesh(self, on_link: list[Address], cidr: str) -> bool:
         proto = self.ctx.ownership.address_proto
-        return any(address.index == index and address.cidr == cidr and address.proto == proto
-                   for address in self.ctx.client.dump_addresses())
+        return any(address.cidr == cidr and address.proto == proto for address in on_link)
+
+    @contextmanager
+    def _secondaries_promoted(self, name: str) -> Iterator[None]:
+        """``promote_secondaries`` on for link ``name`` while the block runs, then as it was."""
+        procsys = ProcSys(self.ctx.client.netns)
+        path = os.path.join(PROC_SYS, "net", "ipv4", "conf", name, "promote_secondaries")
+        was = procsys.read([path])[path]
+        if was in (None, "1"):
+            yield  # already promoting (or no such file: nothing to set)
+            return
+        procsys.write(path, "1")
+        try:
+            yield
+        finally:
+            procsys.write(path, was)

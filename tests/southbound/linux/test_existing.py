@@ -82,6 +82,24 @@ def test_addresses_the_link_already_had_are_never_removed(ns) -> None:
         assert ns.link("e0") is not None
 
 
+def test_removing_kvmeshs_address_keeps_the_operators_in_the_same_subnet(linux) -> None:
+    """The kernel deletes an IPv4 subnet's secondary addresses with its primary unless the link
+    promotes them: kvmesh's address, added first, was primary, and removing it took the
+    operator's 10.20.0.9/24 (added after it) with it. Found in a loaded CI run, where the link's
+    address arrived after kvmesh had configured the link."""
+    ns, scheduler, _plugin = linux
+    host_link(ns)
+    wait_until(lambda: state(scheduler, "linux/interface/host/e0") is ValueState.OBTAINED,
+               timeout=15)
+    commit(scheduler, {E0: existing(addresses=["10.20.0.1/24"])})
+    ns.ip("addr", "add", "10.20.0.9/24", "dev", "e0")  # the operator's: a secondary now
+    promote = "/proc/sys/net/ipv4/conf/e0/promote_secondaries"
+    before = ns.exec("cat", promote).stdout.strip()
+    commit(scheduler, {E0: None})
+    assert ns.addresses("e0") == ["10.20.0.9/24"]
+    assert ns.exec("cat", promote).stdout.strip() == before, "the sysctl is as it was"
+
+
 def test_master_is_set_and_the_original_master_restored(linux) -> None:
     ns, scheduler, _plugin = linux
     ns.ip("link", "add", "hostbr", "type", "bridge")
