@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -88,8 +89,8 @@ class _Item:
         self.nodeid = nodeid
         self.group = group
 
-    def iter_markers(self, name: str) -> list[pytest.Mark]:
-        return [pytest.mark.xdist_group(self.group).mark] if self.group else []
+    def iter_markers(self, name: str) -> list[SimpleNamespace]:
+        return [SimpleNamespace(args=(self.group,), kwargs={})] if self.group else []
 
 
 def test_a_test_not_recorded_counts_as_unknown_seconds_and_groups_keep_file_order() -> None:
