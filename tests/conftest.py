@@ -24,14 +24,18 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
+from tests import schedule
 from tests.parallel import isolate_session
 
 TIERS_FILE = Path(__file__).with_name("tiers.json")
@@ -39,6 +43,12 @@ TIER_MARKERS = ("process", "netns", "slow")
 RECORD = os.environ.get("KVMESH_RECORD_TIERS") == "1"
 SLOW_SECONDS = 2.0  # a test that takes this long on its own (idle machine) is slow
 ALWAYS_SLOW_FILES = ("tests/test_lint.py", "tests/fuzz/", "tests/test_chaos_")
+
+# pytest rewrites the asserts of every test module it imports (about 5 s of CPU for the suite,
+# in each xdist worker) and keeps the result in __pycache__ only where bytecode may be written:
+# keep it even under PYTHONDONTWRITEBYTECODE, so that only a module's first import after a change
+# pays (tools/setup.sh writes them once for a fresh clone).
+sys.dont_write_bytecode = False
 
 # A KvStore counter name that kvstore/stats.py does not declare is an error in every test, in
 # this process and in the node processes the tests start (they inherit the environment).
@@ -50,14 +60,15 @@ os.environ["KVSTORE_STRICT_COUNTERS"] = "1"
 RUNTIME_BASE = isolate_session()
 
 
-def _load_tiers() -> dict[str, list[str]]:
-    if not TIERS_FILE.exists():
-        return {}
-    tiers: dict[str, list[str]] = json.loads(TIERS_FILE.read_text())["tests"]
-    return tiers
+def _load_record() -> dict[str, Any]:
+    return json.loads(TIERS_FILE.read_text()) if TIERS_FILE.exists() else {}
 
 
-TIERS = _load_tiers()
+RECORD_FILE = _load_record()
+TIERS: dict[str, list[str]] = RECORD_FILE.get("tests", {})
+# Seconds each test took (setup, call, teardown) in the recording run: the order of the workers'
+# work (tests/schedule.py).
+SECONDS: dict[str, float] = RECORD_FILE.get("seconds", {})
 
 
 def _base_id(nodeid: str) -> str:
@@ -74,10 +85,23 @@ def _markers_for(nodeid: str) -> set[str]:
     return markers
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if hypothesis_profile(config) == "dev":
+        hypothesis_settings.load_profile("dev")
+    # xdist would hand out the groups with the most tests first; the workers' collection is
+    # already in the order wanted (longest first, below).
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(_markers_for(item.nodeid)):
             item.add_marker(getattr(pytest.mark, marker))
+    schedule.arrange(items, SECONDS, worker=hasattr(config, "workerinput"))
+    if hypothesis_profile(config) == "dev":
+        _cap_examples(items, DEV_EXAMPLES)
 
 
 # --- what a test really does: the recorder and the enforcement share one probe -----------------
@@ -118,6 +142,7 @@ subprocess.Popen.__init__ = _popen_init  # type: ignore[method-assign]
 multiprocessing.Process.start = _process_start  # type: ignore[method-assign]
 
 _recorded: dict[str, dict[str, Any]] = {}
+_seconds: dict[str, float] = {}  # recorded: test id (parameters included) -> seconds
 _spawning_fixtures: set[str] = set()  # recorded: fixtures whose setup starts processes
 
 
@@ -139,6 +164,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     elapsed = time.perf_counter() - started
     spawned = _probe.processes - processes
     if RECORD:
+        _seconds[schedule.seconds_key(item.nodeid)] = round(elapsed, 2)
         entry = _recorded.setdefault(_base_id(item.nodeid), {
             "process": False, "netns": False, "seconds": 0.0,
             "fixtures": sorted(getattr(item, "fixturenames", ()))})
@@ -172,21 +198,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if entry["seconds"] >= SLOW_SECONDS or nodeid.startswith(ALWAYS_SLOW_FILES):
             markers.append("slow")
         tests[nodeid] = markers
-    merged = {**TIERS, **tests}
     TIERS_FILE.write_text(json.dumps(
-        {"comment": "test id -> tier markers; written by KVMESH_RECORD_TIERS=1 pytest "
-                    "(tests/conftest.py), do not edit by hand", "tests": merged},
+        {"comment": "tests: test id -> tier markers; seconds: test id with its parameters -> "
+                    "seconds it took; written by KVMESH_RECORD_TIERS=1 pytest "
+                    "(tests/conftest.py), do not edit by hand",
+         "tests": {**TIERS, **tests}, "seconds": {**SECONDS, **_seconds}},
         indent=0, sort_keys=True) + "\n")
 
 
-# --- hypothesis: the full search in CI, a quick one in the inner loop ---------------------------
-# `pytest --hypothesis-profile=dev` (or HYPOTHESIS_PROFILE=dev) runs each property with fewer
-# examples; tests that set their own max_examples keep them.
-try:
-    from hypothesis import settings as _hypothesis_settings
-except ImportError:  # pragma: no cover - hypothesis is a test dependency
-    pass
-else:
-    _hypothesis_settings.register_profile("ci", _hypothesis_settings.get_profile("default"))
-    _hypothesis_settings.register_profile("dev", max_examples=10, deadline=None)
-    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# --- hypothesis: the full search in the whole suite, a short one in the fast tier ---------------
+# Profiles: `ci` runs each property with the examples it asks for (the whole suite); `dev` runs
+# at most DEV_EXAMPLES per property, those that set their own max_examples included. The fast
+# tier (a `-m` expression with `not slow`) is the inner loop and runs `dev` unless a profile is
+# chosen (`--hypothesis-profile=ci` or HYPOTHESIS_PROFILE=ci for the full search there).
+DEV_EXAMPLES = 10
+FAST_TIER = re.compile(r"\bnot\s+slow\b")
+
+hypothesis_settings.register_profile("ci", hypothesis_settings.get_profile("default"))
+hypothesis_settings.register_profile("dev", max_examples=DEV_EXAMPLES, deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def hypothesis_profile(config: pytest.Config) -> str:
+    """The profile this run uses: the one chosen, else `dev` for the fast tier, else `ci`."""
+    chosen = config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE")
+    if chosen:
+        return str(chosen)
+    return "dev" if FAST_TIER.search(config.getoption("markexpr", "") or "") else "ci"
+
+
+def _cap_examples(items: list[pytest.Item], cap: int) -> None:
+    """Lowers the examples of properties that set their own max_examples above `cap` (hypothesis
+    keeps a test's own settings over the profile's)."""
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is not None and own.max_examples > cap:
+            test._hypothesis_internal_use_settings = hypothesis_settings(  # type: ignore[union-attr]
+                own, max_examples=cap)

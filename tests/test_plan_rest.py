@@ -17,7 +17,6 @@ import yaml
 from kvmesh import launch
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
 from tests.kvstore.conftest import REPO, Mesh, free_port
-from tests.kvstore.conftest import mesh as mesh  # the fixture
 from tests.util import wait_until
 
 TOKEN = "plan-token-0123456789abcdef"
@@ -41,8 +40,17 @@ class PlanSetup:
         return str(path)
 
 
-@pytest.fixture
-def setup(mesh: Mesh, tmp_path: Path) -> Iterator[PlanSetup]:
+@pytest.fixture(scope="module")  # one node and agent: every test only reads (plans)
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlanSetup]:
+    tmp_path = tmp_path_factory.mktemp("plan")
+    mesh = Mesh(tmp_path)
+    try:
+        yield from _plan_setup(mesh, tmp_path)
+    finally:
+        mesh.close()
+
+
+def _plan_setup(mesh: Mesh, tmp_path: Path) -> Iterator[PlanSetup]:
     crt, key, token = tmp_path / "agent.crt", tmp_path / "agent.key", tmp_path / "token"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",

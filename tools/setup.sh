@@ -42,3 +42,8 @@ fi
 # Byte-compile kvmesh as a regular install would: every process (node, agent, each CLI call)
 # then loads bytecode instead of compiling its modules at start (faster, and less memory).
 .venv/bin/python -m compileall -q -j 0 kvstore kvmesh scheduler southbound >/dev/null
+# The test modules as pytest rewrites them (their asserts), kept in __pycache__: each test
+# process (one per xdist worker) then loads them instead of rewriting ~250 modules (about 5 s of
+# CPU each; tests/conftest.py).
+PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -q --collect-only -p no:cacheprovider >/dev/null \
+  || echo "setup.sh: collecting the tests failed (pytest --collect-only): see its output" >&2
