@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -233,12 +234,36 @@ class StopDeadline:
         os._exit(1)
 
 
+class SignalStop:
+    """What SIGTERM/SIGINT do to a running agent: ask it to stop, and arm the deadline.
+
+    No lock may be taken in a signal handler: it runs in the main thread between two bytecodes,
+    possibly while that thread holds an Event's lock inside `Event.wait()` (`Event.set()` would
+    then wait for itself forever: an agent that outlived its node, seen in CI) or threading's
+    own locks while starting a thread (a `threading.Timer` would). So the handler appends to a
+    list, which `run_agent`'s loop reads, and arms the kernel's alarm as the deadline: SIGALRM's
+    default action ends the process even if its main thread never runs Python again."""
+
+    def __init__(self, deadline_s: float = STOP_DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self._signals: list[int] = []
+
+    def handle(self, signum: int, _frame: object) -> None:
+        self._signals.append(signum)
+        signal.alarm(int(self.deadline_s) + 1)
+
+    def requested(self) -> bool:
+        return bool(self._signals)
+
+
 def run_agent(config: AgentConfig, stop: threading.Event,
               deadline: StopDeadline | None = None,
-              on_started: Callable[[], None] | None = None) -> int:
-    """Run an agent until `stop` is set (or the agent fails); returns the exit code. Whatever
-    ends it, the process is gone within `deadline` after (`StopDeadline`). `on_started`: called
-    once the agent has started (its southbounds registered, its REST API bound)."""
+              on_started: Callable[[], None] | None = None,
+              stop_requested: Callable[[], bool] = lambda: False) -> int:
+    """Run an agent until `stop` is set or `stop_requested()` (a signal handler's flag: it may
+    not set an Event) is true, or the agent fails; returns the exit code. Whatever ends it, the
+    process is gone within `deadline` after (`StopDeadline`). `on_started`: called once the
+    agent has started (its southbounds registered, its REST API bound)."""
     deadline = deadline or StopDeadline()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -252,7 +277,7 @@ def run_agent(config: AgentConfig, stop: threading.Event,
         return 1
     if on_started is not None:
         on_started()
-    while not stop.wait(0.2):
+    while not stop.wait(0.2) and not stop_requested():
         if agent.wait_stopped(0):
             deadline.arm()
             agent.stop()

@@ -42,7 +42,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
               http_max_streams: int, downstream_resync_s: float,
               assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
-    from kvmesh.agent.agent import AgentConfig, StopDeadline, run_agent
+    from kvmesh.agent.agent import AgentConfig, SignalStop, StopDeadline, run_agent
 
     http_security_args(http, http_cert, http_key, http_token_file, http_read_token_file,
                        http_public_reads)
@@ -61,15 +61,11 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
         fail(str(exc), code=2)
     stop = threading.Event()
     deadline = StopDeadline()
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        # Armed here too: the main thread may be busy starting the agent, not watching `stop`.
-        stop.set()
-        deadline.arm()
-
+    on_signal = SignalStop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    sys.exit(run_agent(settings, stop, deadline, on_started=tell_supervisor_started))
+        signal.signal(sig, on_signal.handle)
+    sys.exit(run_agent(settings, stop, deadline, on_started=tell_supervisor_started,
+                       stop_requested=on_signal.requested))
 
 
 def register(group: click.Group) -> None:
