@@ -98,7 +98,10 @@ class Member:
     def stop(self) -> None:
         """SIGTERM the node (it stops its agent) and wait for both to be gone."""
         if self.proc is not None and self.proc.alive():
-            code = self.proc.terminate(timeout=20)
+            # Longer than the node's own 20 s wait for its agent: a 0.4.0 agent can hang on
+            # SIGTERM (its handler could deadlock on the stop Event's lock; fixed in 0.5.0,
+            # kvmesh.agent.agent.SignalStop), and its node then kills it and exits 0.
+            code = self.proc.terminate(timeout=40)
             assert code == 0, f"{self.name} exited {code}:\n{self.proc.log(tail=3000)}"
 
     def agent_pids(self) -> list[int]:
