@@ -345,7 +345,8 @@ def up(nodes: int, topology: str = "chain", vpp_emulator: bool = False,
     """Start a cluster and return once every node (and agent) answers.
 
     `isolated`: every node in its own namespace on a bridge (see the module doc; needs root).
-    `agents=False` runs KvStore nodes only. `node_config`: TOML knobs for every node.
+    `agents=False` runs KvStore nodes only. `node_config`: TOML knobs for every node (a mapping
+    value is a table: {"agent": {"heartbeat_ms": 2000}}).
     `degree`/`seed`: the `random` topology. `core`: the first `core` nodes are full nodes
     peered by `topology`, the others leaves (`cluster_peering`); None or >= `nodes`: no leaves."""
     if nodes < 1:
@@ -405,7 +406,9 @@ def _write_node_config(run_dir: Path, node_config: Mapping[str, object] | None) 
     if not node_config:
         return None
     config_path = run_dir / "node.toml"
-    write_node_config(config_path, node_config)
+    tables = {key: value for key, value in node_config.items() if isinstance(value, Mapping)}
+    write_node_config(config_path, {k: v for k, v in node_config.items() if k not in tables},
+                      tables)
     return config_path
 
 

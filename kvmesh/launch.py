@@ -40,6 +40,7 @@ class AgentOptions:
     http_key: str | os.PathLike[str] | None = None
     http_token_file: str | os.PathLike[str] | None = None
     downstream_resync_s: float | None = None
+    heartbeat_ms: int | None = None
     assume_current: bool = False
 
     def args(self) -> list[str]:
@@ -58,6 +59,8 @@ class AgentOptions:
                 args += [option, os.fspath(value)]
         if self.downstream_resync_s is not None:
             args += ["--downstream-resync-s", f"{self.downstream_resync_s:g}"]
+        if self.heartbeat_ms is not None:
+            args += ["--heartbeat-ms", str(self.heartbeat_ms)]
         if self.assume_current:
             args.append("--assume-current")
         return args

@@ -54,6 +54,7 @@ AGENT_SCHEMA = config_layers.Schema((
     Setting("agent.http_public_reads", False),
     Setting("agent.http_max_streams", 32),
     Setting("agent.downstream_resync_s", 300.0),
+    Setting("agent.heartbeat_ms", 10_000),
     Setting("agent.assume_current", False),
 ))
 SCHEMA = NODE_SCHEMA + AGENT_SCHEMA
@@ -71,7 +72,7 @@ FLAG_KEYS: dict[str, str] = {
     **{option: f"agent.{option}" for option in (
         "linux", "linux_netns", "linux_state_dir", "vpp_socket", "http", "http_cert", "http_key",
         "http_token_file", "http_read_token_file", "http_public_reads", "http_max_streams",
-        "downstream_resync_s", "assume_current")},
+        "downstream_resync_s", "heartbeat_ms", "assume_current")},
 }
 NOT_SETTINGS = ("config_path", "check", "peers")
 
@@ -152,6 +153,9 @@ def _check_agent(effective: config_layers.Effective, where: str) -> None:
     if effective["agent.downstream_resync_s"] < 1:
         raise ConfigError(f"{where}: agent.downstream_resync_s must be >= 1, got "
                           f"{effective['agent.downstream_resync_s']!r}")
+    if not 100 <= effective["agent.heartbeat_ms"] <= 3_600_000:
+        raise ConfigError(f"{where}: agent.heartbeat_ms must be 100..3600000, got "
+                          f"{effective['agent.heartbeat_ms']!r}")
     if effective["agent.http"]:
         import click
 
@@ -184,6 +188,7 @@ def agent_args(run: RunConfig) -> list[str]:
         if agent[option]:
             args.append(f"--{option.replace('_', '-')}")
     args += ["--downstream-resync-s", str(agent["downstream_resync_s"])]
+    args += ["--heartbeat-ms", str(agent["heartbeat_ms"])]
     if agent["http_max_streams"] < 1:
         raise ConfigError(f"{run.path or 'command line'}: agent.http_max_streams must be >= 1, "
                           f"got {agent['http_max_streams']!r}")

@@ -19,13 +19,16 @@ import pytest
 
 from kvmesh import cluster
 from kvmesh.agent.keys import status_prefix
-from kvmesh.agent.liveness import HEARTBEAT_MS, MISSED_HEARTBEATS
+from kvmesh.agent.liveness import MISSED_HEARTBEATS
 from tests.netns import netns_available
 from tests.util import wait_until
 
 pytestmark = [pytest.mark.process, pytest.mark.netns, pytest.mark.slow,
               pytest.mark.skipif(not netns_available(), reason="needs root and iproute2")]
 
+# The agents' heartbeat, shorter than the default 10 s (`agent.heartbeat_ms`): a dead agent is
+# shown down after three missed ones, 6 s instead of 30. The bound below fails if it is ignored.
+HEARTBEAT_MS = 2000
 TWIN = json.dumps({"type": "vxlan", "vxlan": {"vni": 77}})  # two of them: one FAILS (EEXIST)
 
 
@@ -44,7 +47,8 @@ def _health(env: dict[str, str]) -> tuple[int, dict[str, Any]]:
 def test_health_status_filters_exit_codes_and_a_dead_node_shown_stale(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     try:
-        state = cluster.up(3, "chain", run_dir=run_dir, isolated=True, timeout=90)
+        state = cluster.up(3, "chain", run_dir=run_dir, isolated=True, timeout=90,
+                           node_config={"agent": {"heartbeat_ms": HEARTBEAT_MS}})
         env = cluster.client_env(run_dir, "n1")  # secured: the operator's key, n1's address
 
         def all_up() -> bool:

@@ -44,6 +44,7 @@ linux = true
 http = "127.0.0.1:0"
 http_public_reads = true
 downstream_resync_s = 30
+heartbeat_ms = 2500
 assume_current = true
 """
 
@@ -52,7 +53,7 @@ FLAGS = ["--name", "n1", "--cmd-url", "tcp://127.0.0.1:61002",
          "--pub-url", "tcp://127.0.0.1:61001", "--insecure", "--log-level", "warning",
          "--leaf", "--peer", "n2=tcp://127.0.0.1:61012,tcp://127.0.0.1:61011", "--agent",
          "--linux", "--http", "127.0.0.1:0", "--http-public-reads",
-         "--downstream-resync-s", "30", "--assume-current"]
+         "--downstream-resync-s", "30", "--heartbeat-ms", "2500", "--assume-current"]
 
 
 def config_file(tmp_path: Path, text: str = FILE) -> Path:
@@ -91,7 +92,8 @@ def test_the_file_alone_is_the_command_line(tmp_path: Path) -> None:
     assert from_file.node.key_prefix_filters[0] == "config/n1/"
     assert agent_args(from_file) == [
         "--http", "127.0.0.1:0", "--linux-state-dir", str(tmp_path / "data" / "agent"),
-        "--linux", "--assume-current", "--downstream-resync-s", "30.0", "--http-max-streams", "32",
+        "--linux", "--assume-current", "--downstream-resync-s", "30.0", "--heartbeat-ms", "2500",
+        "--http-max-streams", "32",
         "--http-public-reads"]
 
 
@@ -116,6 +118,8 @@ def test_check_prints_each_values_source(tmp_path: Path) -> None:
     ("name = 'n1'\n[agent]\nenabled = true\nhttp = 'nowhere'\n", "agent.http: expected ADDR"),
     ("name = 'n1'\n[agent]\nenabled = true\ndownstream_resync_s = 0\n",
      "agent.downstream_resync_s must be >= 1"),
+    ("name = 'n1'\n[agent]\nenabled = true\nheartbeat_ms = 10\n",
+     "agent.heartbeat_ms must be 100..3600000, got 10"),
     ("name = 'n1'\n[agent]\nlinux = true\n", "agent option(s) agent.linux need --agent"),
     ("name = 'n1'\nzmq_hwm = 1\n", "zmq_hwm must be an integer >= 64"),
     ("name = 'n1'\n[peers]\nn1 = 'tcp://127.0.0.1:1'\n", "peer 'n1' is this node itself"),

@@ -39,7 +39,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
               linux_state_dir: str | None, vpp_socket: str | None, http: str | None,
               http_cert: str | None, http_key: str | None, http_token_file: str | None,
               http_read_token_file: str | None, http_public_reads: bool,
-              http_max_streams: int, downstream_resync_s: float,
+              http_max_streams: int, downstream_resync_s: float, heartbeat_ms: int,
               assume_current: bool) -> None:
     """Run an agent in the foreground until SIGTERM/SIGINT (exit code 0)."""
     from kvmesh.agent.agent import AgentConfig, SignalStop, StopDeadline, run_agent
@@ -55,7 +55,7 @@ def agent_run(name: str, node_url: str | None, linux_netns: str | None, linux: b
             downstream_resync_s=downstream_resync_s, http_cert=http_cert, http_key=http_key,
             http_token_file=http_token_file, http_read_token_file=http_read_token_file,
             http_public_reads=http_public_reads, http_max_streams=http_max_streams,
-            assume_current=assume_current,
+            heartbeat_ms=heartbeat_ms, assume_current=assume_current,
             parent_pid=parent_pid_from_env())
     except (ValueError, click.BadParameter) as exc:
         fail(str(exc), code=2)

@@ -156,6 +156,10 @@ def agent_options(fn: Any) -> Any:
                      show_default=True, help="GET /stream clients (and console pages) at once."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
+        click.option("--heartbeat-ms", type=click.IntRange(min=100, max=3_600_000),
+                     default=10_000, show_default=True,
+                     help="How often the agent refreshes its record node/NAME/agent; readers "
+                     "take it for down after three missed refreshes."),
         click.option("--assume-current", is_flag=True,
                      help="Treat the KvStore as current even before a peer sync completed: "
                      "the agent may delete what it does not find there (docs/agent.md)."),

@@ -26,6 +26,15 @@ MODEL_MODULES = (
     "southbound.linux.models.route",
     "southbound.vpp.models",
 )
+# The code each harness drives, instrumented for coverage: only that (instrumenting every
+# package took 5 s of each run's start, as long as the suite's whole run of a harness).
+SCOPES: dict[str, tuple[str, ...]] = {
+    "request": ("kvstore",),
+    "sync_reply": ("kvstore",),
+    "agent_value": ("kvmesh.agent.desired", "kvmesh.agent.models", "southbound"),
+    "rest_query": ("kvmesh",),
+    "http_head": ("kvmesh.agent.http_wire",),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,16 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", default=None, help="directory for crashing inputs")
     parser.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed")
     args = parser.parse_args(argv)
+    if args.harness not in SCOPES:
+        parser.error(f"unknown harness {args.harness!r}; one of {', '.join(SCOPES)}")
 
-    with atheris.instrument_imports(include=["kvstore", "kvmesh", "southbound", "tests.fuzz"]):
+    with atheris.instrument_imports(include=[*SCOPES[args.harness], "tests.fuzz"]):
         from tests.fuzz.harnesses import HARNESSES
 
         # The model validators are imported lazily by kvmesh.agent.models: import them here,
         # inside the instrumentation, so the fuzzer sees their coverage.
         for module in MODEL_MODULES:
             importlib.import_module(module)
-    if args.harness not in HARNESSES:
-        parser.error(f"unknown harness {args.harness!r}; one of {', '.join(HARNESSES)}")
     work = Path(args.work or tempfile.mkdtemp(prefix=f"fuzz-{args.harness}-"))
     work.mkdir(parents=True, exist_ok=True)
     artifacts = Path(args.artifacts) if args.artifacts else work

@@ -37,6 +37,12 @@ def test_corpus_and_regressions_replay(harness: str) -> None:
             raise AssertionError(f"{harness} fails on {path.relative_to(REPO)}: {exc!r}") from exc
 
 
+def test_every_harness_has_an_instrumentation_scope() -> None:
+    from tests.fuzz.run import SCOPES
+
+    assert set(SCOPES) == set(HARNESSES)
+
+
 @pytest.mark.parametrize("harness", sorted(HARNESSES))
 def test_short_fuzz_run(harness: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("KVMESH_FUZZ_SEED", "1"))
