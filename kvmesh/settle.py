@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvmesh.agent.keys import STATUS, status_prefix
-from kvmesh.agent.models import provided_by
 from kvmesh.agent.status import decode_status, waits_for_keys
 from kvmesh.provided import waiting_for_providers
 from kvmesh.statefile import NodeDiff
@@ -85,6 +84,8 @@ def hold_pending(rows: Rows, written: Mapping[str, Any]) -> Rows:
     def live(maker: str) -> bool:
         done, record = rows.get(maker, (True, None))
         return not done or (record is not None and _state_of(record) is ValueState.CONFIGURED)
+
+    from kvmesh.agent.models import provided_by  # every model: only when waiting for values
 
     provided = provided_by({key: value for key, value in written.items() if value is not None})
     coming = waiting_for_providers(waiting, provided, live)

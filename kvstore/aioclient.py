@@ -155,10 +155,16 @@ class AsyncKvStoreClient:
         corr = next(self._ids).to_bytes(8, "big")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._waiting[corr] = future
-        await sock.send_multipart([corr, b"", wire.encode(request)])
         limit = self.timeout_s if timeout_s is None else timeout_s
+
+        async def exchange() -> Response:
+            # The send is under the deadline too: with its connection gone (a refused
+            # handshake), a DEALER's send waits for ever (kvstore.client's _send).
+            await sock.send_multipart([corr, b"", wire.encode(request)])
+            return await future
+
         try:
-            response = await asyncio.wait_for(future, limit)
+            response = await asyncio.wait_for(exchange(), limit)
         except TimeoutError:
             self._waiting.pop(corr, None)
             self._reset()

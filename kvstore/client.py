@@ -206,9 +206,9 @@ class KvStoreClient:
         watch = self._watch
         assert watch is not None
         corr = next(self._ids).to_bytes(8, "big")
-        sock.send_multipart([corr, b"", payload])
         limit_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit_s
+        self._send([corr, b"", payload], limit_s)
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0 or not watch.poll(remaining_ms):
@@ -229,7 +229,24 @@ class KvStoreClient:
     def send_oneway(self, key_vals: Mapping[str, Value]) -> None:
         """KEY_SET without a reply (as peers flood). Delivery is not confirmed."""
         request = requests.key_set(key_vals, solicit_response=False)
-        self._socket().send_multipart([b"", wire.encode(request)])
+        self._send([b"", wire.encode(request)], self.timeout_s)
+
+    def _send(self, frames: list[bytes], limit_s: float) -> None:
+        """Queue `frames`, waiting at most `limit_s`. A DEALER queues while it has a connection
+        to the node, even one still in its handshake, but a refused handshake takes the
+        connection away and a send would then wait for ever (a CLI with an unauthorized key
+        hung so): the refusal is raised if that is why, else KvStoreTimeout."""
+        sock = self._socket()
+        sock.setsockopt(zmq.SNDTIMEO, max(1, int(limit_s * 1000)))
+        try:
+            sock.send_multipart(frames)
+        except zmq.Again:
+            try:
+                self.check_handshake()
+            finally:
+                self.close()
+            raise KvStoreTimeout(f"could not send to {self.url} within {limit_s:g}s (no "
+                                 "connection: is the node running?)") from None
 
     def check_handshake(self) -> None:
         """Raise KvStoreAuthError if the node has refused this client's handshake so far."""

@@ -85,6 +85,7 @@ def _markers_for(nodeid: str) -> set[str]:
     return markers
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown under `-p no:xdist`
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: two workers per core. Most of the suite waits (for processes to start, for
     protocol timers), so one worker per core leaves the cores idle half the time: on 2 cores

@@ -53,14 +53,50 @@ def unique_prefix(stem: str = "kvt") -> str:
     return f"{stem}{os.getpid() % 100000}{uuid.uuid4().hex[:4]}"
 
 
+RUNTIME_PREFIX = "kvmesh-rt-"
+
+
 def isolate_session() -> Path:
     """Set this test process's environment apart (see the module doc); returns its runtime
-    base, removed when the process exits."""
+    base, removed when the process exits (and, if it was killed first, by the next test
+    process: `sweep_dead_runtime_bases`)."""
     for name in CALLER_SETTINGS:
         os.environ.pop(name, None)
-    base = Path(tempfile.mkdtemp(prefix="kvmesh-rt-"))
+    sweep_dead_runtime_bases(Path(tempfile.gettempdir()))
+    base = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
     os.environ["KVMESH_RUNTIME_DIR"] = str(base)
     low, high = port_slice(*worker_index())
     os.environ["KVMESH_PORT_RANGE"] = f"{low}-{high}"
     atexit.register(shutil.rmtree, base, True)
     return base
+
+
+def sweep_dead_runtime_bases(tmp: Path) -> list[Path]:
+    """Remove the runtime bases (`kvmesh-rt-<pid>-*`) of test processes that are gone: a worker
+    killed outright (SIGKILL, a timeout) never runs its exit handler. A base whose process may
+    still live (its pid exists, whoever has it now) is left alone."""
+    removed = []
+    for base in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
+        pid = base.name[len(RUNTIME_PREFIX):].partition("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(base, ignore_errors=True)
+        removed.append(base)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new directory under this test process's runtime base, for what needs a short path
+    (unix socket paths are limited to 107 bytes); the caller removes it, and the base goes with
+    the process in any case."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ["KVMESH_RUNTIME_DIR"]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import yaml
 
 from kvmesh import cluster
 from kvmesh.vppemu import EmulatorControl
+from tests.parallel import scratch_dir
 from tests.util import wait_until
 from tests.vpp_cluster import VppCluster, by_tag, vpp_cluster
 
@@ -187,7 +187,7 @@ def test_a_one_node_cluster_says_why_its_removal_waits(tmp_path: Path) -> None:
     agent creates but deletes nothing until the operator declares the store the truth. `apply
     --wait` of a removal used to time out with only "last state CONFIGURED"; it names the hold
     and its way out, and after `kvmesh resync --force` the removal goes through."""
-    workdir = Path(tempfile.mkdtemp(prefix="kvm-gw1-"))
+    workdir = scratch_dir("kvm-gw1-")
     run_dir = workdir / "run"
     try:
         state = cluster.up(1, vpp_emulator=True, run_dir=run_dir, namespaces=False, timeout=90)

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from kvmesh import cluster
 from kvmesh.cli.members import announced_nodes
 from kvmesh.vppemu import EmulatorControl
+from tests.parallel import scratch_dir
 from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
 
@@ -78,7 +78,7 @@ def vpp_cluster(prefix: str, nodes: int, **up: Any) -> Iterator[tuple[Path, clus
     """A `nodes`-node chain with a VPP emulator per node (more `cluster.up` options in `up`),
     once every agent has announced itself; everything removed on the way out."""
     # Short: the emulators' unix socket paths live in the run dir (107 bytes at most).
-    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    workdir = scratch_dir(prefix)
     run_dir = workdir / "run"
     try:
         state = cluster.up(nodes, "chain", vpp_emulator=True, run_dir=run_dir, timeout=90, **up)

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 import click
 
 from kvmesh.agent.keys import NODE, device_of
-from kvmesh.agent.models import provided_by
 from kvmesh.agent.status import waits_for_keys
 from kvmesh.provided import Coming, describe_waits, waiting_for_providers
 from kvmesh.statefile import NodeDiff
@@ -114,6 +113,8 @@ def pending_values(plans: Mapping[str, Any], diffs: Mapping[str, NodeDiff],
         waiting = {key: _waiting(last[key]) for key in sorted(written.keys() & last.keys())
                    if last[key].get("new_state") == "PENDING"}
         refused = set(waiting).union(*(missing or {}).get(node, {}).values())
+        from kvmesh.agent.models import provided_by  # every model: only when planning
+
         provided = provided_by(written)
         live = written.keys() - refused
         found = waiting_for_providers(

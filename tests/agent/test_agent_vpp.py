@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from kvmesh.agent.status import decode_status
 from kvmesh.vppemu import EmulatorProcess
 from kvstore.client import KvStoreClient
 from tests.kvstore.conftest import Mesh, Node
+from tests.parallel import scratch_dir
 from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
 
@@ -69,7 +69,7 @@ def rig(tmp_path: Path, start_node: Callable[[Mesh], Node] = lambda m: m.chain([
     """A KvStore node v1, a VPP emulator (optional) and an agent for v1 (not started); all
     stopped and removed afterwards."""
     mesh = Mesh(tmp_path)
-    workdir = tempfile.mkdtemp(prefix="kvm-ag-")  # short: unix socket paths are limited
+    workdir = scratch_dir("kvm-ag-")  # short: unix socket paths are limited
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
     agent: Agent | None = None
     try:

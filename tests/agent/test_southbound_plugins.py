@@ -5,7 +5,6 @@ Linux plugin's reconnect comes back through its on_connect callbacks."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from kvmesh.vppemu import EmulatorProcess
 from scheduler import KVScheduler
 from southbound.plugin_api import ReconciliationStage, SouthboundPlugin
 from tests.netns import Netns, temporary_netns
+from tests.parallel import scratch_dir
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_linux_reconnect_calls_on_connect_after_the_hold_off_unless_closed(
 def test_vpp_plugin_declares_a_stage_for_every_descriptor() -> None:
     import southbound.vpp
 
-    workdir = tempfile.mkdtemp(prefix="kvm-sb-")  # short: unix socket paths are limited
+    workdir = scratch_dir("kvm-sb-")  # short: unix socket paths are limited
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
     scheduler = KVScheduler()
     try:

@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import signal
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from kvstore.client import KvStoreClient, KvStoreError
 from kvstore.gen.kvstore_thrift.ttypes import NodeInfo
 from kvstore.node_ports import free_tcp_port
 from tests.compat.conftest import release_launch_env
+from tests.parallel import scratch_dir
 from tests.util import wait_until
 
 # Anti-entropy every second (a divergence that flooding does not repair is found fast), quick
@@ -193,7 +193,7 @@ class Member:
 def ring(workdir: Path, names: list[str]) -> Iterator[dict[str, Member]]:
     """Members peered in a ring (each with its two neighbours), not started; all stopped and
     removed afterwards."""
-    sockdir = Path(tempfile.mkdtemp(prefix="kvm-mx-"))  # short: unix socket paths are limited
+    sockdir = scratch_dir("kvm-mx-")  # short: unix socket paths are limited
     members = {n: Member(n, workdir, sockdir) for n in names}
     for i, name in enumerate(names):
         for j in (i - 1, (i + 1) % len(names)):

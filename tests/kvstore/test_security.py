@@ -5,8 +5,10 @@ TCP with real clients; the keys are made per test in its tmp dir."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -73,6 +75,47 @@ def test_wrong_server_key_times_out_with_a_hint_never_hangs(secure_mesh: Mesh) -
         client.node_info()
     assert time.monotonic() - started < 3
     assert b.proc is None
+
+
+def test_a_request_after_the_handshake_was_refused_fails_never_hangs(
+        secure_mesh: Mesh) -> None:
+    """The node refuses the handshake before the client sends anything: the refusal takes the
+    DEALER's only connection away, and a send then waited for ever (a test hung 3 min so in a
+    parallel run). Now the refusal, or the timeout, within the request's deadline."""
+    node = secure_mesh.start(secure_mesh.allocate("a"))
+    keyring = secure_mesh.keyring
+    assert keyring is not None
+    stranger = keyring.curve("stranger", "a")
+    client = KvStoreClient(node.cmd_url, timeout_s=1, curve=stranger)
+    sock = client._socket()  # connect, and let the handshake fail before any send
+    wait_until(lambda: not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT, timeout=10,
+               message="the refused connection is gone (nothing to send on)")
+    outcome: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            client.node_info()
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    caller = threading.Thread(target=request, daemon=True)
+    caller.start()
+    caller.join(timeout=30)  # a hang guard, not a speed check
+    assert not caller.is_alive(), "the request hung"
+    assert len(outcome) == 1 and isinstance(outcome[0], (KvStoreAuthError, KvStoreTimeout))
+    client.close()
+
+    from kvstore.aioclient import AsyncKvStoreClient
+
+    async def async_request() -> None:
+        async with AsyncKvStoreClient(node.cmd_url, timeout_s=1, curve=stranger) as aclient:
+            asock = aclient._socket()
+            while int(asock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT:  # the outer wait_for bounds it
+                await asyncio.sleep(0.02)
+            with pytest.raises((KvStoreAuthError, KvStoreTimeout)):
+                await aclient.node_info()
+
+    asyncio.run(asyncio.wait_for(async_request(), 30))
 
 
 def test_reader_reads_but_cannot_write(secure_mesh: Mesh) -> None:

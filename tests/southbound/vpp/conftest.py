@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +13,13 @@ from vpp_papi import VPPApiClient
 import southbound.vpp
 from kvmesh.vppemu import EmulatorProcess
 from scheduler import KVScheduler
+from tests.parallel import scratch_dir
 
 
 @pytest.fixture(scope="module")
 def emulator_process() -> Iterator[EmulatorProcess]:
     # A short directory: unix socket paths are limited to 107 bytes.
-    workdir = tempfile.mkdtemp(prefix="kvm-vpp-")
+    workdir = scratch_dir("kvm-vpp-")
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"))
     try:
         yield emulator.start()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from vpp_papi import VPPApiClient
 
 from kvmesh.vppemu import EmulatorProcess
+from tests.parallel import scratch_dir
 from tests.southbound.vpp.reference import require_reference_dir
 
 pytestmark = pytest.mark.process
@@ -119,7 +119,7 @@ def reply_size(defaults: Defaults, name: str) -> int:
 @pytest.fixture(scope="module")
 def full_emulator() -> Iterator[tuple[EmulatorProcess, Path]]:
     apidir = require_reference_dir()
-    workdir = tempfile.mkdtemp(prefix="kvm-vppw-")
+    workdir = scratch_dir("kvm-vppw-")
     emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), api_dir=str(apidir))
     try:
         yield emulator.start(), apidir

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
@@ -14,12 +13,13 @@ from kvmesh.vppemu import EmulatorProcess
 from scheduler import KVScheduler, RetryPolicy, TransactionError, ValueState
 from southbound.vpp.connection import VppConnection
 from southbound.vpp.errors import VppApiError, VppConnectionError, VppUnsupportedError
+from tests.parallel import scratch_dir
 from tests.util import wait_until
 
 
 @pytest.fixture
 def workdir():
-    path = tempfile.mkdtemp(prefix="kvm-vpp-")
+    path = scratch_dir("kvm-vpp-")
     try:
         yield Path(path)
     finally:

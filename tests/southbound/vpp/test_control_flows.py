@@ -4,7 +4,6 @@ emulator, with the Linux southbound in a network namespace where host interfaces
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from kvmesh.vppemu import EmulatorProcess
 from scheduler import RetryPolicy, TransactionError, ValueState
 from tests.netns import netns_available, temporary_netns
+from tests.parallel import scratch_dir
 from tests.southbound.vpp.conftest import VppHarness
 from tests.util import wait_until
 
@@ -176,7 +176,7 @@ def netns_vpp() -> Iterator[tuple]:
     scheduler with both southbounds: Linux on that namespace, VPP on the emulator."""
     import southbound.linux
 
-    workdir = tempfile.mkdtemp(prefix="kvm-vpp-")
+    workdir = scratch_dir("kvm-vpp-")
     with temporary_netns("kvpp") as ns:
         emulator = EmulatorProcess(str(Path(workdir) / "api.sock"), netns=ns.name)
         harness = None
