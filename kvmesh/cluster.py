@@ -256,21 +256,6 @@ def _spawn(args: list[str], log_path: Path) -> int:
     return launch.start(args, log_path, new_session=True).pid
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0): check it has not exited.
-    try:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
-
-
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -386,7 +371,7 @@ def _claim_run_dir(run_dir: Path, isolated: bool) -> Path:
     rundirs.make_base_for(run_dir)
     run_dir = safefs.private_dir(run_dir)
     existing = ClusterState.load(run_dir)
-    if existing is not None and any(_alive(p) for n in existing.nodes.values()
+    if existing is not None and any(launch.pid_alive(p) for n in existing.nodes.values()
                                     for p in n.pids.values()):
         raise ClusterError(f"a cluster is already running from {run_dir} "
                            f"(kvmesh cluster down first)")
@@ -503,7 +488,8 @@ def status(run_dir: Path = DEFAULT_RUN_DIR) -> dict[str, object]:
         return {"nodes": {}, "running": False}
     nodes: dict[str, object] = {}
     for name, info in state.nodes.items():
-        processes = {role: {"pid": pid, "alive": _alive(pid)} for role, pid in info.pids.items()}
+        processes = {role: {"pid": pid, "alive": launch.pid_alive(pid)}
+                     for role, pid in info.pids.items()}
         node_alive = processes.get("node", {}).get("alive", False)
         nodes[name] = {
             "cmd_url": info.cmd_url, "pub_url": info.pub_url, "netns": info.netns,
@@ -533,7 +519,7 @@ def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
             for _role, pid in sorted(info.pids.items(), key=lambda kv: kv[0] == "vpp")]
     stopped = 0
     for pid in pids:
-        if _alive(pid):
+        if launch.pid_alive(pid):
             try:
                 os.killpg(pid, signal.SIGTERM)
                 stopped += 1
@@ -541,9 +527,9 @@ def down(run_dir: Path = DEFAULT_RUN_DIR, timeout: float = 15.0,
                 pass
     deadline = time.monotonic() + timeout
     for pid in pids:
-        while _alive(pid) and time.monotonic() < deadline:
+        while launch.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _alive(pid):
+        if launch.pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
     for netns in state.namespaces_made:

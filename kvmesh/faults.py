@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kvmesh import cluster, netlab
+from kvmesh import cluster, launch, netlab
 
 __all__ = ["Crash", "Fault", "FaultBook", "FaultError", "LinkDown", "Loss", "Partition",
            "Pause", "RestartAll"]
@@ -188,7 +188,7 @@ def _send_signal(pid: int, sig: int, group: bool = True) -> None:
 
 def _wait_dead(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while cluster._alive(pid):
+    while launch.pid_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)

@@ -28,6 +28,22 @@ class LaunchError(RuntimeError):
     """A process that exited or did not answer in time; the message ends with its log."""
 
 
+def pid_alive(pid: int) -> bool:
+    """Does process `pid` still run (a process of another user counts; a zombie child of ours,
+    which still answers kill(0), does not)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:  # not our child
+        return True
+
+
 @dataclass
 class AgentOptions:
     """The agent's options, the same for `node run --agent` and `agent run`."""

@@ -62,12 +62,12 @@ def isolate_session() -> Path:
     process: `sweep_dead_runtime_bases`)."""
     for name in CALLER_SETTINGS:
         os.environ.pop(name, None)
-    sweep_dead_runtime_bases(Path(tempfile.gettempdir()))
     base = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{os.getpid()}-"))
     os.environ["KVMESH_RUNTIME_DIR"] = str(base)
     low, high = port_slice(*worker_index())
     os.environ["KVMESH_PORT_RANGE"] = f"{low}-{high}"
     atexit.register(shutil.rmtree, base, True)
+    sweep_dead_runtime_bases(base.parent)
     return base
 
 
@@ -75,24 +75,16 @@ def sweep_dead_runtime_bases(tmp: Path) -> list[Path]:
     """Remove the runtime bases (`kvmesh-rt-<pid>-*`) of test processes that are gone: a worker
     killed outright (SIGKILL, a timeout) never runs its exit handler. A base whose process may
     still live (its pid exists, whoever has it now) is left alone."""
+    from kvmesh.launch import pid_alive  # after isolate_session has set the environment
+
     removed = []
     for base in tmp.glob(f"{RUNTIME_PREFIX}*-*"):
         pid = base.name[len(RUNTIME_PREFIX):].partition("-")[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(base, ignore_errors=True)
         removed.append(base)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def scratch_dir(prefix: str) -> Path:

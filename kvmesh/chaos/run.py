@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvmesh import cluster, faults, netlab, rundirs
+from kvmesh import cluster, faults, launch, netlab, rundirs
 from kvmesh.agent.desired import encode_config_value
 from kvmesh.agent.keys import config_key
 from kvmesh.chaos.model import Write, WriteLog, check_store, ttl_overrun_ms
@@ -283,7 +283,7 @@ def _health(state: cluster.ClusterState, before: dict[str, dict[str, int]],
     problems = []
     for name, info in state.nodes.items():
         pid = info.pids["node"]
-        if not cluster._alive(pid):
+        if not launch.pid_alive(pid):
             problems.append(f"{name}: node process {pid} died")
         for counter, value in after.get(name, {}).items():
             unexpected = counter in ERROR_COUNTERS or counter.startswith(ERROR_COUNTER_PREFIXES)
