@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvmesh import cluster, faults
+from kvmesh import cluster, faults, launch
 from kvstore.client import KvStoreError, make_value
 from tests.netns import netns_available
 from tests.util import wait_until
@@ -114,7 +114,7 @@ def test_pause_crash_and_link_down_bite_and_heal(lab_cluster: cluster.ClusterSta
         wait_until(lambda: _answers(lab_cluster, "n3"), timeout=30, message=fault.describe())
         if isinstance(fault, faults.Crash):
             assert lab_cluster.nodes["n3"].pids["node"] != old_pid
-            assert not cluster._alive(old_pid)
+            assert not launch.pid_alive(old_pid)
     _set(lab_cluster, "n1", "after-faults")
     wait_until(lambda: _has(lab_cluster, "n3", "after-faults"), timeout=20, message="healed")
 
