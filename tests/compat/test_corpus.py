@@ -30,6 +30,7 @@ from kvstore.storage import DB_FILE, SCHEMA_VERSION, DurableStore
 from kvstore.value import TTL_INFINITY
 from tests.compat.conftest import ALL_RELEASES, corpus_dir
 from tools.compat.recorder import canonical_digest, idl_fields
+from tools.compat.release_tree import extract_safely
 
 REPO = Path(__file__).resolve().parents[2]
 IDL = REPO / "if" / "KvStore.thrift"
@@ -118,7 +119,7 @@ def test_state_file_and_agent_records_parse(version: str) -> None:
 def extract_store(version: str, dest: Path) -> tuple[Path, dict[str, Any]]:
     """The corpus's data directory, unpacked under `dest`, and what must be found in it."""
     with tarfile.open(corpus_dir(version) / "store.tar.xz") as archive:
-        archive.extractall(dest, filter="data")
+        extract_safely(archive, dest)
     manifest: dict[str, Any] = json.loads((corpus_dir(version) / "store.json").read_text())
     return dest / "data", manifest
 

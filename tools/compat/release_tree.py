@@ -63,6 +63,21 @@ def ensure_commit(commit: str) -> None:
             "(git fetch --unshallow)")
 
 
+def extract_safely(archive: tarfile.TarFile, dest: Path) -> None:
+    """Unpack `archive` under `dest` with tarfile's "data" filter where the interpreter has it
+    (3.11.4 and later: Debian 12's 3.11.2 has not); else only regular files and directories
+    whose names stay under `dest` (all these archives hold), anything else refused."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(dest, filter="data")
+        return
+    for member in archive:
+        name = Path(member.name)
+        if name.is_absolute() or ".." in name.parts or not (member.isfile() or member.isdir()):
+            raise ReleaseTreeError(f"refusing archive member {member.name!r} (not a plain file "
+                                   "or directory under the destination)")
+        archive.extract(member, dest)
+
+
 def export_release(version: str, dest: Path) -> Path:
     """The packages of release `version` under `dest` (created); returns `dest`."""
     table = releases()
@@ -75,7 +90,7 @@ def export_release(version: str, dest: Path) -> Path:
                              *PACKAGES], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-        archive.extractall(dest, filter="data")
+        extract_safely(archive, dest)
     err = proc.stderr.read() if proc.stderr is not None else b""
     if proc.wait() != 0:
         raise ReleaseTreeError(f"git archive {commit} failed: {err.decode(errors='replace')}")
