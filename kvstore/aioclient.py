@@ -41,6 +41,7 @@ from kvstore.client import (
     check_response,
     connect_socket,
     filter_publication,
+    handshake_monitor,
     resolve_curve,
 )
 from kvstore.curve import (
@@ -79,7 +80,11 @@ class AsyncKvStoreClient:
         self._sock: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
         self._monitor_task: asyncio.Task[None] | None = None
+        self._monitor: zmq.asyncio.Socket | None = None
         self._waiting: dict[bytes, asyncio.Future[Response]] = {}
+        # The node refused this socket's handshake: the socket is dead (libzmq does not
+        # reconnect it), so the next request raises this and starts over on a new socket.
+        self._refusal: KvStoreAuthError | None = None
         self._ids = itertools.count(1)
         self._node_info: NodeInfo | None = None
 
@@ -87,8 +92,8 @@ class AsyncKvStoreClient:
         if self._sock is None:
             monitors: list[zmq.asyncio.Socket] = []
             sock = _connect(self._context, zmq.DEALER, self.url, self.curve,
-                            lambda s: monitors.append(s.get_monitor_socket(HANDSHAKE_EVENTS)))
-            self._sock = sock
+                            lambda s: monitors.append(handshake_monitor(s)))
+            self._sock, self._monitor = sock, monitors[0]
             loop = asyncio.get_running_loop()
             self._reader = loop.create_task(self._read_replies(sock))
             self._monitor_task = loop.create_task(self._watch_handshake(sock, monitors[0]))
@@ -105,6 +110,7 @@ class AsyncKvStoreClient:
                 event = int.from_bytes(frames[0][:2], "little")
                 if event & HANDSHAKE_EVENTS:
                     error = KvStoreAuthError(handshake_failure(self.url, self.curve, event))
+                    self._refusal = error
                     for future in self._waiting.values():
                         if not future.done():
                             future.set_exception(error)
@@ -133,9 +139,16 @@ class AsyncKvStoreClient:
             if task is not None:
                 task.cancel()
         self._reader = self._monitor_task = None
+        self._refusal = None
         if self._sock is not None:
+            # The monitor now, not when its cancelled task next runs: a client closed and made
+            # again in one step of the loop would otherwise hold two.
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            if self._monitor is not None:
+                self._monitor.close(linger=0)
             self._sock.close(linger=0)
-            self._sock = None
+            self._sock = self._monitor = None
         waiting, self._waiting = self._waiting, {}
         for future in waiting.values():
             if not future.done():
@@ -151,6 +164,10 @@ class AsyncKvStoreClient:
         await self.close()
 
     async def request(self, request: Request, timeout_s: float | None = None) -> Response:
+        if self._refusal is not None:
+            refusal = self._refusal
+            self._reset()
+            raise refusal
         sock = self._socket()
         corr = next(self._ids).to_bytes(8, "big")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -158,10 +175,17 @@ class AsyncKvStoreClient:
         limit = self.timeout_s if timeout_s is None else timeout_s
 
         async def exchange() -> Response:
-            # The send is under the deadline too: with its connection gone (a refused
-            # handshake), a DEALER's send waits for ever (kvstore.client's _send).
-            await sock.send_multipart([corr, b"", wire.encode(request)])
-            return await future
+            # The send may wait for a connection that never comes (the node refused the
+            # handshake: a DEALER then has nowhere to queue), while the monitor fails the
+            # reply's future with the refusal: whichever ends first ends the wait.
+            sending = asyncio.ensure_future(sock.send_multipart([corr, b"", wire.encode(request)]))
+            try:
+                await asyncio.wait((sending, future), return_when=asyncio.FIRST_COMPLETED)
+                if not future.done():
+                    sending.result()  # the send's own error, if it failed
+                return await future
+            finally:
+                sending.cancel()
 
         try:
             response = await asyncio.wait_for(exchange(), limit)

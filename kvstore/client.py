@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import zmq
 
@@ -211,7 +211,12 @@ class KvStoreClient:
         self._send([corr, b"", payload], limit_s)
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not watch.poll(remaining_ms):
+            try:
+                answered = remaining_ms > 0 and watch.poll(remaining_ms)
+            except KvStoreAuthError:
+                self.close()  # a refused socket is dead: the next request starts a new one
+                raise
+            if not answered:
                 self.close()
                 raise KvStoreTimeout(
                     f"no reply from {self.url} within {limit_s:g}s (is the node running?"
@@ -234,19 +239,25 @@ class KvStoreClient:
     def _send(self, frames: list[bytes], limit_s: float) -> None:
         """Queue `frames`, waiting at most `limit_s`. A DEALER queues while it has a connection
         to the node, even one still in its handshake, but a refused handshake takes the
-        connection away and a send would then wait for ever (a CLI with an unauthorized key
-        hung so): the refusal is raised if that is why, else KvStoreTimeout."""
+        connection away and a blocking send then waited for ever (a CLI with an unauthorized
+        key hung so): the refusal is raised as soon as it is known, else KvStoreTimeout."""
         sock = self._socket()
-        sock.setsockopt(zmq.SNDTIMEO, max(1, int(limit_s * 1000)))
+        watch = self._watch
+        assert watch is not None
         try:
-            sock.send_multipart(frames)
-        except zmq.Again:
+            writable = watch.wait_writable(max(1, int(limit_s * 1000)))
+        except KvStoreAuthError:
+            self.close()  # a refused socket is dead: the next request starts a new one
+            raise
+        if writable:
             try:
-                self.check_handshake()
-            finally:
-                self.close()
-            raise KvStoreTimeout(f"could not send to {self.url} within {limit_s:g}s (no "
-                                 "connection: is the node running?)") from None
+                sock.send_multipart(frames, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass  # the connection went between the poll and the send
+        self.close()
+        raise KvStoreTimeout(f"could not send to {self.url} within {limit_s:g}s (no "
+                             "connection: is the node running?)")
 
     def check_handshake(self) -> None:
         """Raise KvStoreAuthError if the node has refused this client's handshake so far."""
@@ -424,6 +435,19 @@ class Subscription:
         self.close()
 
 
+_monitor_serial = itertools.count(1)
+MonitoredSocket = TypeVar("MonitoredSocket", bound="zmq.Socket[Any]")
+
+
+def handshake_monitor(sock: MonitoredSocket) -> MonitoredSocket:
+    """`sock`'s monitor of handshake failures, on an inproc endpoint named for it alone. pyzmq
+    names the endpoint after the socket's file descriptor, which the next socket gets as soon as
+    this one is closed, while libzmq unbinds the endpoint only later (in its reaper thread): a
+    client made again at once failed with EADDRINUSE."""
+    address = f"inproc://kvstore-handshake-monitor-{next(_monitor_serial)}"
+    return sock.get_monitor_socket(HANDSHAKE_EVENTS, addr=address)
+
+
 class HandshakeWatch:
     """A socket monitor that turns a refused CurveZMQ handshake into KvStoreAuthError at once,
     instead of the caller waiting out its timeout (the node sends nothing to a refused client)."""
@@ -432,15 +456,38 @@ class HandshakeWatch:
         self.url = url
         self.curve = curve
         self._sock = sock
-        self._monitor: zmq.Socket[bytes] = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+        self._monitor: zmq.Socket[bytes] = handshake_monitor(sock)
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
+        self._send_poller = zmq.Poller()
+        self._send_poller.register(sock, zmq.POLLOUT)
+        self._send_poller.register(self._monitor, zmq.POLLIN)
+        # A refusal is final for this socket (libzmq does not reconnect it): kept, and raised
+        # again by every later check.
+        self._refused: int | None = None
 
     def check(self) -> None:
         event = read_handshake_failures(self._monitor)
         if event is not None:
-            raise KvStoreAuthError(handshake_failure(self.url, self.curve, event))
+            self._refused = event
+        if self._refused is not None:
+            raise KvStoreAuthError(handshake_failure(self.url, self.curve, self._refused))
+
+    def wait_writable(self, timeout_ms: int) -> bool:
+        """True when the socket can queue a message within `timeout_ms`; raises
+        KvStoreAuthError as soon as a handshake fails (a refused socket never can)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self.check()
+            wait = max(0, int((deadline - time.monotonic()) * 1000))
+            ready = dict(self._send_poller.poll(wait))
+            if self._monitor in ready:
+                continue  # checked at the top
+            if self._sock in ready:
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
     def poll(self, timeout_ms: int | None) -> bool:
         """True when the socket is readable within `timeout_ms` (None: no limit); raises

@@ -81,7 +81,7 @@ def test_a_request_after_the_handshake_was_refused_fails_never_hangs(
         secure_mesh: Mesh) -> None:
     """The node refuses the handshake before the client sends anything: the refusal takes the
     DEALER's only connection away, and a send then waited for ever (a test hung 3 min so in a
-    parallel run). Now the refusal, or the timeout, within the request's deadline."""
+    parallel run). Now the refusal, at once; and the next request starts a new connection."""
     node = secure_mesh.start(secure_mesh.allocate("a"))
     keyring = secure_mesh.keyring
     assert keyring is not None
@@ -102,7 +102,7 @@ def test_a_request_after_the_handshake_was_refused_fails_never_hangs(
     caller.start()
     caller.join(timeout=30)  # a hang guard, not a speed check
     assert not caller.is_alive(), "the request hung"
-    assert len(outcome) == 1 and isinstance(outcome[0], (KvStoreAuthError, KvStoreTimeout))
+    assert len(outcome) == 1 and isinstance(outcome[0], KvStoreAuthError), outcome
     client.close()
 
     from kvstore.aioclient import AsyncKvStoreClient
@@ -112,7 +112,7 @@ def test_a_request_after_the_handshake_was_refused_fails_never_hangs(
             asock = aclient._socket()
             while int(asock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT:  # the outer wait_for bounds it
                 await asyncio.sleep(0.02)
-            with pytest.raises((KvStoreAuthError, KvStoreTimeout)):
+            with pytest.raises(KvStoreAuthError):
                 await aclient.node_info()
 
     asyncio.run(asyncio.wait_for(async_request(), 30))
