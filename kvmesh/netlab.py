@@ -131,12 +131,16 @@ def attach_namespace(lab: Lab, name: str) -> str:
     octet = max(lab.octets.values(), default=0) + 1
     if octet >= HOST_OCTET:
         raise LabError("the lab's /24 is full")
-    return _add_namespace(lab, name, octet)
+    # No IPv6 link-local address on its link: that address appears, then turns from tentative
+    # to valid (DAD), a second or so after the link comes up, and each step is a change of the
+    # namespace's network to Chromium (a first page load failed with ERR_NETWORK_CHANGED so).
+    return _add_namespace(lab, name, octet, link_local=False)
 
 
-def _add_namespace(lab: Lab, name: str, octet: int) -> str:
+def _add_namespace(lab: Lab, name: str, octet: int, link_local: bool = True) -> str:
     """Namespace `name` with `eth0` on the bridge and address .`octet` (recorded in `lab`
-    as soon as it exists, so that `destroy_lab` removes it)."""
+    as soon as it exists, so that `destroy_lab` removes it); without `link_local`, eth0 gets
+    no IPv6 link-local address."""
     namespace = f"kvn-{lab.tag}-{name}"
     _ip("netns", "add", namespace)
     lab.namespaces[name], lab.octets[name] = namespace, octet
@@ -146,6 +150,8 @@ def _add_namespace(lab: Lab, name: str, octet: int) -> str:
         "netns", lab.bridge_ns)
     _ip("-n", lab.bridge_ns, "link", "set", port, "master", "br0", "up")
     _ip("-n", namespace, "addr", "add", f"{lab.address(name)}/24", "dev", "eth0")
+    if not link_local:
+        _ip("-n", namespace, "link", "set", "eth0", "addrgenmode", "none")
     _ip("-n", namespace, "link", "set", "eth0", "up")
     return namespace
 

@@ -163,3 +163,26 @@ def test_isolated_cluster_with_a_core_runs_the_other_nodes_as_leaves(tmp_path: P
     lab = state.isolated_lab()
     assert lab is not None
     assert not set(list_netns()) & {*lab.namespaces.values(), lab.bridge_ns}
+
+
+@needs_netns
+def test_an_attached_client_namespace_has_no_ipv6_address_to_change() -> None:
+    """A browser's namespace: its link gets no IPv6 link-local address, whose arrival and DAD
+    a second after the link comes up Chromium takes for a network change (ERR_NETWORK_CHANGED
+    on the first page load); a node's namespace keeps its own."""
+    lab = netlab.create_lab(["n1"])
+    try:
+        client = netlab.attach_namespace(lab, "browser")
+
+        def inet6(namespace: str) -> str:
+            return subprocess.run(["ip", "-n", namespace, "-6", "addr", "show", "dev", "eth0"],
+                                  capture_output=True, text=True, check=True).stdout
+
+        wait_until(lambda: "inet6" in inet6(lab.namespaces["n1"]), timeout=10,
+                   message="the node's link-local address")
+        assert "inet6" not in inet6(client)
+        assert lab.address("browser") in subprocess.run(
+            ["ip", "-n", client, "-4", "addr", "show", "dev", "eth0"], capture_output=True,
+            text=True, check=True).stdout
+    finally:
+        netlab.destroy_lab(lab)
