@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvmesh.agent.liveness import HEARTBEAT_MS, HEARTBEAT_MS_RANGE
 from kvstore import (
     KEY_FILE_ENV,
     LOG_LEVELS,
@@ -54,7 +55,7 @@ AGENT_SCHEMA = config_layers.Schema((
     Setting("agent.http_public_reads", False),
     Setting("agent.http_max_streams", 32),
     Setting("agent.downstream_resync_s", 300.0),
-    Setting("agent.heartbeat_ms", 10_000),
+    Setting("agent.heartbeat_ms", HEARTBEAT_MS),
     Setting("agent.assume_current", False),
 ))
 SCHEMA = NODE_SCHEMA + AGENT_SCHEMA
@@ -153,8 +154,9 @@ def _check_agent(effective: config_layers.Effective, where: str) -> None:
     if effective["agent.downstream_resync_s"] < 1:
         raise ConfigError(f"{where}: agent.downstream_resync_s must be >= 1, got "
                           f"{effective['agent.downstream_resync_s']!r}")
-    if not 100 <= effective["agent.heartbeat_ms"] <= 3_600_000:
-        raise ConfigError(f"{where}: agent.heartbeat_ms must be 100..3600000, got "
+    low, high = HEARTBEAT_MS_RANGE
+    if not low <= effective["agent.heartbeat_ms"] <= high:
+        raise ConfigError(f"{where}: agent.heartbeat_ms must be {low}..{high}, got "
                           f"{effective['agent.heartbeat_ms']!r}")
     if effective["agent.http"]:
         import click

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvmesh.agent.liveness import HEARTBEAT_MS
 from scheduler import RetryPolicy
 
 DEFAULT_RETRY = RetryPolicy(period=1.0, max_count=10, exp_backoff=True)
@@ -34,7 +35,7 @@ class AgentConfig:
     # Statuses and node/ records outlive a dead agent this long, shown as stale
     # (kvmesh.agent.liveness); the agent record is refreshed every heartbeat_ms.
     status_ttl_ms: int = 86_400_000
-    heartbeat_ms: int = 10_000
+    heartbeat_ms: int = HEARTBEAT_MS
     # The store is asked whether it is current this often while the agent waits for it.
     store_poll_s: float = 0.2
     # Treat the store as current from the start (`--assume-current`): see `store_is_current`.

@@ -22,6 +22,7 @@ from typing import Any
 from kvstore import TTL_INFINITY
 
 HEARTBEAT_MS = 10_000
+HEARTBEAT_MS_RANGE = (100, 3_600_000)  # what `--heartbeat-ms` / `[agent] heartbeat_ms` accept
 MISSED_HEARTBEATS = 3  # so a late flood or a busy agent is not taken for dead
 LEGACY_HEARTBEAT_MS = 75_000
 LEGACY_TTL_MS = 300_000

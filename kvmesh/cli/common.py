@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 import click
 
+from kvmesh.agent.liveness import HEARTBEAT_MS, HEARTBEAT_MS_RANGE
 from kvmesh.cli import kv_format as fmt
 from kvmesh.cli.context import CliContext
 from kvstore import DEFAULT_TIMEOUT_S, KvStoreClient, KvStoreError
@@ -156,8 +157,8 @@ def agent_options(fn: Any) -> Any:
                      show_default=True, help="GET /stream clients (and console pages) at once."),
         click.option("--downstream-resync-s", type=click.FloatRange(min=1), default=300.0,
                      show_default=True, help="Period of the drift-repairing resync."),
-        click.option("--heartbeat-ms", type=click.IntRange(min=100, max=3_600_000),
-                     default=10_000, show_default=True,
+        click.option("--heartbeat-ms", type=click.IntRange(*HEARTBEAT_MS_RANGE),
+                     default=HEARTBEAT_MS, show_default=True,
                      help="How often the agent refreshes its record node/NAME/agent; readers "
                      "take it for down after three missed refreshes."),
         click.option("--assume-current", is_flag=True,
