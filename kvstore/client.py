@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -43,7 +42,8 @@ from kvstore.gen.kvstore_thrift.ttypes import (
 )
 from kvstore.value import I64_MAX
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("KVMESH_TIMEOUT", "5"))
+# A request's deadline unless the caller gives one (the CLI takes it from KVMESH_TIMEOUT).
+DEFAULT_TIMEOUT_S = 5.0
 
 
 class KvStoreError(Exception):

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from kvmesh import cluster
 from kvmesh.agent.keys import status_prefix
 from kvmesh.agent.liveness import MISSED_HEARTBEATS
+from tests import cli_run
 from tests.netns import netns_available
 from tests.util import wait_until
 
@@ -33,8 +33,7 @@ TWIN = json.dumps({"type": "vxlan", "vxlan": {"vni": 77}})  # two of them: one F
 
 
 def _kvmesh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **env})
+    return cli_run.kvmesh(args, env={**os.environ, **env})
 
 
 def _health(env: dict[str, str]) -> tuple[int, dict[str, Any]]:

@@ -17,6 +17,7 @@ from kvmesh import cluster
 from kvmesh.cli.members import announced_nodes
 from kvmesh.cli.ops_cmds import outcome
 from kvmesh.rest_client import AgentRest, Credentials, RestError
+from tests import cli_run
 from tests.netns import netns_available
 from tests.parallel import unique_prefix
 from tests.util import wait_until
@@ -47,8 +48,7 @@ class Cli:
             return exc.status, exc.answer
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, *args],
-                              capture_output=True, text=True, timeout=120, env=self.env)
+        return cli_run.kvmesh(["--url", self.url, *args], env=self.env)
 
     def state_file(self, nodes: dict) -> str:
         self.files += 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import yaml
 
 from kvmesh import launch
 from kvmesh.envnames import HTTP_CA_ENV, HTTP_TOKEN_ENV
+from tests import cli_run
 from tests.kvstore.conftest import REPO, Mesh, free_port
 from tests.util import wait_until
 
@@ -30,8 +30,7 @@ class PlanSetup:
 
     def plan(self, *args: str, env: dict[str, str] | None = None,
              ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", "--url", self.url, "plan", *args],
-                              capture_output=True, text=True, timeout=120, cwd=REPO,
+        return cli_run.kvmesh(["--url", self.url, "plan", *args], cwd=REPO,
                               env=self.env if env is None else env)
 
     def state_file(self, text: str, name: str = "state.yaml") -> str:

@@ -39,6 +39,7 @@ import pytest
 from kvmesh import cluster
 from kvmesh.cli.members import announced_nodes
 from kvmesh.statefile import parse_state
+from tests import cli_run
 from tests.netns import Netns, netns_available
 from tests.util import wait_until
 
@@ -90,8 +91,7 @@ class Nodes:
         self.env = {**os.environ, **env}
 
     def kvmesh(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
-                              text=True, timeout=120, env=self.env)
+        return cli_run.kvmesh(args, env=self.env)
 
     def wire(self) -> None:
         """The links between the nodes (n2's ends left down and bare: kvmesh's job) and the

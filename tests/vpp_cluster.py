@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from kvmesh import cluster
 from kvmesh.cli.members import announced_nodes
 from kvmesh.vppemu import EmulatorControl
+from tests import cli_run
 from tests.parallel import scratch_dir
 from tests.southbound.vpp.conftest import connect
 from tests.util import wait_until
@@ -32,8 +32,7 @@ class VppCluster:
         self.env = {**os.environ, **cluster.client_env(Path(state.run_dir))}
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kvmesh", *args], capture_output=True,
-                              text=True, timeout=120, env=self.env)
+        return cli_run.kvmesh(args, env=self.env)
 
     def control(self, node: str) -> EmulatorControl:
         return EmulatorControl(f"{self.state.nodes[node].vpp_socket}.ctl")

@@ -6,6 +6,8 @@ request refused), 2 for invalid arguments or configuration.
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -47,8 +49,26 @@ def cli_context() -> CliContext:
     return obj
 
 
+TIMEOUT_ENV = "KVMESH_TIMEOUT"
+
+
+def request_timeout_s() -> float:
+    """Each request's deadline: `KVMESH_TIMEOUT` seconds (default 5); anything but a positive
+    number is a one-line configuration error (exit 2), not a traceback."""
+    given = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not given:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        fail(f"{TIMEOUT_ENV} must be a positive number of seconds, got {given!r}", code=2)
+    return seconds
+
+
 def client_for(url: str | None = None) -> KvStoreClient:
-    return KvStoreClient(url or cli_context().url, timeout_s=DEFAULT_TIMEOUT_S)
+    return KvStoreClient(url or cli_context().url, timeout_s=request_timeout_s())
 
 
 def run_client(action: Callable[[KvStoreClient], Any], url: str | None = None) -> Any:

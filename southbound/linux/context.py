@@ -17,11 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from southbound.linux.errors import NetlinkOperationError
-from southbound.linux.netlink import NetlinkClient
 from southbound.linux.records import Link
+
+if TYPE_CHECKING:  # pyroute2 is loaded when a client is made, not by validating a model
+    from southbound.linux.netlink import NetlinkClient
 
 KVMESH_LINK_GROUP = 0x6B766D  # "kvm"
 KVMESH_ROUTE_PROTO = 107  # unassigned in iproute2's rt_protos

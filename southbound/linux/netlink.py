@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from southbound.linux.errors import (
@@ -31,22 +29,15 @@ from southbound.linux.errors import (
     OwnershipError,
     UnsupportedLinkTypeError,
 )
+from southbound.linux.netns import require_netns
 from southbound.linux.pyroute2_lean import IPRoute, IPRSocket, NetlinkError
-from southbound.linux.records import Address, Link, Neighbor, Route, Rule
+from southbound.linux.records import Address, CreatedLink, Link, Neighbor, Route, Rule
 from southbound.linux.rtnl import RtnlReader
 
-NETNS_DIR = "/run/netns"  # where `ip netns` and pyroute2 keep named namespaces
 IFA_F_NODAD = 0x02
 RT_SCOPE_NOWHERE = 255
 READ_SOCKET_BUFFER = 8 << 20
 T = TypeVar("T")
-
-
-def require_netns(netns: str) -> None:
-    """Fail clearly when a named namespace does not exist (pyroute2 would create it, or fail
-    obscurely for a raw socket)."""
-    if not os.path.exists(os.path.join(NETNS_DIR, netns)):
-        raise NamespaceNotFoundError(netns)
 
 
 def open_raw_socket(netns: str | None, groups: int = 0, rcvbuf: int = READ_SOCKET_BUFFER) -> Any:
@@ -61,12 +52,6 @@ def open_raw_socket(netns: str | None, groups: int = 0, rcvbuf: int = READ_SOCKE
     except FileNotFoundError as exc:
         raise NamespaceNotFoundError(netns or "") from exc
     return sock
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedLink:
-    index: int
-    peer: int | None  # the veth peer's ifindex
 
 
 class NetlinkClient:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from southbound.linux.errors import LinuxSouthboundError
-from southbound.linux.netlink import NETNS_DIR, require_netns
+from southbound.linux.netns import NETNS_DIR, require_netns
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

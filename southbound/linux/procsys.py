@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from southbound.linux.errors import NamespaceNotFoundError, NetlinkOperationError
-from southbound.linux.netlink import NETNS_DIR
+from southbound.linux.netns import NETNS_DIR
 
 PROC_SYS = "/proc/sys"
 CLONE_NEWNET = 0x40000000

@@ -8,6 +8,14 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class CreatedLink:
+    """What the kernel echoed of a link it created."""
+
+    index: int
+    peer: int | None  # the veth peer's ifindex
+
+
+@dataclass(frozen=True, slots=True)
 class VxlanInfo:
     vni: int | None
     local: str | None

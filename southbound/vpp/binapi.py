@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from southbound.vpp.connection import VppConnection
+if TYPE_CHECKING:  # vpp_papi is loaded when a connection is made, not by validating a model
+    from southbound.vpp.connection import VppConnection
 
 ANY_INDEX = 0xFFFFFFFF
 ADMIN_UP = 1  # if_status_flags

@@ -10,7 +10,6 @@ import functools
 import json
 import signal
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from kvmesh.agent.status import decode_status
 from kvmesh.rest_client import AgentRest, RestError
 from kvstore.client import KvStoreClient
 from kvstore.version import PROTOCOL_VERSION, __version__
+from tests import cli_run
 from tests.kvstore.conftest import Mesh, Node, free_port
 from tests.netns import Netns, netns_available, temporary_netns
 from tests.util import wait_until
@@ -37,8 +37,7 @@ pytestmark = [
 
 
 def kvmesh(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "kvmesh", "--url", url, *args],
-                            capture_output=True, text=True, timeout=60)
+    result = cli_run.kvmesh(["--url", url, *args])
     if check and result.returncode != 0:
         raise AssertionError(f"kvmesh {' '.join(args)} failed ({result.returncode}): "
                              f"{result.stderr}{result.stdout}")
@@ -147,7 +146,7 @@ def test_config_set_on_n1_is_applied_in_n2_kernel_and_status_is_visible(
     kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
     wait_until(lambda: {"veth0", "veth1"} <= cluster.ns2.link_names(), timeout=20,
                message="veth pair created in n2's namespace")
-    wait_until(lambda: "10.9.1.1/24" in cluster.ns2.addresses("veth0"), timeout=20)
+    wait_until(lambda: veth0_has_address(cluster.ns2), timeout=20)
     wait_until(lambda: cluster.state_from_n1("linux/interface/veth0") == "CONFIGURED",
                timeout=20, message="n1 sees veth0 CONFIGURED on n2")
     # `kvmesh status` from n1 shows the whole cluster.
@@ -212,11 +211,16 @@ def test_drift_is_repaired_by_downstream_resync(cluster: Cluster) -> None:
     assert "- type: NB transaction, downstream resync\n" in shown, shown
 
 
+def veth0_has_address(ns: Netns) -> bool:
+    """The agent's veth0 exists and has its address (not an error while it does not exist)."""
+    return "veth0" in ns.link_names() and "10.9.1.1/24" in ns.addresses("veth0")
+
+
 def test_restarted_agent_resyncs_without_duplicates(cluster: Cluster) -> None:
     url = cluster.n1.cmd_url
     kvmesh(url, "config", "set", "n2", "linux/interface/veth0", json.dumps(VETH))
     kvmesh(url, "config", "set", "n2", "linux/interface/veth1", json.dumps(VETH_PEER))
-    wait_until(lambda: "10.9.1.1/24" in cluster.ns2.addresses("veth0"), timeout=20)
+    wait_until(lambda: veth0_has_address(cluster.ns2), timeout=20)
     before = cluster.ns2.dump()
     assert cluster.agent.stop() == 0
     kvmesh(url, "config", "set", "n2", ROUTE_KEY, json.dumps(ROUTE))  # while the agent is down

@@ -1,4 +1,5 @@
-"""The `kvmesh` KvStore commands, run as real processes against real nodes."""
+"""The `kvmesh` KvStore commands against real nodes (the commands run in the test's process,
+through tests/cli_run.py; `snoop` runs as a process of its own)."""
 
 from __future__ import annotations
 
@@ -17,24 +18,17 @@ import pytest
 from kvstore import wire
 from kvstore.client import make_value
 from kvstore.gen.kvstore_thrift.ttypes import Command, KeySetParams, Request
+from tests import cli_run
 from tests.kvstore.conftest import REPO, Mesh, Node, free_port, wait_for_value
 from tests.util import wait_until
 
 
 def cli(
-    *args: str, url: str | None = None, timeout_s: float = 3.0, check: bool = True
+    *args: str, url: str | None = None, timeout_s: float | str = 3.0, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "kvmesh"]
-    if url is not None:
-        cmd += ["--url", url]
-    result = subprocess.run(
-        [*cmd, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "KVMESH_TIMEOUT": str(timeout_s)},
-    )
+    url_option = ["--url", url] if url is not None else []
+    result = cli_run.kvmesh([*url_option, *args], cwd=REPO,
+                            env={**os.environ, "KVMESH_TIMEOUT": str(timeout_s)})
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -269,3 +263,14 @@ def test_key_at_the_highest_version_cannot_be_bumped(node: Node) -> None:
         assert "highest version" in result.stderr and "Traceback" not in result.stderr
     with node.client() as client:
         assert client.get(["k"])["k"].value == b"v"
+
+
+@pytest.mark.parametrize("given", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_timeout_is_one_line_and_exit_2(given: str) -> None:
+    """KVMESH_TIMEOUT is read when a command makes its client: a bad one is the user's error,
+    said in one line (it was a ValueError traceback from the client module's import)."""
+    result = cli("key", "get", "k", url=f"tcp://127.0.0.1:{free_port()}", check=False,
+                 timeout_s=given)
+    assert result.returncode == 2, result
+    assert result.stderr == (f"error: KVMESH_TIMEOUT must be a positive number of seconds, "
+                             f"got {given!r}\n")

@@ -65,8 +65,7 @@ from southbound.linux.interface_spec import VethSpec as VethSpec
 from southbound.linux.interface_spec import VxlanSpec as VxlanSpec
 from southbound.linux.master import MasterDescriptor
 from southbound.linux.memo import ParseCache
-from southbound.linux.netlink import CreatedLink
-from southbound.linux.records import Link
+from southbound.linux.records import CreatedLink, Link
 from southbound.modelspec import ModelSpec
 from southbound.validation import KEY_FIELD, FieldProblems, StrictModel, validate
 
