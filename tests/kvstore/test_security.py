@@ -88,7 +88,7 @@ def test_a_request_after_the_handshake_was_refused_fails_never_hangs(
     stranger = keyring.curve("stranger", "a")
     client = KvStoreClient(node.cmd_url, timeout_s=1, curve=stranger)
     sock = client._socket()  # connect, and let the handshake fail before any send
-    wait_until(lambda: not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT, timeout=10,
+    wait_until(lambda: not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLOUT, timeout=30,
                message="the refused connection is gone (nothing to send on)")
     outcome: list[BaseException] = []
 
