@@ -8,6 +8,7 @@ side with `ip` in the node's namespace. See docs/vpp.md, "A router, end to end".
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -42,7 +43,12 @@ class Router(VppCluster):
         return done.stdout
 
     def linux(self, node: str) -> dict[str, str]:
-        """What the node's namespace holds: links, addresses, routes of every table."""
+        """What the node's namespace holds: links, addresses, routes of every table; taken once
+        the kernel has finished what it does by itself when a link comes up (the duplicate
+        address detection of an IPv6 link-local address, whose end adds a local route: seen
+        between two listings a second apart)."""
+        wait_until(lambda: not self.ip(node, "-6", "addr", "show", "tentative").strip(),
+                   timeout=30, message=f"IPv6 duplicate address detection done in {node}")
         return {"links": self.ip(node, "-br", "link"), "addresses": self.ip(node, "-br", "addr"),
                 "routes": self.ip(node, "route", "show", "table", "all"),
                 "routes6": self.ip(node, "-6", "route", "show", "table", "all")}
@@ -52,6 +58,14 @@ class Router(VppCluster):
 def router() -> Iterator[Router]:
     with vpp_cluster("kvm-rt-", len(NODES), isolated=True) as (workdir, state):
         yield Router(workdir, state)
+
+
+def linux_difference(before: dict[str, str], after: dict[str, str]) -> str:
+    """What changed in a namespace, as a diff of each `ip` listing that differs."""
+    return "\n".join(
+        line for part in before for line in difflib.unified_diff(
+            before[part].splitlines(), after.get(part, "").splitlines(), part, part, lineterm="")
+        if before[part] != after.get(part))
 
 
 def no_status(router: Router, node: str) -> bool:
@@ -210,7 +224,8 @@ def test_router_is_built_planned_empty_resynced_by_reads_and_removed_cleanly(
         linux = router.linux(node)
         writes = router.resync_writes(node)
         assert writes == {}, f"{node}: VPP's state read back differs from the desired: {writes}"
-        assert router.linux(node) == linux
+        after = router.linux(node)
+        assert after == linux, linux_difference(linux, after)
 
     # Removal: an empty state for both nodes, --replace; VPP and Linux are as they were.
     empty = router.workdir / "empty.yaml"
