@@ -211,11 +211,8 @@ class KvStoreClient:
         self._send([corr, b"", payload], limit_s)
         while True:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            try:
+            with self._closed_if_refused():
                 answered = remaining_ms > 0 and watch.poll(remaining_ms)
-            except KvStoreAuthError:
-                self.close()  # a refused socket is dead: the next request starts a new one
-                raise
             if not answered:
                 self.close()
                 raise KvStoreTimeout(
@@ -244,11 +241,8 @@ class KvStoreClient:
         sock = self._socket()
         watch = self._watch
         assert watch is not None
-        try:
+        with self._closed_if_refused():
             writable = watch.wait_writable(max(1, int(limit_s * 1000)))
-        except KvStoreAuthError:
-            self.close()  # a refused socket is dead: the next request starts a new one
-            raise
         if writable:
             try:
                 sock.send_multipart(frames, zmq.NOBLOCK)
@@ -258,6 +252,16 @@ class KvStoreClient:
         self.close()
         raise KvStoreTimeout(f"could not send to {self.url} within {limit_s:g}s (no "
                              "connection: is the node running?)")
+
+    @contextlib.contextmanager
+    def _closed_if_refused(self) -> Iterator[None]:
+        """A refused socket is dead (libzmq does not reconnect it): closed, so that the next
+        request starts on a new one."""
+        try:
+            yield
+        except KvStoreAuthError:
+            self.close()
+            raise
 
     def check_handshake(self) -> None:
         """Raise KvStoreAuthError if the node has refused this client's handshake so far."""

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from kvmesh.cli import main
 from kvstore.node_ports import free_tcp_port
+from tests.util import modules_loaded
 
 
 def test_json_after_the_subcommand(tmp_path: Path) -> None:
@@ -72,16 +73,9 @@ def test_command_modules_lists_what_each_module_registers() -> None:
 
 
 def test_key_get_loads_neither_the_rest_server_nor_the_models() -> None:
-    import subprocess
-    import sys
-
-    probe = ("import sys\nfrom kvmesh.cli import main\n"
-             "main.get_command(None, 'key')\n"
-             "print(' '.join(m for m in ('kvmesh.agent.http_server', 'pydantic', 'scheduler', "
-             "'yaml', 'kvmesh.cli.agent_cmds') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == ""
+    assert modules_loaded("from kvmesh.cli import main\nmain.get_command(None, 'key')", (
+        "kvmesh.agent.http_server", "pydantic", "scheduler", "yaml", "kvmesh.cli.agent_cmds",
+    )) == set()
 
 
 @pytest.mark.parametrize("command", ["status", "config", "history", "resync", "values"])
@@ -89,30 +83,17 @@ def test_reading_commands_load_no_model(command: str) -> None:
     """The commands that only read, or write without validating, start without the model
     registry (every southbound's models, pydantic, pyroute2, vpp_papi: 0.35 s of a 0.55 s
     start); `config set` and `plan` validate, and load it when they do."""
-    import subprocess
-    import sys
-
-    probe = ("import sys\nfrom kvmesh.cli import main\n"
-             f"main.get_command(None, {command!r})\n"
-             "print(' '.join(m for m in ('kvmesh.agent.models', 'pydantic', 'pyroute2', "
-             "'vpp_papi') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == ""
+    assert modules_loaded(f"from kvmesh.cli import main\nmain.get_command(None, {command!r})",
+                          ("kvmesh.agent.models", "pydantic", "pyroute2", "vpp_papi")) == set()
 
 
 def test_validating_loads_neither_southbounds_runtime() -> None:
     """`config set`, `plan` and `apply` validate with the model registry, which needs pydantic
     but not the libraries that talk to a dataplane: pyroute2 and vpp_papi load when an agent's
     southbound connects (together ~0.15 s of every validating command's start)."""
-    import subprocess
-    import sys
-
-    probe = ("import sys\nfrom kvmesh.agent.models import validate_model\n"
-             "validate_model('linux/interface/br0', {'type': 'bridge'})\n"
-             "validate_model('vpp/interface/loop0', {'type': 'loopback'})\n"
-             "print(' '.join(m for m in ('pyroute2', 'vpp_papi', 'southbound.linux.netlink', "
-             "'southbound.vpp.connection') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ""
+    assert modules_loaded(
+        "from kvmesh.agent.models import validate_model\n"
+        "validate_model('linux/interface/br0', {'type': 'bridge'})\n"
+        "validate_model('vpp/interface/loop0', {'type': 'loopback'})",
+        ("pyroute2", "vpp_papi", "southbound.linux.netlink", "southbound.vpp.connection"),
+    ) == set()

@@ -30,7 +30,6 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_is_clean() -> None:
-    result = subprocess.run(
-        [tool("mypy"), "kvstore", "scheduler", "southbound", "kvmesh", "tools", "tests"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([tool("mypy")], cwd=REPO, capture_output=True, text=True,
+                            timeout=600)  # what setup.cfg's [mypy] `files` lists
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def modules_loaded(code: str, modules: Iterable[str]) -> set[str]:
+    """Which of `modules` a fresh interpreter has loaded after running `code`."""
+    watched = sorted(modules)
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {watched!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
 
 
 # The longest pause between two polls of a condition that stays false (unless the caller asks

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import kvstore
+from tests.util import modules_loaded
 
 ROOT = Path(__file__).parents[2]
 # The chaos simulation drives the sans-I/O core (KvStoreDb, FloodProtocol, SyncSession) with
@@ -68,12 +69,5 @@ def test_lazy_surface_agrees_with_its_type_checking_imports() -> None:
 
 
 def test_the_client_surface_does_not_load_the_node() -> None:
-    import subprocess
-    import sys
-
-    probe = ("import sys\nfrom kvstore import KvStoreClient, Value, stats\n"
-             "print(' '.join(m for m in ('kvstore.node', 'kvstore.storage', 'sqlite3') "
-             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == ""
+    assert modules_loaded("from kvstore import KvStoreClient, Value, stats",
+                          ("kvstore.node", "kvstore.storage", "sqlite3")) == set()
